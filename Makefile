@@ -1,0 +1,30 @@
+# The two commands of the README: `make run` and `make test`. Both set up what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test system-deps clean
+
+$(INSTALLED): pyproject.toml tests/sample_plugin/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,postgresql]' -e tests/sample_plugin
+	touch $@
+
+run: $(INSTALLED)
+	$(BIN)/apid migrate
+	@echo
+	@echo "To make the first administrator, run in another terminal:"
+	@echo "  $(BIN)/apid user add admin --email admin@example.com --role ROLE_ADMIN"
+	@echo
+	$(BIN)/apid serve
+
+system-deps:
+	scripts/system-deps
+
+test: $(INSTALLED) system-deps
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .hypothesis

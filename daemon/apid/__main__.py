@@ -1,0 +1,5 @@
+import sys
+
+from apid.cli import main
+
+sys.exit(main())

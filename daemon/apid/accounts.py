@@ -1,0 +1,275 @@
+"""Accounts (the `person` table and its roles): the one place that reads and writes them.
+
+The units of work are plain functions of a connection, so the command line runs them
+directly and the daemon runs them in the database thread pool through `Accounts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from twisted.internet.defer import Deferred
+
+from apid.auth.passwords import Passwords
+from apid.problems import Conflict, InvalidFields, NotFound
+from apid.store.database import Database
+from apid.store.tables import person, person_role, role
+
+USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{2,63}")
+PASSWORD_LENGTH = (8, 128)
+
+# Account attribute -> person column, for the fields an update may change.
+COLUMNS = {
+    "username": "username",
+    "email": "email",
+    "enabled": "enabled",
+    "accountLocked": "account_locked",
+    "accountExpired": "account_expired",
+    "passwordExpired": "password_expired",
+}
+
+
+@dataclass(frozen=True)
+class Account:
+    """An account as plain data; the password hash never leaves this module."""
+
+    id: int
+    version: int
+    username: str
+    email: str
+    enabled: bool
+    account_locked: bool
+    account_expired: bool
+    password_expired: bool
+    roles: frozenset[str]
+    date_created: datetime
+    last_updated: datetime
+
+    @property
+    def may_log_in(self) -> bool:
+        return self.enabled and not (self.account_locked or self.account_expired)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "version": self.version,
+            "username": self.username,
+            "email": self.email,
+            "enabled": self.enabled,
+            "accountLocked": self.account_locked,
+            "accountExpired": self.account_expired,
+            "passwordExpired": self.password_expired,
+            "roles": sorted(self.roles),
+            "dateCreated": _iso(self.date_created),
+            "lastUpdated": _iso(self.last_updated),
+        }
+
+
+def check_credentials(username: str | None, password: str | None) -> None:
+    """The account policy for a new username or password; one 400 lists every breach."""
+    errors = []
+    if username is not None and not USERNAME.fullmatch(username):
+        errors.append({
+            "field": "username",
+            "reason": "must be 3 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        })
+    if password is not None:
+        low, high = PASSWORD_LENGTH
+        if not low <= len(password) <= high:
+            errors.append({"field": "password", "reason": f"must be {low} to {high} characters long"})
+        elif username is not None and password.casefold() == username.casefold():
+            errors.append({"field": "password", "reason": "must not be the username"})
+    if errors:
+        raise InvalidFields(errors)
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.isoformat()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _roles_of(connection: Connection, ids: list[int]) -> dict[int, frozenset[str]]:
+    rows = connection.execute(
+        select(person_role.c.person_id, role.c.authority)
+        .join(role, role.c.id == person_role.c.role_id)
+        .where(person_role.c.person_id.in_(ids))
+    )
+    found: dict[int, set[str]] = {i: set() for i in ids}
+    for person_id, authority in rows:
+        found[person_id].add(authority)
+    return {i: frozenset(r) for i, r in found.items()}
+
+
+def _accounts(connection: Connection, rows: list[Any]) -> list[Account]:
+    roles = _roles_of(connection, [row.id for row in rows])
+    return [
+        Account(
+            id=row.id,
+            version=row.version,
+            username=row.username,
+            email=row.email,
+            enabled=row.enabled,
+            account_locked=row.account_locked,
+            account_expired=row.account_expired,
+            password_expired=row.password_expired,
+            roles=roles[row.id],
+            date_created=row.date_created,
+            last_updated=row.last_updated,
+        )
+        for row in rows
+    ]
+
+
+def _set_roles(connection: Connection, person_id: int, roles: Iterable[str]) -> None:
+    connection.execute(delete(person_role).where(person_role.c.person_id == person_id))
+    for authority in sorted(set(roles)):
+        role_id = connection.execute(select(role.c.id).where(role.c.authority == authority)).scalar()
+        if role_id is None:
+            role_id = connection.execute(insert(role).values(authority=authority)).inserted_primary_key[0]
+        connection.execute(insert(person_role).values(person_id=person_id, role_id=role_id))
+
+
+def _taken(connection: Connection, username: str | None, email: str | None, other_than: int | None) -> None:
+    """Raise Conflict naming the first of username and email that another account holds."""
+    for name, column, value in (("username", person.c.username, username), ("email", person.c.email, email)):
+        if value is None:
+            continue
+        query = select(person.c.id).where(func.lower(column) == value.lower())
+        if other_than is not None:
+            query = query.where(person.c.id != other_than)
+        if connection.execute(query).first() is not None:
+            raise Conflict(f"the {name} is already taken", field=name)
+
+
+def get_account(connection: Connection, account_id: int) -> Account | None:
+    rows = connection.execute(select(person).where(person.c.id == account_id)).all()
+    return _accounts(connection, rows)[0] if rows else None
+
+
+def find_login(connection: Connection, username: str) -> tuple[Account, str] | None:
+    """The account named `username` and its password hash, for verifying a login."""
+    row = connection.execute(select(person).where(person.c.username == username)).first()
+    return (_accounts(connection, [row])[0], row.password) if row else None
+
+
+def list_accounts(connection: Connection, offset: int, limit: int) -> list[Account]:
+    rows = connection.execute(select(person).order_by(person.c.id).offset(offset).limit(limit)).all()
+    return _accounts(connection, rows)
+
+
+def insert_account(
+    connection: Connection,
+    username: str,
+    email: str,
+    password_hash: str,
+    roles: Iterable[str],
+    enabled: bool = True,
+) -> Account:
+    _taken(connection, username, email, None)
+    now = _now()
+    try:
+        person_id = connection.execute(
+            insert(person).values(
+                username=username,
+                email=email,
+                password=password_hash,
+                enabled=enabled,
+                date_created=now,
+                last_updated=now,
+            )
+        ).inserted_primary_key[0]
+    except IntegrityError:
+        raise Conflict("the username or email is already taken") from None
+    _set_roles(connection, person_id, roles)
+    return get_account(connection, person_id)
+
+
+def update_account(
+    connection: Connection,
+    account_id: int,
+    changes: Mapping[str, Any],
+    expected_version: int | None,
+    password_hash: str | None,
+    roles: Iterable[str] | None,
+) -> Account:
+    current = connection.execute(select(person.c.version).where(person.c.id == account_id)).scalar()
+    if current is None:
+        raise NotFound(f"no person with id {account_id}")
+    if expected_version is not None and expected_version != current:
+        raise Conflict(
+            f"person {account_id} was changed meanwhile (version {current}, you sent {expected_version})",
+            currentVersion=current,
+        )
+    _taken(connection, changes.get("username"), changes.get("email"), account_id)
+    values = {COLUMNS[name]: value for name, value in changes.items()}
+    if password_hash is not None:
+        values["password"] = password_hash
+    values.update(version=current + 1, last_updated=_now())
+    connection.execute(update(person).where(person.c.id == account_id).values(**values))
+    if roles is not None:
+        _set_roles(connection, account_id, roles)
+    return get_account(connection, account_id)
+
+
+def delete_account(connection: Connection, account_id: int) -> bool:
+    return connection.execute(delete(person).where(person.c.id == account_id)).rowcount > 0
+
+
+class Accounts:
+    """The accounts service controllers use: every call runs off the reactor thread."""
+
+    def __init__(self, db: Database, passwords: Passwords) -> None:
+        self._db = db
+        self._passwords = passwords
+
+    check = staticmethod(check_credentials)
+
+    def get(self, account_id: int) -> Deferred[Account | None]:
+        return self._db.read(get_account, account_id)
+
+    def list(self, offset: int, limit: int) -> Deferred[list[Account]]:
+        return self._db.read(list_accounts, offset, limit)
+
+    async def create(
+        self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True
+    ) -> Account:
+        password_hash = await self._passwords.hash(password)
+        return await self._db.write(insert_account, username, email, password_hash, frozenset(roles), enabled)
+
+    async def update(
+        self,
+        account_id: int,
+        changes: Mapping[str, Any],
+        expected_version: int | None = None,
+        password: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> Account:
+        password_hash = await self._passwords.hash(password) if password is not None else None
+        return await self._db.write(
+            update_account, account_id, dict(changes), expected_version, password_hash,
+            None if roles is None else frozenset(roles),
+        )
+
+    def delete(self, account_id: int) -> Deferred[bool]:
+        return self._db.write(delete_account, account_id)
+
+    async def login(self, username: str, password: str) -> Account | None:
+        """The account if the name and password match and it may log in; else None.
+
+        A missing account still costs one hash verification, so timing tells nothing.
+        """
+        found = await self._db.read(find_login, username)
+        account, stored = found if found else (None, None)
+        matches = await self._passwords.verify(stored, password)
+        return account if matches and account is not None and account.may_log_in else None

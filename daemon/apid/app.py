@@ -1,0 +1,146 @@
+"""The Klein application: URL routes, authentication at the edge, and error rendering.
+
+Public routes answer without a token only when their path is in `reservedUris`; every API
+call (`/v`, `/b`, `/c`) is authenticated and then handed to the pipeline. Every error,
+Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from klein import Klein
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.http import Request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
+
+from apid.auth.endpoints import PublicRoute
+from apid.auth.tokens import Principal, TokenService
+from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
+from apid.pipeline import CallRequest, Pipeline
+from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
+from apid.routing import parse_target
+
+log = Logger(namespace="apid.app")
+
+API_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+API_RULES = (
+    "/<prefix>/<controller>",
+    "/<prefix>/<controller>/<action>",
+    "/<prefix>/<controller>/<action>/<id>",
+)
+
+
+class InFlight:
+    """Counts requests being answered, so shutdown can wait for them to finish."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def track(self, request: Request) -> None:
+        self.count += 1
+        request.notifyFinish().addBoth(self._done)
+
+    def _done(self, _: Any) -> None:
+        self.count -= 1
+
+
+class Application:
+    def __init__(
+        self,
+        *,
+        version: str,
+        reserved_uris: frozenset[str],
+        tokens: TokenService,
+        pipeline: Pipeline,
+        public_routes: Iterable[PublicRoute],
+    ) -> None:
+        self.version = version
+        self.in_flight = InFlight()
+        self._reserved = reserved_uris
+        self._tokens = tokens
+        self._pipeline = pipeline
+        self.klein = Klein()
+        self._add_routes(public_routes)
+
+    def resource(self) -> Any:
+        return self.klein.resource()
+
+    def authenticate(self, request: Request) -> Principal:
+        token = bearer_token(request)
+        if token is None:
+            raise Unauthorized("this endpoint needs an Authorization: Bearer <token> header")
+        if not token:
+            raise Unauthorized("the Authorization header must read Bearer <token>")
+        return self._tokens.verify(token)
+
+    def _add_routes(self, public_routes: Iterable[PublicRoute]) -> None:
+        app = self.klein
+        for route in public_routes:
+            app.route(route.path, methods=[route.method], endpoint=f"public {route.method} {route.path}",
+                      strict_slashes=False)(self._public(route))
+        for rule in API_RULES:
+            app.route(rule, methods=API_METHODS, endpoint="api", strict_slashes=False)(self._api)
+        app.route("/", methods=API_METHODS, endpoint="root")(self._nothing)
+        app.handle_errors(Problem)(self._problem)
+        app.handle_errors(RoutingMethodNotAllowed)(self._wrong_method)
+        app.handle_errors(RoutingNotFound)(self._not_found)
+        app.handle_errors(HTTPException)(self._routing_error)
+        app.handle_errors(Exception)(self._unexpected)
+
+    def _public(self, route: PublicRoute) -> Callable[..., Any]:
+        path = route.path.rstrip("/") or "/"
+
+        async def handle(request: Request, **_: Any) -> bytes:
+            self.in_flight.track(request)
+            principal = None if path in self._reserved else self.authenticate(request)
+            return await route.handler(request, principal)
+
+        return handle
+
+    async def _api(self, request: Request, prefix: str, controller: str,
+                   action: str | None = None, id: str | None = None) -> bytes:
+        self.in_flight.track(request)
+        target = parse_target(self.version, prefix, controller, action, id)
+        principal = self.authenticate(request)
+        body = read_json_body(request)
+        if target.kind != "v":
+            raise NotFound(f"/{prefix}/ calls are not served by this daemon")
+        text = query_fields(request)
+        if target.id is not None:
+            text["id"] = [target.id]
+        call = CallRequest(
+            controller=target.controller,
+            action=target.action,
+            api_version=target.api_version,
+            method=request.method.decode("ascii"),
+            body=body,
+            text=text,
+        )
+        result = await self._pipeline.run(principal, call)
+        return write_json(request, result.data)
+
+    def _nothing(self, request: Request) -> bytes:
+        raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
+
+    def _problem(self, request: Request, failure: Failure) -> bytes:
+        return write_problem(request, failure.value)
+
+    def _wrong_method(self, request: Request, failure: Failure) -> bytes:
+        allow = sorted(failure.value.valid_methods or [])
+        return write_problem(
+            request, MethodNotAllowed(f"{request.path.decode()} is not called with {request.method.decode()}", allow)
+        )
+
+    def _not_found(self, request: Request, failure: Failure) -> bytes:
+        return write_problem(request, NotFound(f"no resource at {request.path.decode('utf-8', 'replace')}"))
+
+    def _routing_error(self, request: Request, failure: Failure) -> bytes:
+        return write_problem(request, BadRequest(failure.value.description or "the request could not be routed"))
+
+    def _unexpected(self, request: Request, failure: Failure) -> bytes:
+        log.failure("unexpected error answering {path}", failure=failure, path=request.path.decode("utf-8", "replace"))
+        return write_problem(request, InternalError("the request failed; the error was logged"))
+

@@ -1,0 +1,1 @@
+"""Authentication: passwords, access tokens and the public endpoints that issue them."""

@@ -1,0 +1,105 @@
+"""Access tokens: HS256 JSON web tokens with every claim required and the algorithm pinned.
+
+The secret is shared by all daemons of a deployment: from the configuration, or from a
+secret file created once (mode 0600) and never regenerated, so a restart logs nobody out.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import jwt
+
+from apid.config import JwtConfig
+from apid.problems import Unauthorized
+
+ALGORITHM = "HS256"
+TOKEN_TYPE = "at+jwt"
+REQUIRED_CLAIMS = ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The verified caller of one request."""
+
+    user_id: int
+    username: str
+    roles: frozenset[str]
+    token_id: str
+    expires: int
+
+
+def load_secret(config: JwtConfig) -> bytes:
+    """The configured secret, else the secret file's, creating that file once if missing."""
+    if config.secret is not None:
+        return config.secret
+    path: Path = config.secret_file
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another daemon or worker created it first: read theirs below
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(48))
+    secret = path.read_text(encoding="utf-8").strip().encode()
+    if len(secret) < 32:
+        raise ValueError(f"{path}: the JWT secret must be at least 32 bytes long")
+    return secret
+
+
+class TokenService:
+    def __init__(self, config: JwtConfig, secret: bytes, clock: callable) -> None:
+        self._config = config
+        self._secret = secret
+        self._clock = clock
+
+    def issue(self, user_id: int, username: str, roles: frozenset[str]) -> str:
+        now = int(self._clock())
+        claims = {
+            "iss": self._config.issuer,
+            "aud": self._config.audience,
+            "sub": str(user_id),
+            "name": username,
+            "roles": sorted(roles),
+            "iat": now,
+            "exp": now + self._config.access_lifetime,
+            "jti": uuid.uuid4().hex,
+        }
+        return jwt.encode(claims, self._secret, algorithm=ALGORITHM, headers={"typ": TOKEN_TYPE})
+
+    def verify(self, token: str) -> Principal:
+        """The token's principal; any flaw (signature, claims, expiry, type) is one 401."""
+        try:
+            header = jwt.get_unverified_header(token)
+            if header.get("typ") != TOKEN_TYPE:
+                raise jwt.InvalidTokenError("wrong token type")
+            claims = jwt.decode(
+                token,
+                self._secret,
+                algorithms=[ALGORITHM],
+                audience=self._config.audience,
+                issuer=self._config.issuer,
+                leeway=self._config.leeway,
+                options={"require": REQUIRED_CLAIMS},
+            )
+            user_id = int(claims["sub"])
+            roles = claims["roles"]
+            if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+                raise jwt.InvalidTokenError("roles must be a list of strings")
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("the access token has expired") from None
+        except (jwt.InvalidTokenError, ValueError):
+            raise Unauthorized("the access token is not valid") from None
+        return Principal(
+            user_id=user_id,
+            username=str(claims.get("name", "")),
+            roles=frozenset(roles),
+            token_id=str(claims["jti"]),
+            expires=int(claims["exp"]),
+        )

@@ -1,0 +1,162 @@
+"""The `apid` command: serve, migrate, user add, iostate check, routes.
+
+Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
+is wrong; every failure prints one line saying what and where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from pathlib import Path
+
+from apid import config as config_module
+from apid.config import Config, ConfigError
+
+
+def _load(args: argparse.Namespace) -> Config:
+    env = dict(os.environ)
+    if getattr(args, "listen", None):
+        env["APID_LISTEN"] = args.listen
+    return config_module.load(args.config_dir, args.env, env)
+
+
+def _engine(config: Config):
+    from apid.store.database import make_engine
+    from apid.store.migrate import ensure_sqlite_folder, upgrade
+
+    ensure_sqlite_folder(config.server.database_url)
+    engine = make_engine(config.server.database_url)
+    upgrade(engine)
+    return engine
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    from apid.daemon import serve
+
+    config = _load(args)
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
+    return serve(config)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    _engine(_load(args)).dispose()
+    print("apid: the database schema is up to date")
+    return 0
+
+
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    if not sys.stdin.isatty():
+        raise SystemExit("apid: no terminal to ask for the password; use --password-stdin")
+    first = getpass.getpass("Password: ")
+    if first != getpass.getpass("Password again: "):
+        raise SystemExit("apid: the passwords differ")
+    return first
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    from apid.accounts import check_credentials, insert_account
+    from apid.auth.passwords import hash_password
+    from apid.iostate.types import value_type
+    from apid.problems import Problem
+    from apid.store.database import run_write
+
+    config = _load(args)
+    unknown = sorted(set(args.role) - config.api.security.all_roles)
+    if unknown:
+        print(f"apid: unknown role {unknown[0]}; known roles: {', '.join(sorted(config.api.security.all_roles))}",
+              file=sys.stderr)
+        return 2
+    password = _read_password(args.password_stdin)
+    try:
+        value_type("Email").check(args.email)
+    except ValueError:
+        print(f"apid: {args.email!r} is not an email address", file=sys.stderr)
+        return 2
+    try:
+        check_credentials(args.name, password)
+        engine = _engine(config)
+        account = run_write(engine, insert_account, args.name, args.email, hash_password(password), args.role)
+    except Problem as problem:
+        reasons = "; ".join(f"{e['field']} {e['reason']}" for e in problem.extensions.get("errors", []))
+        print(f"apid: {reasons or problem.detail}", file=sys.stderr)
+        return 1
+    print(f"apid: created user {account.username} (id {account.id}) with roles {', '.join(sorted(account.roles))}")
+    return 0
+
+
+def cmd_iostate_check(args: argparse.Namespace) -> int:
+    from apid.iostate import IOStateError
+    from apid.plugins import PluginError, bind, discover, load
+
+    config = _load(args)
+    directory = Path(args.directory) if args.directory else config.api.iostate_dir
+    try:
+        bound = bind(load(discover()), directory, config.api.security)
+    except (IOStateError, PluginError) as exc:
+        print(f"apid: {exc}", file=sys.stderr)
+        return 1
+    for name, state in sorted(bound.rules.controllers.items()):
+        print(f"ok {name}: {state.source}")
+    return 0
+
+
+def cmd_routes(args: argparse.Namespace) -> int:
+    from apid.plugins import dump_routes, load_all
+
+    config = _load(args)
+    for line in dump_routes(load_all(config.api.iostate_dir, config.api.security).rules, config.api.version):
+        print(line)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config-dir", type=Path, default=None,
+                        help="folder holding service_server.yml and service_api.yml (default: $APID_CONFIG_DIR or etc)")
+    common.add_argument("--env", default=None, help="environment section to use (default: $APID_ENV or development)")
+
+    top = argparse.ArgumentParser(prog="apid", description="An API daemon for IO State-governed controllers.")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", parents=[common], help="run the daemon")
+    serve.add_argument("--listen", help="Twisted endpoint to listen on, e.g. tcp:8080:interface=127.0.0.1")
+    serve.set_defaults(run=cmd_serve)
+
+    commands.add_parser("migrate", parents=[common], help="bring the database schema up to date").set_defaults(
+        run=cmd_migrate)
+
+    user = commands.add_parser("user", help="manage accounts").add_subparsers(dest="user_command", required=True)
+    add = user.add_parser("add", parents=[common], help="create an enabled account")
+    add.add_argument("name")
+    add.add_argument("--email", required=True)
+    add.add_argument("--role", action="append", required=True, help="a role to grant (repeatable)")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    add.set_defaults(run=cmd_user_add)
+
+    iostate = commands.add_parser("iostate", help="IO State files").add_subparsers(dest="iostate_command", required=True)
+    check = iostate.add_parser("check", parents=[common], help="validate a folder of IO State files")
+    check.add_argument("directory", nargs="?", help="folder to check (default: the configured iostateDir)")
+    check.set_defaults(run=cmd_iostate_check)
+
+    commands.add_parser("routes", parents=[common], help="list every endpoint").set_defaults(run=cmd_routes)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except ConfigError as exc:
+        print(f"apid: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

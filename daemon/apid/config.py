@@ -1,0 +1,425 @@
+"""The two configuration files, read once at start into frozen typed values.
+
+`service_server.yml` holds one section per environment; `service_api.yml` holds what every
+environment shares. Every key is checked: an unknown key, a wrong type or a missing value
+stops the daemon with a `ConfigError` naming the file and the key.
+Relative paths are resolved against the deployment root, the parent of the config folder,
+so `etc/` beside `iostate/` and `var/` works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+SERVER_FILE = "service_server.yml"
+API_FILE = "service_api.yml"
+ENVIRONMENTS = ("development", "test", "production")
+
+T = TypeVar("T")
+
+
+class ConfigError(Exception):
+    """A configuration file is missing, unreadable or holds a value that is not allowed."""
+
+
+@dataclass(frozen=True)
+class PeerServer:
+    url: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class MailConfig:
+    backend: str
+    outbox: Path
+    sender: str
+    smtp_host: str
+    smtp_port: int
+    smtp_username: str | None
+    smtp_password: str | None
+    smtp_starttls: bool
+
+
+@dataclass(frozen=True)
+class JwtConfig:
+    secret: bytes | None
+    secret_file: Path
+    issuer: str
+    audience: str
+    access_lifetime: int
+    leeway: int
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    environment: str
+    webhook_active: bool
+    api_throttle: bool
+    listen: str
+    base_url: str
+    home_url: str
+    database_url: str
+    database_pool_size: int
+    migrate_on_start: bool
+    redis_url: str | None
+    mail: MailConfig
+    jwt: JwtConfig
+    servers: tuple[PeerServer, ...]
+    ping_timeout: float
+    access_log: bool
+
+
+@dataclass(frozen=True)
+class ThrottleConfig:
+    rate_limit: Mapping[str, int]
+    data_limit: Mapping[str, int]
+    expires: int
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    superuser_role: str
+    user_role: str
+    network_groups: tuple[str, ...]
+    network_roles: Mapping[str, frozenset[str]]
+
+    @property
+    def all_roles(self) -> frozenset[str]:
+        return frozenset().union(*self.network_roles.values())
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    reserved_uris: frozenset[str]
+    throttle: ThrottleConfig
+    attempts: int
+    proc_cores: int
+    iostate_dir: Path
+    batch_limit: int
+    chain_limit: int
+    max_body_bytes: int
+    security: SecurityConfig
+    allowed_origins: tuple[str, ...]
+    version: str
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    api: ApiConfig
+    root: Path = field(compare=False)
+
+
+class _Node:
+    """A value read from a YAML file, with the path that names it in error messages."""
+
+    def __init__(self, value: Any, file: str, path: str) -> None:
+        self.value = value
+        self.file = file
+        self.path = path
+
+    def fail(self, message: str) -> ConfigError:
+        return ConfigError(f"{self.file}: {self.path or '(top level)'}: {message}")
+
+    def child(self, key: str, value: Any) -> _Node:
+        return _Node(value, self.file, f"{self.path}.{key}" if self.path else key)
+
+    def mapping(self, allowed: tuple[str, ...] | None = None) -> dict[str, _Node]:
+        if self.value is None:
+            return {}
+        if not isinstance(self.value, dict):
+            raise self.fail(f"expected a mapping, got {_kind(self.value)}")
+        out = {}
+        for key, value in self.value.items():
+            if not isinstance(key, str):
+                raise self.fail(f"keys must be strings, got {key!r}")
+            if allowed is not None and key not in allowed:
+                raise self.child(key, value).fail(
+                    f"unknown key; allowed here: {', '.join(allowed)}"
+                )
+            out[key] = self.child(key, value)
+        return out
+
+    def string(self) -> str:
+        if not isinstance(self.value, str) or not self.value:
+            raise self.fail(f"expected a non-empty string, got {_kind(self.value)}")
+        return self.value
+
+    def boolean(self) -> bool:
+        if not isinstance(self.value, bool):
+            raise self.fail(f"expected true or false, got {_kind(self.value)}")
+        return self.value
+
+    def integer(self, minimum: int = 0) -> int:
+        if isinstance(self.value, bool) or not isinstance(self.value, int):
+            raise self.fail(f"expected a whole number, got {_kind(self.value)}")
+        if self.value < minimum:
+            raise self.fail(f"must be at least {minimum}, got {self.value}")
+        return self.value
+
+    def number(self, minimum: float = 0.0) -> float:
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
+            raise self.fail(f"expected a number, got {_kind(self.value)}")
+        if self.value <= minimum:
+            raise self.fail(f"must be greater than {minimum}, got {self.value}")
+        return float(self.value)
+
+    def strings(self) -> tuple[str, ...]:
+        if not isinstance(self.value, list):
+            raise self.fail(f"expected a list of strings, got {_kind(self.value)}")
+        return tuple(self.child(f"[{i}]", v).string() for i, v in enumerate(self.value))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _get(
+    section: dict[str, _Node], key: str, read: Callable[[_Node], T], default: T
+) -> T:
+    node = section.get(key)
+    return default if node is None else read(node)
+
+
+def _require(section: dict[str, _Node], owner: _Node, key: str, read: Callable[[_Node], T]) -> T:
+    node = section.get(key)
+    if node is None:
+        raise owner.child(key, None).fail("is required")
+    return read(node)
+
+
+def _path(root: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def _read_yaml(path: Path) -> _Node:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return _Node(value, str(path), "")
+
+
+def _sqlite_url(root: Path, url: str) -> str:
+    """Anchor a relative SQLite file path at the deployment root."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
+        return prefix + str(_path(root, url[len(prefix):]))
+    return url
+
+
+def _peer(node: _Node, default_timeout: float) -> PeerServer:
+    if isinstance(node.value, str):
+        return PeerServer(url=node.string().rstrip("/"), timeout=default_timeout)
+    section = node.mapping(("url", "timeout"))
+    url = _require(section, node, "url", _Node.string).rstrip("/")
+    return PeerServer(url=url, timeout=_get(section, "timeout", _Node.number, default_timeout))
+
+
+def _mail(node: _Node | None, root: Path) -> MailConfig:
+    section = node.mapping(("backend", "outbox", "from", "smtp")) if node else {}
+    backend = _get(section, "backend", _Node.string, "file")
+    if backend not in ("file", "smtp"):
+        raise section["backend"].fail(f"must be file or smtp, got {backend!r}")
+    smtp_node = section.get("smtp")
+    smtp = (
+        smtp_node.mapping(("host", "port", "username", "password", "starttls"))
+        if smtp_node
+        else {}
+    )
+    return MailConfig(
+        backend=backend,
+        outbox=_path(root, _get(section, "outbox", _Node.string, "var/outbox")),
+        sender=_get(section, "from", _Node.string, "apid <apid@localhost>"),
+        smtp_host=_get(smtp, "host", _Node.string, "localhost"),
+        smtp_port=_get(smtp, "port", _Node.integer, 587),
+        smtp_username=_get(smtp, "username", _Node.string, None),
+        smtp_password=_get(smtp, "password", _Node.string, None),
+        smtp_starttls=_get(smtp, "starttls", _Node.boolean, True),
+    )
+
+
+def _jwt(node: _Node | None, root: Path) -> JwtConfig:
+    section = (
+        node.mapping(("secret", "secretFile", "issuer", "audience", "accessLifetime", "leeway"))
+        if node
+        else {}
+    )
+    secret = _get(section, "secret", _Node.string, None)
+    if secret is not None and len(secret.encode()) < 32:
+        raise section["secret"].fail("must be at least 32 bytes long")
+    return JwtConfig(
+        secret=secret.encode() if secret is not None else None,
+        secret_file=_path(root, _get(section, "secretFile", _Node.string, "var/jwt.secret")),
+        issuer=_get(section, "issuer", _Node.string, "apid"),
+        audience=_get(section, "audience", _Node.string, "apid"),
+        access_lifetime=_get(section, "accessLifetime", lambda n: n.integer(minimum=1), 900),
+        leeway=_get(section, "leeway", _Node.integer, 30),
+    )
+
+
+SERVER_KEYS = (
+    "webhookActive", "apiThrottle", "listen", "baseUrl", "homeUrl", "database", "redis",
+    "mail", "jwt", "servers", "pingTimeout", "accessLog",
+)
+
+
+def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
+    top = _read_yaml(path)
+    environments = top.mapping(ENVIRONMENTS)
+    if environment not in ENVIRONMENTS:
+        raise top.fail(f"unknown environment {environment!r}; choose one of {', '.join(ENVIRONMENTS)}")
+    node = environments.get(environment) or top.child(environment, {})
+    section = node.mapping(SERVER_KEYS)
+
+    database = section["database"].mapping(("url", "poolSize", "migrate")) if "database" in section else {}
+    redis = section["redis"].mapping(("url",)) if "redis" in section else {}
+    ping_timeout = _get(section, "pingTimeout", _Node.number, 2.0)
+    servers = section["servers"] if "servers" in section else None
+    if servers is not None and not isinstance(servers.value, list):
+        raise servers.fail(f"expected a list of peers, got {_kind(servers.value)}")
+    base_url = _get(section, "baseUrl", _Node.string, "http://127.0.0.1:8080").rstrip("/")
+
+    return ServerConfig(
+        environment=environment,
+        webhook_active=_get(section, "webhookActive", _Node.boolean, False),
+        api_throttle=_get(section, "apiThrottle", _Node.boolean, False),
+        listen=env.get("APID_LISTEN") or _get(section, "listen", _Node.string, "tcp:8080:interface=127.0.0.1"),
+        base_url=base_url,
+        home_url=_get(section, "homeUrl", _Node.string, base_url + "/"),
+        database_url=_sqlite_url(
+            root,
+            env.get("APID_DATABASE_URL") or _get(database, "url", _Node.string, "sqlite:///var/apid.db"),
+        ),
+        database_pool_size=_get(database, "poolSize", lambda n: n.integer(minimum=1), 4),
+        migrate_on_start=_get(database, "migrate", _Node.boolean, True),
+        redis_url=env.get("APID_REDIS_URL") or _get(redis, "url", _Node.string, None),
+        mail=_mail(section.get("mail"), root),
+        jwt=_jwt(section.get("jwt"), root),
+        servers=tuple(
+            _peer(servers.child(f"[{i}]", v), ping_timeout)
+            for i, v in enumerate(servers.value if servers else ())
+        ),
+        ping_timeout=ping_timeout,
+        access_log=_get(section, "accessLog", _Node.boolean, True),
+    )
+
+
+API_KEYS = (
+    "reservedUris", "throttle", "attempts", "procCores", "iostateDir", "batchLimit",
+    "chainLimit", "maxBodyBytes", "security", "cors", "api",
+)
+
+
+def _role_numbers(node: _Node | None, roles: frozenset[str]) -> dict[str, int]:
+    if node is None:
+        return {}
+    out = {}
+    for role, value in node.mapping().items():
+        if role not in roles:
+            raise value.fail(f"role {role!r} is not in security.networkRoles")
+        out[role] = value.integer(minimum=1)
+    return out
+
+
+def _security(node: _Node) -> SecurityConfig:
+    section = node.mapping(("superuserRole", "userRole", "networkGroups", "networkRoles"))
+    groups = _require(section, node, "networkGroups", _Node.strings)
+    roles_node = _require(section, node, "networkRoles", lambda n: n)
+    network_roles = {}
+    for group, roles in roles_node.mapping().items():
+        if group not in groups:
+            raise roles.fail(f"group {group!r} is not listed in security.networkGroups")
+        network_roles[group] = frozenset(roles.strings())
+    for group in groups:
+        if group not in network_roles:
+            raise roles_node.fail(f"group {group!r} has no role list")
+    security = SecurityConfig(
+        superuser_role=_require(section, node, "superuserRole", _Node.string),
+        user_role=_require(section, node, "userRole", _Node.string),
+        network_groups=groups,
+        network_roles=network_roles,
+    )
+    for key, role in (("superuserRole", security.superuser_role), ("userRole", security.user_role)):
+        if role not in security.all_roles:
+            raise section[key].fail(f"role {role!r} is in no group of networkRoles")
+    return security
+
+
+def _app_version(configured: str | None, node: _Node | None) -> str:
+    """`major.minor` of the application: the configured one, else the installed build's."""
+    raw = configured if configured is not None else metadata.version("apid")
+    parts = raw.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        message = f"must look like MAJOR.MINOR, got {raw!r}"
+        raise node.fail(message) if node else ConfigError(f"installed apid version: {message}")
+    return f"{parts[0]}.{parts[1]}"
+
+
+def load_api(path: Path, root: Path) -> ApiConfig:
+    top = _read_yaml(path)
+    section = top.mapping(API_KEYS)
+    security = _security(_require(section, top, "security", lambda n: n))
+    roles = security.all_roles
+
+    throttle_node = section.get("throttle")
+    throttle = throttle_node.mapping(("rateLimit", "dataLimit", "expires")) if throttle_node else {}
+    cors = section["cors"].mapping(("allowedOrigins",)) if "cors" in section else {}
+    api = section["api"].mapping(("version",)) if "api" in section else {}
+    version_node = api.get("version")
+    if version_node is not None and not isinstance(version_node.value, str):
+        version_node.value = str(version_node.value)
+
+    reserved = _get(section, "reservedUris", _Node.strings, ())
+    for index, uri in enumerate(reserved):
+        if not uri.startswith("/"):
+            raise section["reservedUris"].child(f"[{index}]", uri).fail("must start with /")
+
+    return ApiConfig(
+        reserved_uris=frozenset(uri.rstrip("/") or "/" for uri in reserved),
+        throttle=ThrottleConfig(
+            rate_limit=_role_numbers(throttle.get("rateLimit"), roles),
+            data_limit=_role_numbers(throttle.get("dataLimit"), roles),
+            expires=_get(throttle, "expires", lambda n: n.integer(minimum=1), 3600),
+        ),
+        attempts=_get(section, "attempts", lambda n: n.integer(minimum=1), 5),
+        proc_cores=_get(section, "procCores", lambda n: n.integer(minimum=1), 1),
+        iostate_dir=_path(root, _get(section, "iostateDir", _Node.string, "iostate")),
+        batch_limit=_get(section, "batchLimit", lambda n: n.integer(minimum=1), 100),
+        chain_limit=_get(section, "chainLimit", lambda n: n.integer(minimum=2), 10),
+        max_body_bytes=_get(section, "maxBodyBytes", lambda n: n.integer(minimum=1024), 1048576),
+        security=security,
+        allowed_origins=tuple(o.rstrip("/") for o in _get(cors, "allowedOrigins", _Node.strings, ())),
+        version=_app_version(version_node.value if version_node else None, version_node),
+    )
+
+
+def load(
+    config_dir: Path | None = None,
+    environment: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read both files; the command line beats the environment, which beats the files."""
+    env = os.environ if env is None else env
+    config_dir = (config_dir or Path(env.get("APID_CONFIG_DIR", "etc"))).resolve()
+    root = config_dir.parent
+    environment = environment or env.get("APID_ENV", "development")
+    return Config(
+        server=load_server(config_dir / SERVER_FILE, environment, root, env),
+        api=load_api(config_dir / API_FILE, root),
+        root=root,
+    )

@@ -1,0 +1,147 @@
+"""Assembling and running the daemon: storage, plugins, the application, the listening port.
+
+Start order matters: the database is migrated and reachable and every plugin is bound to
+valid IO State before the port listens; only then the ready line and systemd's READY=1.
+On SIGTERM the port closes first, in-flight requests finish (up to a cap), then the pools.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+from twisted.internet import defer
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort
+from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThread
+from twisted.logger import Logger
+
+from apid.accounts import Accounts
+from apid.app import Application
+from apid.auth.endpoints import AuthEndpoints
+from apid.auth.passwords import Passwords
+from apid.auth.tokens import TokenService, load_secret
+from apid.config import Config
+from apid.http import ApidSite
+from apid.pipeline import Pipeline
+from apid.plugin import Services
+from apid.plugins import load_all
+from apid.store.database import Database, make_engine
+from apid.store.migrate import ensure_sqlite_folder, upgrade
+
+log = Logger(namespace="apid.daemon")
+
+DRAIN_SECONDS = 20.0
+
+
+def with_backlog(listen: str) -> str:
+    """Twisted's default TCP backlog is 50, too small under load: ask for 1024 unless set."""
+    if listen.split(":", 1)[0] in ("tcp", "tcp6") and "backlog=" not in listen:
+        return listen + ":backlog=1024"
+    return listen
+
+
+def notify_systemd(message: str) -> None:
+    """sd_notify: one datagram to $NOTIFY_SOCKET, when running under systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
+
+
+@dataclass
+class Running:
+    port: IListeningPort
+    application: Application
+    db: Database
+    passwords: Passwords
+
+
+def describe(port: IListeningPort) -> str:
+    host = port.getHost()
+    if hasattr(host, "port"):
+        name = f"[{host.host}]" if ":" in host.host else host.host
+        return f"http://{name}:{host.port}"
+    return str(getattr(host, "name", host))
+
+
+async def start(reactor, config: Config) -> Running:
+    """Bring everything up and listen; raises (and leaves nothing running) if any step fails."""
+    server, api = config.server, config.api
+    secret = load_secret(server.jwt)
+    engine = make_engine(server.database_url, server.database_pool_size)
+    if server.migrate_on_start:
+        ensure_sqlite_folder(server.database_url)
+        await deferToThread(upgrade, engine)
+    bound = load_all(api.iostate_dir, api.security)
+
+    db = Database(reactor, engine, server.database_pool_size)
+    passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
+    accounts = Accounts(db, passwords)
+    services = Services(db=db, accounts=accounts, security=api.security)
+    controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
+    tokens = TokenService(server.jwt, secret, time.time)
+    application = Application(
+        version=api.version,
+        reserved_uris=api.reserved_uris,
+        tokens=tokens,
+        pipeline=Pipeline(lambda: bound.rules, controllers, api.security.superuser_role),
+        public_routes=AuthEndpoints(accounts, tokens, api.version).routes(),
+    )
+    db.start()
+    passwords.start()
+    try:
+        site = ApidSite(application.resource(), api.max_body_bytes, server.access_log)
+        port = await serverFromString(reactor, with_backlog(server.listen)).listen(site)
+    except BaseException:
+        db.stop()
+        passwords.stop()
+        raise
+    return Running(port=port, application=application, db=db, passwords=passwords)
+
+
+async def stop(reactor, running: Running) -> None:
+    """Stop listening, let in-flight requests finish (at most DRAIN_SECONDS), close the pools."""
+    notify_systemd("STOPPING=1")
+    await running.port.stopListening()
+    deadline = reactor.seconds() + DRAIN_SECONDS
+    while running.application.in_flight.count and reactor.seconds() < deadline:
+        await deferLater(reactor, 0.05, lambda: None)
+    running.db.stop()
+    running.passwords.stop()
+    log.info("apid stopped")
+
+
+def serve(config: Config) -> int:
+    """Run the daemon until SIGTERM or SIGINT; the exit status tells whether it started."""
+    from twisted.internet import reactor
+
+    outcome = {"status": 0}
+
+    async def begin() -> None:
+        try:
+            running = await start(reactor, config)
+        except Exception as exc:
+            print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
+            outcome["status"] = 1
+            reactor.stop()
+            return
+        reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(stop(reactor, running)))
+        print(
+            f"apid ready on {describe(running.port)} "
+            f"(environment {config.server.environment}, API version {config.api.version})",
+            flush=True,
+        )
+        notify_systemd("READY=1\nSTATUS=serving")
+
+    reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
+    reactor.run()
+    return outcome["status"]

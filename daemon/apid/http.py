@@ -1,0 +1,139 @@
+"""The HTTP edge: reading requests into plain values and writing JSON and problem responses.
+
+One JSON encoder, one problem renderer, one body reader. The `Site` built here keeps
+request bodies in a bounded buffer (twisted.web has no limit of its own) and writes its
+access log as structured twisted.logger events.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import date, datetime
+from typing import Any
+
+from twisted.logger import Logger
+from twisted.web.http import Request
+from twisted.web.server import Site
+
+from apid.problems import MEDIA_TYPE, BadRequest, PayloadTooLarge, Problem, UnsupportedMediaType
+
+access_log = Logger(namespace="apid.access")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def write_json(request: Request, value: Any, status: int = 200) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"Content-Type", b"application/json")
+    return dumps(value)
+
+
+def write_problem(request: Request, problem: Problem) -> bytes:
+    request.setResponseCode(problem.status)
+    request.setHeader(b"Content-Type", MEDIA_TYPE.encode())
+    for name, value in problem.headers.items():
+        request.setHeader(name.encode(), value.encode())
+    return dumps(problem.to_dict(instance=request.path.decode("utf-8", "replace")))
+
+
+class BoundedBody(io.BytesIO):
+    """A request body buffer that stops storing past `limit` bytes and remembers it did."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.overflowed = False
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if self.overflowed or self.tell() + len(data) > self.limit:
+            self.overflowed = True
+            return len(data)
+        return super().write(data)
+
+
+class ApidSite(Site):
+    """A Site with bounded request bodies and a structured access log."""
+
+    displayTracebacks = False
+    noisy = False
+
+    def __init__(self, resource: Any, max_body_bytes: int, access_log_enabled: bool = True) -> None:
+        super().__init__(resource)
+        self.max_body_bytes = max_body_bytes
+        self.access_log_enabled = access_log_enabled
+
+    def getContentFile(self, length: int | None) -> BoundedBody:
+        body = BoundedBody(self.max_body_bytes)
+        if length is not None and length > self.max_body_bytes:
+            body.overflowed = True
+        return body
+
+    def log(self, request: Request) -> None:
+        if self.access_log_enabled:
+            access_log.info(
+                '{client} "{method} {uri}" {code} {length}',
+                client=getattr(request.getClientAddress(), "host", "-"),
+                method=request.method.decode("ascii", "replace"),
+                uri=request.uri.decode("utf-8", "replace"),
+                code=request.code,
+                length=request.sentLength,
+            )
+
+
+def header(request: Request, name: str) -> str | None:
+    """A request header as text (HTTP headers are Latin-1 on the wire)."""
+    value = request.getHeader(name.encode("ascii"))
+    return None if value is None else value.decode("latin-1")
+
+
+def read_json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object body ({} when there is none); 413, 415 or 400 otherwise."""
+    content = request.content
+    if getattr(content, "overflowed", False):
+        limit = getattr(content, "limit", 0)
+        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes", limit=limit)
+    content.seek(0)
+    raw = content.read()
+    if not raw.strip():
+        return {}
+    media_type = (header(request, "content-type") or "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"the request body must be application/json, not {media_type or 'unlabelled'}"
+        )
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+def query_fields(request: Request) -> dict[str, list[str]]:
+    try:
+        return {
+            key.decode("utf-8"): [value.decode("utf-8") for value in values]
+            for key, values in request.args.items()
+        }
+    except UnicodeDecodeError:
+        raise BadRequest("the query string is not valid UTF-8") from None
+
+
+def bearer_token(request: Request) -> str | None:
+    value = header(request, "authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else ""

@@ -1,0 +1,263 @@
+"""Reading IO State files strictly: a file with one bad rule is refused whole.
+
+Every error names the file, and where it applies the controller, version, action, role or
+field, so an operator can fix it without reading code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from apid.config import SecurityConfig
+from apid.iostate.model import (
+    METHODS,
+    ApiVersion,
+    ControllerState,
+    Endpoint,
+    FieldSpec,
+    RoleFields,
+)
+from apid.iostate.types import value_type
+
+PERMIT_ALL = "permitAll"
+KEYS = ("PKEY", "FKEY", "INDEX")
+
+
+class IOStateError(Exception):
+    """An IO State file breaks a rule; the message says where and which."""
+
+
+class _Where:
+    """The place being read, for error messages: file, controller, version, action."""
+
+    def __init__(self, source: str, *parts: str) -> None:
+        self.source = source
+        self.parts = parts
+
+    def at(self, part: str) -> _Where:
+        return _Where(self.source, *self.parts, part)
+
+    def error(self, message: str) -> IOStateError:
+        place = ", ".join(self.parts)
+        return IOStateError(f"{self.source}: {place + ': ' if place else ''}{message}")
+
+
+def _object(value: Any, where: _Where, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise where.error(f"{what} must be a JSON object")
+    return value
+
+
+def _names(value: Any, where: _Where, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.error(f"{what} must be a list of strings")
+    return value
+
+
+def _text(value: Any, where: _Where, what: str, *, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value:
+        raise where.error(f"{what} must be a non-empty string")
+    return value
+
+
+def _values(raw: Any, where: _Where) -> dict[str, FieldSpec]:
+    values = {}
+    for name, spec in _object(raw, where, "VALUES").items():
+        here = where.at(f"field {name}")
+        spec = _object(spec, here, "a VALUES entry")
+        unknown = set(spec) - {"type", "description", "mockData", "key", "reference"}
+        if unknown:
+            raise here.error(f"unknown members {sorted(unknown)}")
+        try:
+            kind = value_type(_text(spec.get("type"), here, "type"))
+        except KeyError as exc:
+            raise here.error(exc.args[0]) from None
+        key = spec.get("key")
+        if key is not None and key not in KEYS:
+            raise here.error(f"key must be one of {', '.join(KEYS)}, got {key!r}")
+        reference = spec.get("reference")
+        if reference is not None and key != "FKEY":
+            raise here.error("reference is only allowed with key FKEY")
+        if key == "FKEY" and reference is None:
+            raise here.error("an FKEY field needs a reference (the controller it points to)")
+        values[name] = FieldSpec(
+            name=name,
+            type=kind,
+            description=str(spec.get("description", "")),
+            key=key,
+            reference=reference,
+        )
+    return values
+
+
+def _role_fields(
+    raw: Any,
+    where: _Where,
+    what: str,
+    values: Mapping[str, FieldSpec],
+    endpoint_roles: frozenset[str],
+) -> RoleFields:
+    by_role: dict[str, frozenset[str]] = {}
+    permit_all: frozenset[str] = frozenset()
+    for role, fields in _object(raw if raw is not None else {}, where, what).items():
+        here = where.at(f"{what} {role}")
+        names = _names(fields, here, "the field list")
+        for name in names:
+            if name not in values:
+                raise here.error(f"field {name!r} is not defined in VALUES")
+        if role == PERMIT_ALL:
+            permit_all = frozenset(names)
+        elif role not in endpoint_roles:
+            raise here.error(f"role {role!r} may not call this endpoint (not in its roles)")
+        else:
+            by_role[role] = frozenset(names)
+    return RoleFields(permit_all=permit_all, by_role=by_role)
+
+
+def _endpoint(
+    controller: str,
+    version: str,
+    action: str,
+    raw: Any,
+    where: _Where,
+    values: Mapping[str, FieldSpec],
+    network_roles: frozenset[str],
+    network_group: str,
+) -> Endpoint:
+    raw = _object(raw, where, "an action entry")
+    unknown = set(raw) - {"METHOD", "DESCRIPTION", "ROLES", "REQUEST", "RESPONSE"}
+    if unknown:
+        raise where.error(f"unknown members {sorted(unknown)}")
+    method = _text(raw.get("METHOD"), where, "METHOD").upper()
+    if method not in METHODS:
+        raise where.error(f"METHOD must be one of {', '.join(METHODS)}, got {method!r}")
+    roles_raw = _object(raw.get("ROLES", {}), where, "ROLES")
+    unknown = set(roles_raw) - {"DEFAULT", "BATCH", "HOOK"}
+    if unknown:
+        raise where.error(f"ROLES has unknown members {sorted(unknown)}")
+
+    def roles(member: str, allowed: frozenset[str], within: str) -> frozenset[str]:
+        here = where.at(f"ROLES.{member}")
+        names = frozenset(_names(roles_raw.get(member, []), here, "the role list"))
+        for role in sorted(names - allowed):
+            raise here.error(f"role {role!r} is not in {within}")
+        return names
+
+    group_desc = f"networkRoles[{network_group}]"
+    default = roles("DEFAULT", network_roles, group_desc) or network_roles
+    return Endpoint(
+        controller=controller,
+        action=action,
+        api_version=version,
+        method=method,
+        description=str(raw.get("DESCRIPTION", "")),
+        roles=default,
+        batch_roles=roles("BATCH", default, "the endpoint's roles"),
+        hook_roles=roles("HOOK", default, "the endpoint's roles"),
+        request=_role_fields(raw.get("REQUEST"), where, "REQUEST", values, default),
+        response=_role_fields(raw.get("RESPONSE"), where, "RESPONSE", values, default),
+    )
+
+
+def parse(document: Any, source: str, security: SecurityConfig) -> ControllerState:
+    """Validate one IO State document (wrapped in IOSTATE or not) into a ControllerState."""
+    where = _Where(source)
+    document = _object(document, where, "an IO State file")
+    if set(document) == {"IOSTATE"}:
+        document = _object(document["IOSTATE"], where, "IOSTATE")
+    unknown = set(document) - {"NAME", "NETWORKGRP", "VALUES", "CURRENTSTABLE", "VERSION"}
+    if unknown:
+        raise where.error(f"unknown members {sorted(unknown)}")
+    name = _text(document.get("NAME"), where, "NAME")
+    where = where.at(f"controller {name}")
+    group = _text(document.get("NETWORKGRP"), where, "NETWORKGRP")
+    if group not in security.network_roles:
+        raise where.error(
+            f"NETWORKGRP {group!r} is not one of security.networkGroups "
+            f"({', '.join(security.network_groups)})"
+        )
+    network_roles = security.network_roles[group]
+    values = _values(document.get("VALUES", {}), where)
+    versions_raw = _object(document.get("VERSION"), where, "VERSION")
+    if not versions_raw:
+        raise where.error("VERSION must hold at least one API version")
+    current = _text(document.get("CURRENTSTABLE"), where, "CURRENTSTABLE")
+    if current not in versions_raw:
+        raise where.error(f"CURRENTSTABLE {current!r} is not a key of VERSION")
+
+    versions = {}
+    for version, block in versions_raw.items():
+        here = where.at(f"version {version}")
+        block = _object(block, here, "a VERSION block")
+        unknown = set(block) - {"DEFAULTACTION", "DEPRECATED", "URI"}
+        if unknown:
+            raise here.error(f"unknown members {sorted(unknown)}")
+        uri = _object(block.get("URI"), here, "URI")
+        endpoints = {
+            action: _endpoint(
+                name, version, action, entry, here.at(f"action {action}"),
+                values, network_roles, group,
+            )
+            for action, entry in uri.items()
+        }
+        default_action = block.get("DEFAULTACTION")
+        if default_action is not None and default_action not in endpoints:
+            raise here.error(f"DEFAULTACTION {default_action!r} is not an action of URI")
+        deprecated = block.get("DEPRECATED")
+        versions[version] = ApiVersion(
+            name=version,
+            default_action=default_action,
+            deprecated=None if deprecated is None else json.dumps(deprecated),
+            endpoints=endpoints,
+        )
+    return ControllerState(
+        name=name,
+        network_group=group,
+        values=values,
+        current_stable=current,
+        versions=versions,
+        source=source,
+    )
+
+
+def parse_text(text: str, source: str, security: SecurityConfig) -> ControllerState:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise IOStateError(f"{source}: not valid JSON: {exc}") from None
+    return parse(document, source, security)
+
+
+def read_dir(directory: Path, security: SecurityConfig) -> dict[str, ControllerState]:
+    """Every `*.json` file of a folder, keyed by controller NAME; a missing folder is empty."""
+    states: dict[str, ControllerState] = {}
+    if not directory.is_dir():
+        return states
+    for path in sorted(directory.glob("*.json")):
+        state = parse_text(path.read_text(encoding="utf-8"), str(path), security)
+        if state.name in states:
+            raise IOStateError(
+                f"{path}: controller {state.name} is also defined in {states[state.name].source}"
+            )
+        states[state.name] = state
+    return states
+
+
+def check_actions(state: ControllerState, implemented: Iterable[str], plugin: str) -> None:
+    """Every action of every version must be a method the controller implements."""
+    implemented = frozenset(implemented)
+    for version in state.versions.values():
+        for action in version.endpoints:
+            if action not in implemented:
+                raise IOStateError(
+                    f"{state.source}: controller {state.name}, version {version.name}, "
+                    f"action {action}: the controller of {plugin} implements no such action "
+                    f"(it has: {', '.join(sorted(implemented)) or 'none'})"
+                )

@@ -1,0 +1,96 @@
+"""The IO State rule set as small immutable values: controllers, API versions, endpoints.
+
+A `RuleSet` is one validated snapshot; a reload builds a new one and swaps it whole, so a
+request sees one consistent set of rules from start to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from apid.iostate.types import ValueType
+
+SAFE_METHODS = frozenset({"GET"})
+METHODS = ("GET", "POST", "PUT", "DELETE")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    type: ValueType
+    description: str
+    key: str | None = None
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class RoleFields:
+    """REQUEST or RESPONSE: the fields every role gets (`permitAll`) plus each role's own."""
+
+    permit_all: frozenset[str]
+    by_role: Mapping[str, frozenset[str]]
+
+    def for_roles(self, roles: Iterable[str]) -> frozenset[str]:
+        fields = set(self.permit_all)
+        for role in roles:
+            fields |= self.by_role.get(role, frozenset())
+        return frozenset(fields)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    controller: str
+    action: str
+    api_version: str
+    method: str
+    description: str
+    roles: frozenset[str]
+    batch_roles: frozenset[str]
+    hook_roles: frozenset[str]
+    request: RoleFields
+    response: RoleFields
+
+    @property
+    def path(self) -> str:
+        return f"{self.controller}/{self.action}"
+
+    @property
+    def is_safe(self) -> bool:
+        return self.method in SAFE_METHODS
+
+    def granted(self, roles: Iterable[str]) -> frozenset[str]:
+        """The caller's roles that this endpoint admits; empty means the call is forbidden."""
+        return self.roles.intersection(roles)
+
+    def request_fields(self, granted: Iterable[str]) -> frozenset[str]:
+        return self.request.for_roles(granted)
+
+    def response_fields(self, granted: Iterable[str]) -> frozenset[str]:
+        return self.response.for_roles(granted)
+
+
+@dataclass(frozen=True)
+class ApiVersion:
+    name: str
+    default_action: str | None
+    deprecated: str | None
+    endpoints: Mapping[str, Endpoint]
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    name: str
+    network_group: str
+    values: Mapping[str, FieldSpec]
+    current_stable: str
+    versions: Mapping[str, ApiVersion]
+    source: str
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    controllers: Mapping[str, ControllerState]
+
+    def controller(self, name: str) -> ControllerState | None:
+        return self.controllers.get(name)

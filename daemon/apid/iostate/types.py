@@ -1,0 +1,164 @@
+"""The VALUES types an IO State file may name, each able to check a request value.
+
+A value arrives either as JSON (the body: it must already have the right JSON type) or as
+text (the path id and query parameters: it is parsed from the string).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+EMAIL = re.compile(r"^[^@\s\x00-\x1f<>(),;:\"\[\]\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+
+
+@dataclass(frozen=True)
+class ValueType:
+    """One VALUES type: `check` takes a JSON value, `parse` takes text; both raise ValueError."""
+
+    name: str
+    check: Callable[[Any], Any]
+    parse: Callable[[str], Any]
+
+
+def _integer(bounds: tuple[int, int]) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected a whole number")
+        if not bounds[0] <= value <= bounds[1]:
+            raise ValueError("number out of range")
+        return value
+
+    return check
+
+
+def _parse_integer(check: Callable[[Any], int]) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"-?[0-9]{1,20}", text):
+            raise ValueError("expected a whole number")
+        return check(int(text))
+
+    return parse
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _parse_boolean(text: str) -> bool:
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError("expected true or false")
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("expected a number")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError("expected a finite number")
+    return number
+
+
+def _date(value: Any) -> str:
+    text = _string(value)
+    try:
+        (datetime if "T" in text else date).fromisoformat(text)
+    except ValueError:
+        raise ValueError("expected an ISO 8601 date or date-time") from None
+    return text
+
+
+def _email(value: Any) -> str:
+    text = _string(value)
+    if len(text) > 254 or not EMAIL.match(text):
+        raise ValueError("expected an email address")
+    return text
+
+
+def _url(value: Any) -> str:
+    text = _string(value)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected an absolute http or https URL")
+    return text
+
+
+def _list(value: Any) -> list:
+    if not isinstance(value, list):
+        raise ValueError("expected a list")
+    return value
+
+
+def _map(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError("expected an object")
+    return value
+
+
+def _text_only_in_body(kind: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        raise ValueError(f"{kind} values must be sent in the JSON body")
+
+    return parse
+
+
+_LONG = _integer(INT64)
+_INTEGER = _integer(INT32)
+
+TYPES: dict[str, ValueType] = {
+    "long": ValueType("Long", _LONG, _parse_integer(_LONG)),
+    "integer": ValueType("Integer", _INTEGER, _parse_integer(_INTEGER)),
+    "string": ValueType("String", _string, _string),
+    "boolean": ValueType("Boolean", _boolean, _parse_boolean),
+    "float": ValueType("Float", _float, _parse_float),
+    "date": ValueType("Date", _date, _date),
+    "email": ValueType("Email", _email, _email),
+    "url": ValueType("URL", _url, _url),
+    "list": ValueType("List", _list, lambda text: text.split(",") if text else []),
+    "map": ValueType("Map", _map, _text_only_in_body("Map")),
+}
+
+ALIASES = {
+    "int": "integer",
+    "short": "integer",
+    "double": "float",
+    "bigdecimal": "float",
+    "array": "list",
+    "arraylist": "list",
+    "list<map>": "list",
+    "composite": "map",
+    "linkedhashmap": "map",
+    "object": "map",
+}
+
+
+def value_type(name: str) -> ValueType:
+    """The type called `name` (case-insensitive, with the Java-ish aliases BeAPI files use)."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in TYPES:
+        known = ", ".join(sorted(t.name for t in TYPES.values()))
+        raise KeyError(f"unknown type {name!r}; known types: {known}")
+    return TYPES[key]

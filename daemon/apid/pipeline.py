@@ -1,0 +1,174 @@
+"""The one path every call takes, whether it came alone, in a batch or as a chain link.
+
+resolve the endpoint -> check the method -> check the caller's roles -> admit only the
+role's REQUEST fields, typed by VALUES -> run the controller action -> return only the
+role's RESPONSE fields. Each step is a small function; `Pipeline.run` composes them and
+reads like that list. Nothing here trusts an earlier call: every run authorises on its own.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from apid.auth.tokens import Principal
+from apid.iostate import ControllerState, Endpoint, RuleSet
+from apid.plugin import Call, Caller, Controller
+from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem
+
+log = Logger(namespace="apid.pipeline")
+
+
+class Purpose(enum.Enum):
+    """Why the endpoint is being called, which decides the role list that admits the caller."""
+
+    DEFAULT = "DEFAULT"
+    BATCH = "BATCH"
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One call's input, parsed at the edge: JSON fields and text fields (query, path id)."""
+
+    controller: str
+    action: str | None
+    api_version: str | None
+    method: str | None
+    body: Mapping[str, Any] = field(default_factory=dict)
+    text: Mapping[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallResult:
+    endpoint: Endpoint
+    granted: frozenset[str]
+    data: Any
+
+
+def resolve(rules: RuleSet, request: CallRequest) -> tuple[ControllerState, Endpoint]:
+    state = rules.controller(request.controller)
+    if state is None:
+        raise NotFound(f"no controller named {request.controller!r}")
+    version_name = request.api_version or state.current_stable
+    version = state.versions.get(version_name)
+    if version is None:
+        raise NotFound(
+            f"controller {state.name} has no API version {version_name!r} "
+            f"(it has {', '.join(sorted(state.versions))})"
+        )
+    action = request.action or version.default_action
+    endpoint = version.endpoints.get(action) if action else None
+    if endpoint is None:
+        raise NotFound(f"controller {state.name} (API version {version_name}) has no action {action!r}")
+    return state, endpoint
+
+
+def check_method(endpoint: Endpoint, method: str | None) -> None:
+    if method is not None and method != endpoint.method:
+        raise MethodNotAllowed(
+            f"{endpoint.path} is called with {endpoint.method}, not {method}", allow=[endpoint.method]
+        )
+
+
+def authorize(endpoint: Endpoint, principal: Principal, purpose: Purpose) -> frozenset[str]:
+    """The caller's roles this endpoint admits for this purpose; none at all is a 403."""
+    granted = endpoint.granted(principal.roles)
+    if not granted:
+        raise Forbidden(f"your roles may not call {endpoint.path}")
+    if purpose is Purpose.BATCH and not endpoint.batch_roles.intersection(principal.roles):
+        raise Forbidden(f"your roles may not call {endpoint.path} in a batch")
+    return granted
+
+
+def admit_fields(
+    state: ControllerState, endpoint: Endpoint, granted: frozenset[str], request: CallRequest
+) -> dict[str, Any]:
+    """The request fields, typed; a field the role may not send or a bad value is a 400."""
+    allowed = endpoint.request_fields(granted)
+    errors: list[dict[str, str]] = []
+    fields: dict[str, Any] = {}
+    sources = [(name, values, True) for name, values in request.text.items() if name not in request.body]
+    sources += [(name, value, False) for name, value in request.body.items()]
+    for name, value, is_text in sources:
+        if name not in state.values:
+            errors.append({"field": name, "reason": f"is not a field of {state.name}"})
+            continue
+        if name not in allowed:
+            errors.append({"field": name, "reason": f"may not be sent to {endpoint.path} by your role"})
+            continue
+        kind = state.values[name].type
+        try:
+            if is_text:
+                fields[name] = _parse_text(kind, value)
+            else:
+                fields[name] = None if value is None else kind.check(value)
+        except ValueError as exc:
+            errors.append({"field": name, "reason": f"{exc} ({kind.name})"})
+    if errors:
+        raise InvalidFields(errors)
+    return fields
+
+
+def _parse_text(kind: Any, values: list[str]) -> Any:
+    if kind.name == "List":
+        return [item for value in values for item in kind.parse(value)]
+    if len(values) > 1:
+        raise ValueError("was given more than once")
+    return kind.parse(values[0])
+
+
+def filter_output(data: Any, allowed: frozenset[str]) -> Any:
+    """Keep only the allowed keys of a record, or of each record of a list."""
+    if isinstance(data, Mapping):
+        return {key: value for key, value in data.items() if key in allowed}
+    if isinstance(data, list):
+        return [filter_output(item, allowed) for item in data]
+    return data
+
+
+class Pipeline:
+    """Runs calls against the current rule set; `rules` is re-read per call so a reload swaps it."""
+
+    def __init__(
+        self,
+        rules: Callable[[], RuleSet],
+        controllers: Mapping[str, Controller],
+        superuser_role: str,
+    ) -> None:
+        self._rules = rules
+        self._controllers = controllers
+        self._superuser_role = superuser_role
+
+    async def run(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> CallResult:
+        state, endpoint = resolve(self._rules(), request)
+        check_method(endpoint, request.method)
+        granted = authorize(endpoint, principal, purpose)
+        fields = admit_fields(state, endpoint, granted, request)
+        caller = Caller(
+            id=principal.user_id,
+            username=principal.username,
+            roles=granted,
+            is_superuser=self._superuser_role in granted,
+        )
+        output = await self._invoke(endpoint, Call(endpoint=endpoint, fields=fields, caller=caller))
+        return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))
+
+    async def _invoke(self, endpoint: Endpoint, call: Call) -> Any:
+        controller = self._controllers[endpoint.controller]
+        try:
+            output = getattr(controller, endpoint.action)(call)
+            if isinstance(output, Deferred) or inspect.isawaitable(output):
+                output = await output
+            return output
+        except Problem:
+            raise
+        except Exception:
+            log.failure("controller {endpoint} raised", endpoint=endpoint.path)
+            raise InternalError(f"{endpoint.path} failed; the error was logged") from None
+

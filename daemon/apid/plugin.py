@@ -1,0 +1,95 @@
+"""The public plugin API: everything a controller plugin imports comes from this module.
+
+A controller is a class with a `name` (its IO State NAME) and methods marked `@action`.
+An action receives a `Call` (the request fields already filtered for the caller's role and
+typed, the caller, the services) and returns data, a Deferred or a coroutine. What it
+returns is filtered to the caller's RESPONSE fields by the daemon, never by the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from apid.problems import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidFields,
+    NotFound,
+    Problem,
+    Unprocessable,
+)
+
+if TYPE_CHECKING:
+    from apid.accounts import Accounts
+    from apid.config import SecurityConfig
+    from apid.iostate import Endpoint
+    from apid.store.database import Database
+
+__all__ = [
+    "BadRequest", "Call", "Caller", "Conflict", "Controller", "Forbidden", "InvalidFields",
+    "NotFound", "Problem", "Services", "Unprocessable", "action",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_ACTION_MARK = "__apid_action__"
+
+
+def action(method: F) -> F:
+    """Mark a controller method as an action that IO State may expose."""
+    setattr(method, _ACTION_MARK, True)
+    return method
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the account id and name, and the roles the endpoint granted."""
+
+    id: int
+    username: str
+    roles: frozenset[str]
+    is_superuser: bool
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the daemon lends a controller: the database, the accounts, the role settings."""
+
+    db: Database
+    accounts: Accounts
+    security: SecurityConfig
+
+
+@dataclass(frozen=True)
+class Call:
+    endpoint: Endpoint
+    fields: Mapping[str, Any]
+    caller: Caller
+
+    def require(self, *names: str) -> None:
+        """Refuse the call with one 400 naming every listed field that was not sent."""
+        missing = [name for name in names if self.fields.get(name) is None]
+        if missing:
+            raise InvalidFields(
+                [{"field": name, "reason": "is required"} for name in missing],
+                detail=f"required fields missing: {', '.join(missing)}",
+            )
+
+
+class Controller:
+    """Base class of controllers: subclasses set `name` and mark actions with `@action`."""
+
+    name: str = ""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    @classmethod
+    def actions(cls) -> Mapping[str, Callable[..., Any]]:
+        return {
+            attr: getattr(cls, attr)
+            for attr in dir(cls)
+            if getattr(getattr(cls, attr, None), _ACTION_MARK, False)
+        }

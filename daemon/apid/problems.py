@@ -1,0 +1,114 @@
+"""RFC 9457 problem details: every error apid answers is a `Problem`, rendered in one place.
+
+Plugins raise these too (they are re-exported by `apid.plugin`), so a controller's
+"not found" looks exactly like the daemon's.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+PROBLEM_TYPE_BASE = "urn:apid:problem:"
+MEDIA_TYPE = "application/problem+json"
+
+
+class Problem(Exception):
+    """An error with an HTTP status, answered to the client as `application/problem+json`."""
+
+    status: int = 500
+    slug: str = "internal-error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        title: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extensions: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.title = title or HTTPStatus(self.status).phrase
+        self.headers = headers or {}
+        self.extensions = extensions
+
+    @property
+    def type(self) -> str:
+        return PROBLEM_TYPE_BASE + self.slug
+
+    def to_dict(self, instance: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": self.type,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if instance is not None:
+            body["instance"] = instance
+        body.update(self.extensions)
+        return body
+
+
+class BadRequest(Problem):
+    status, slug = 400, "bad-request"
+
+
+class InvalidFields(BadRequest):
+    """Request fields the role may not send, or values of the wrong type; `errors` lists each."""
+
+    slug = "invalid-fields"
+
+    def __init__(self, errors: list[dict[str, str]], detail: str | None = None) -> None:
+        names = ", ".join(e["field"] for e in errors)
+        super().__init__(detail or f"invalid request fields: {names}", errors=errors)
+
+
+class Unauthorized(Problem):
+    status, slug = 401, "unauthorized"
+
+    def __init__(self, detail: str, **extensions: Any) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="apid"'}, **extensions)
+
+
+class Forbidden(Problem):
+    status, slug = 403, "forbidden"
+
+
+class NotFound(Problem):
+    status, slug = 404, "not-found"
+
+
+class MethodNotAllowed(Problem):
+    status, slug = 405, "method-not-allowed"
+
+    def __init__(self, detail: str, allow: list[str]) -> None:
+        super().__init__(detail, headers={"Allow": ", ".join(allow)}, allow=allow)
+
+
+class Conflict(Problem):
+    status, slug = 409, "conflict"
+
+
+class PayloadTooLarge(Problem):
+    status, slug = 413, "payload-too-large"
+
+
+class UnsupportedMediaType(Problem):
+    status, slug = 415, "unsupported-media-type"
+
+
+class Unprocessable(Problem):
+    status, slug = 422, "unprocessable"
+
+
+class TooManyRequests(Problem):
+    status, slug = 429, "too-many-requests"
+
+
+class InternalError(Problem):
+    status, slug = 500, "internal-error"
+
+
+class ServiceUnavailable(Problem):
+    status, slug = 503, "service-unavailable"

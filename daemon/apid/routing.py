@@ -1,0 +1,52 @@
+"""The URL grammar of API calls: `/{t}{app}[-{api}]/{controller}[/{action}[/{id}]]`.
+
+`t` is `v` (a normal call), `b` (batch) or `c` (chain); `app` is MAJOR.MINOR of the
+application; `api` picks a VERSION block of the controller's IO State (CURRENTSTABLE if absent).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from apid.problems import NotFound
+
+KINDS = {"v": "call", "b": "batch", "c": "chain"}
+PREFIX = re.compile(r"(?P<kind>[vbc])(?P<app>[0-9]+\.[0-9]+)(?:-(?P<api>[A-Za-z0-9_.]+))?")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+    api_version: str | None
+    controller: str
+    action: str | None
+    id: str | None
+
+
+def parse_target(app_version: str, prefix: str, controller: str, action: str | None, id: str | None) -> Target:
+    """The call a path names; a wrong prefix, application version or name is a 404 problem."""
+    match = PREFIX.fullmatch(prefix)
+    if match is None:
+        raise NotFound(f"no resource at /{prefix}/...")
+    if match["app"] != app_version:
+        raise NotFound(
+            f"application version {match['app']} is not served here; this daemon serves {app_version}",
+            servedVersion=app_version,
+        )
+    for name in (controller, action):
+        if name is not None and not NAME.fullmatch(name):
+            raise NotFound(f"no controller or action named {name!r}")
+    return Target(
+        kind=match["kind"],
+        api_version=match["api"],
+        controller=controller,
+        action=action,
+        id=id,
+    )
+
+
+def call_path(kind: str, app_version: str, api_version: str | None, controller: str, action: str) -> str:
+    api = f"-{api_version}" if api_version else ""
+    return f"/{kind}{app_version}{api}/{controller}/{action}"

@@ -1,0 +1,1 @@
+"""Storage: the schema, the database handle that keeps SQL off the reactor, and migrations."""

@@ -1,0 +1,78 @@
+"""The database handle: synchronous SQLAlchemy run in a dedicated thread pool.
+
+Each unit of work is one function `work(connection, *args)` run inside one transaction in a
+database thread, returning plain data; the reactor thread never touches a connection.
+SQLite runs in WAL mode and takes the write lock up front (BEGIN IMMEDIATE) for writes, so
+two writers queue on `busy_timeout` instead of failing halfway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.threadpool import ThreadPool
+
+T = TypeVar("T")
+
+
+def make_engine(url: str, pool_size: int = 4) -> Engine:
+    """An engine for `url`; SQLite gets its pragmas and explicit transaction control."""
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "foreign_keys=ON", "synchronous=NORMAL"):
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get("apid_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def run_read(engine: Engine, work: Callable[..., T], *args: Any) -> T:
+    with engine.connect() as connection, connection.begin():
+        return work(connection, *args)
+
+
+def run_write(engine: Engine, work: Callable[..., T], *args: Any) -> T:
+    with engine.connect() as connection:
+        connection.execution_options(apid_write=True)
+        with connection.begin():
+            return work(connection, *args)
+
+
+class Database:
+    """Runs units of work in the database thread pool and hands back Deferreds."""
+
+    def __init__(self, reactor: IReactorThreads, engine: Engine, threads: int) -> None:
+        self.engine = engine
+        self._reactor = reactor
+        self._pool = ThreadPool(minthreads=1, maxthreads=threads, name="apid-db")
+
+    def start(self) -> None:
+        self._pool.start()
+
+    def stop(self) -> None:
+        self._pool.stop()
+        self.engine.dispose()
+
+    def read(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Run `work(connection, *args)` in a read transaction."""
+        return deferToThreadPool(self._reactor, self._pool, run_read, self.engine, work, *args)
+
+    def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Run `work(connection, *args)` in a write transaction; an exception rolls it back."""
+        return deferToThreadPool(self._reactor, self._pool, run_write, self.engine, work, *args)

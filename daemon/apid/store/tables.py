@@ -1,0 +1,75 @@
+"""The schema apid owns, as SQLAlchemy Core tables (the migrations create exactly these).
+
+`hook` keeps the column names of the specification so that a row inserted by hand works.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+    text,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+person = Table(
+    "person",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("version", Integer, nullable=False, server_default=text("0")),
+    Column("username", String(64), nullable=False, unique=True),
+    Column("password", String(255), nullable=False),
+    Column("email", String(254), nullable=False, unique=True),
+    Column("enabled", Boolean, nullable=False, server_default=text("'1'")),
+    Column("account_locked", Boolean, nullable=False, server_default=text("'0'")),
+    Column("account_expired", Boolean, nullable=False, server_default=text("'0'")),
+    Column("password_expired", Boolean, nullable=False, server_default=text("'0'")),
+    Column("date_created", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_updated", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+role = Table(
+    "role",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("authority", String(64), nullable=False, unique=True),
+)
+
+person_role = Table(
+    "person_role",
+    metadata,
+    Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), primary_key=True),
+    Column("role_id", Integer, ForeignKey("role.id", ondelete="CASCADE"), primary_key=True),
+)
+
+hook = Table(
+    "hook",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("version", Integer, nullable=False, server_default=text("0")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("date_created", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("format", String(16), nullable=False, server_default=text("'JSON'")),
+    Column("last_modified", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("user_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("is_enabled", Boolean, nullable=False, server_default=text("'1'")),
+    Column("url", Text, nullable=False),
+    Column("service", String(255), nullable=False),
+    Column("secret", String(255), nullable=True),
+)

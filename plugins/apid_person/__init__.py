@@ -1,0 +1,93 @@
+"""The `person` controller: accounts as a REST resource, written as any plugin would be.
+
+Roles decide who may call what and which fields they see (iostate/person.json); this code
+adds what IO State cannot say: a caller who is not the superuser reaches only their own record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apid.plugin import Call, Conflict, Controller, Forbidden, InvalidFields, NotFound, action
+
+PAGE_SIZE = 20
+MAX_PAGE_SIZE = 100
+# Request field -> account attribute, for the fields an update may change.
+CHANGEABLE = ("username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired")
+
+
+class PersonController(Controller):
+    name = "person"
+
+    def _own_or_superuser(self, call: Call) -> int:
+        call.require("id")
+        person_id = call.fields["id"]
+        if not call.caller.is_superuser and person_id != call.caller.id:
+            raise Forbidden("you may only reach your own person record")
+        return person_id
+
+    def _known_roles(self, call: Call) -> list[str] | None:
+        roles = call.fields.get("roles")
+        if roles is None:
+            return None
+        unknown = [r for r in roles if not isinstance(r, str) or r not in self.services.security.all_roles]
+        if unknown:
+            raise InvalidFields([{"field": "roles", "reason": f"unknown roles: {unknown}"}])
+        return roles
+
+    @action
+    async def create(self, call: Call) -> dict[str, Any]:
+        call.require("username", "password", "email")
+        fields = call.fields
+        self.services.accounts.check(fields["username"], fields["password"])
+        account = await self.services.accounts.create(
+            fields["username"],
+            fields["email"],
+            fields["password"],
+            self._known_roles(call) or [self.services.security.user_role],
+            enabled=fields.get("enabled", True),
+        )
+        return account.to_dict()
+
+    @action
+    async def show(self, call: Call) -> dict[str, Any]:
+        person_id = self._own_or_superuser(call)
+        account = await self.services.accounts.get(person_id)
+        if account is None:
+            raise NotFound(f"no person with id {person_id}")
+        return account.to_dict()
+
+    @action
+    async def list(self, call: Call) -> list[dict[str, Any]]:
+        offset = call.fields.get("offset") or 0
+        limit = call.fields.get("max") or PAGE_SIZE
+        if offset < 0 or not 1 <= limit <= MAX_PAGE_SIZE:
+            raise InvalidFields([{"field": "max", "reason": f"max must be 1 to {MAX_PAGE_SIZE}, offset at least 0"}])
+        return [account.to_dict() for account in await self.services.accounts.list(offset, limit)]
+
+    @action
+    async def update(self, call: Call) -> dict[str, Any]:
+        person_id = self._own_or_superuser(call)
+        fields = call.fields
+        changes = {name: fields[name] for name in CHANGEABLE if fields.get(name) is not None}
+        if fields.get("password") is not None:
+            self.services.accounts.check(fields.get("username"), fields["password"])
+        elif "username" in changes:
+            self.services.accounts.check(changes["username"], None)
+        account = await self.services.accounts.update(
+            person_id,
+            changes,
+            expected_version=fields.get("version"),
+            password=fields.get("password"),
+            roles=self._known_roles(call),
+        )
+        return account.to_dict()
+
+    @action
+    async def delete(self, call: Call) -> dict[str, Any]:
+        person_id = self._own_or_superuser(call)
+        if person_id == call.caller.id:
+            raise Conflict("you cannot delete your own account")
+        if not await self.services.accounts.delete(person_id):
+            raise NotFound(f"no person with id {person_id}")
+        return {"id": person_id}

@@ -1,0 +1,37 @@
+"""A third-party controller: teams kept in memory, each led by a person (an FKEY)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from apid.plugin import Call, Controller, NotFound, action
+
+
+class TeamController(Controller):
+    name = "team"
+
+    def __init__(self, services: Any) -> None:
+        super().__init__(services)
+        self._ids = itertools.count(1)
+        self._teams: dict[int, dict[str, Any]] = {}
+
+    @action
+    def create(self, call: Call) -> dict[str, Any]:
+        call.require("name", "leaderId")
+        team_id = next(self._ids)
+        self._teams[team_id] = {"id": team_id, "name": call.fields["name"],
+                                "leaderId": call.fields["leaderId"], "budget": call.fields.get("budget", 0)}
+        return self._teams[team_id]
+
+    @action
+    def show(self, call: Call) -> dict[str, Any]:
+        call.require("id")
+        team = self._teams.get(call.fields["id"])
+        if team is None:
+            raise NotFound(f"no team with id {call.fields['id']}")
+        return team
+
+    @action
+    async def list(self, call: Call) -> list[dict[str, Any]]:
+        return list(self._teams.values())
