@@ -17,6 +17,8 @@ from twisted.web.http import Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
 
 from apid.auth.endpoints import PublicRoute
+from apid.batch import BatchRunner
+from apid.chain import ChainRunner
 from apid.auth.tokens import Principal, TokenService
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
 from apid.pipeline import CallRequest, Pipeline
@@ -55,6 +57,8 @@ class Application:
         reserved_uris: frozenset[str],
         tokens: TokenService,
         pipeline: Pipeline,
+        batch: BatchRunner,
+        chain: ChainRunner,
         public_routes: Iterable[PublicRoute],
     ) -> None:
         self.version = version
@@ -62,6 +66,8 @@ class Application:
         self._reserved = reserved_uris
         self._tokens = tokens
         self._pipeline = pipeline
+        self._batch = batch
+        self._chain = chain
         self.klein = Klein()
         self._add_routes(public_routes)
 
@@ -106,16 +112,22 @@ class Application:
         target = parse_target(self.version, prefix, controller, action, id)
         principal = self.authenticate(request)
         body = read_json_body(request)
-        if target.kind != "v":
-            raise NotFound(f"/{prefix}/ calls are not served by this daemon")
+        method = request.method.decode("ascii")
         text = query_fields(request)
         if target.id is not None:
             text["id"] = [target.id]
+        if target.kind == "b":
+            if method != "POST" or target.action is None or target.id is not None:
+                raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", ["POST"])
+            outcome = await self._batch.run(principal, target, body, request.path.decode("utf-8", "replace"))
+            return write_json(request, outcome.body, outcome.status)
+        if target.kind == "c":
+            return write_json(request, await self._chain.run(principal, target, body, method, text))
         call = CallRequest(
             controller=target.controller,
             action=target.action,
             api_version=target.api_version,
-            method=request.method.decode("ascii"),
+            method=method,
             body=body,
             text=text,
         )

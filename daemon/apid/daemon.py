@@ -25,6 +25,8 @@ from apid.app import Application
 from apid.auth.endpoints import AuthEndpoints
 from apid.auth.passwords import Passwords
 from apid.auth.tokens import TokenService, load_secret
+from apid.batch import BatchRunner
+from apid.chain import ChainRunner
 from apid.config import Config
 from apid.http import ApidSite
 from apid.pipeline import Pipeline
@@ -89,11 +91,14 @@ async def start(reactor, config: Config) -> Running:
     services = Services(db=db, accounts=accounts, security=api.security)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
+    pipeline = Pipeline(lambda: bound.rules, controllers, api.security.superuser_role)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
         tokens=tokens,
-        pipeline=Pipeline(lambda: bound.rules, controllers, api.security.superuser_role),
+        pipeline=pipeline,
+        batch=BatchRunner(pipeline, api.batch_limit),
+        chain=ChainRunner(pipeline, api.chain_limit),
         public_routes=AuthEndpoints(accounts, tokens, api.version).routes(),
     )
     db.start()

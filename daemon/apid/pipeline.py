@@ -45,6 +45,13 @@ class CallRequest:
 
 
 @dataclass(frozen=True)
+class Admission:
+    state: ControllerState
+    endpoint: Endpoint
+    granted: frozenset[str]
+
+
+@dataclass(frozen=True)
 class CallResult:
     endpoint: Endpoint
     granted: frozenset[str]
@@ -124,10 +131,10 @@ def _parse_text(kind: Any, values: list[str]) -> Any:
 
 
 def filter_output(data: Any, allowed: frozenset[str]) -> Any:
-    """Keep only the allowed keys of a record, or of each record of a list."""
+    """Keep only the allowed keys of a record, or of each record of a list or tuple."""
     if isinstance(data, Mapping):
         return {key: value for key, value in data.items() if key in allowed}
-    if isinstance(data, list):
+    if isinstance(data, (list, tuple)):
         return [filter_output(item, allowed) for item in data]
     return data
 
@@ -145,11 +152,22 @@ class Pipeline:
         self._controllers = controllers
         self._superuser_role = superuser_role
 
-    async def run(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> CallResult:
+    def admit(
+        self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT
+    ) -> Admission:
+        """The checks that need no request fields: endpoint, method, roles. Batch and chain
+        run them for every element or link before any of them runs."""
         state, endpoint = resolve(self._rules(), request)
         check_method(endpoint, request.method)
-        granted = authorize(endpoint, principal, purpose)
-        fields = admit_fields(state, endpoint, granted, request)
+        return Admission(state=state, endpoint=endpoint, granted=authorize(endpoint, principal, purpose))
+
+    def endpoint(self, request: CallRequest) -> Endpoint:
+        return resolve(self._rules(), request)[1]
+
+    async def run(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> CallResult:
+        admitted = self.admit(principal, request, purpose)
+        endpoint, granted = admitted.endpoint, admitted.granted
+        fields = admit_fields(admitted.state, endpoint, granted, request)
         caller = Caller(
             id=principal.user_id,
             username=principal.username,

@@ -9,6 +9,7 @@ Every error names the distribution, so an operator knows which package to fix.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata, resources
@@ -85,15 +86,19 @@ def load(found: Iterable[FoundPlugin]) -> list[LoadedController]:
 
 
 def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
-    """The IO State file the plugin ships, as (source name, text), if it ships one."""
-    package = controller.cls.__module__.rpartition(".")[0] or controller.cls.__module__
-    try:
-        resource = resources.files(package).joinpath("iostate", f"{controller.cls.name}.json")
-        if resource.is_file():
-            return f"{package}:iostate/{controller.cls.name}.json", resource.read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+    """The IO State file the plugin ships, as (source name, text), if it ships one.
+
+    It lives in the package that holds the controller's module; a controller in a
+    top-level single-file module has no package and so ships none.
+    """
+    module = sys.modules.get(controller.cls.__module__)
+    package = getattr(module, "__package__", None)
+    if not package:
         return None
-    return None
+    resource = resources.files(package).joinpath("iostate", f"{controller.cls.name}.json")
+    if not resource.is_file():
+        return None
+    return f"{package}:iostate/{controller.cls.name}.json", resource.read_text(encoding="utf-8")
 
 
 def bind(

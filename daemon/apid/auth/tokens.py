@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,13 +42,17 @@ def load_secret(config: JwtConfig) -> bytes:
     path: Path = config.secret_file
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Written whole under a private name, then linked into place: a daemon starting at the
+        # same moment either finds no file or the complete one, and the first link wins.
+        fd, draft = tempfile.mkstemp(dir=path.parent, prefix=".jwt-secret-")
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another daemon or worker created it first: read theirs below
-        else:
             with os.fdopen(fd, "w") as handle:
                 handle.write(secrets.token_urlsafe(48))
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(draft)
     secret = path.read_text(encoding="utf-8").strip().encode()
     if len(secret) < 32:
         raise ValueError(f"{path}: the JWT secret must be at least 32 bytes long")
@@ -54,7 +60,7 @@ def load_secret(config: JwtConfig) -> bytes:
 
 
 class TokenService:
-    def __init__(self, config: JwtConfig, secret: bytes, clock: callable) -> None:
+    def __init__(self, config: JwtConfig, secret: bytes, clock: Callable[[], float]) -> None:
         self._config = config
         self._secret = secret
         self._clock = clock
@@ -74,7 +80,11 @@ class TokenService:
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM, headers={"typ": TOKEN_TYPE})
 
     def verify(self, token: str) -> Principal:
-        """The token's principal; any flaw (signature, claims, expiry, type) is one 401."""
+        """The token's principal; any flaw (signature, claims, expiry, type) is one 401.
+
+        Expiry is checked against the service's clock (the one that issued the token), so all
+        daemons and the tests agree on what "now" is.
+        """
         try:
             header = jwt.get_unverified_header(token)
             if header.get("typ") != TOKEN_TYPE:
@@ -85,16 +95,20 @@ class TokenService:
                 algorithms=[ALGORITHM],
                 audience=self._config.audience,
                 issuer=self._config.issuer,
-                leeway=self._config.leeway,
-                options={"require": REQUIRED_CLAIMS},
+                options={"require": REQUIRED_CLAIMS, "verify_exp": False, "verify_iat": False},
             )
             user_id = int(claims["sub"])
             roles = claims["roles"]
             if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
                 raise jwt.InvalidTokenError("roles must be a list of strings")
+            now, leeway = self._clock(), self._config.leeway
+            if int(claims["iat"]) > now + leeway:
+                raise jwt.InvalidTokenError("issued in the future")
+            if int(claims["exp"]) <= now - leeway:
+                raise jwt.ExpiredSignatureError("expired")
         except jwt.ExpiredSignatureError:
             raise Unauthorized("the access token has expired") from None
-        except (jwt.InvalidTokenError, ValueError):
+        except (jwt.InvalidTokenError, ValueError, TypeError):
             raise Unauthorized("the access token is not valid") from None
         return Principal(
             user_id=user_id,

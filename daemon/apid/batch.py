@@ -1,0 +1,107 @@
+"""Batch calls: one request, the same endpoint called once per element of `batch`.
+
+Each element goes through the whole single-call pipeline with the BATCH purpose, so it is
+authorised, field-filtered and typed on its own. The caller's roles are checked against the
+endpoint's BATCH list before any element runs. Elements of a non-safe endpoint run strictly
+one after another, in order; elements of a safe (GET) endpoint cannot affect each other and
+run together, which lets the storage serve them with fewer round trips. Either way the
+outputs keep the order of the elements, and every failed element is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.defer import ensureDeferred, gatherResults
+
+from apid.auth.tokens import Principal
+from apid.pipeline import CallRequest, Pipeline, Purpose
+from apid.problems import BadRequest, PayloadTooLarge, Problem
+from apid.routing import Target
+
+MULTI_STATUS = 207
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    elements: tuple[Mapping[str, Any], ...]
+    combine: bool
+
+
+def parse_combine(value: Any, name: str = "combine") -> bool:
+    """A boolean, or the strings "true"/"false" (BeAPI's samples send strings)."""
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise BadRequest(f"{name} must be true or false", errors=[{"field": name, "reason": "must be true or false"}])
+
+
+def parse_batch(body: Mapping[str, Any], limit: int) -> BatchRequest:
+    unknown = sorted(set(body) - {"batch", "combine"})
+    if unknown:
+        raise BadRequest(
+            f"a batch body holds only batch and combine, not {', '.join(unknown)}",
+            errors=[{"field": name, "reason": "is not a member of a batch body"} for name in unknown],
+        )
+    elements = body.get("batch")
+    if not isinstance(elements, list) or not elements:
+        raise BadRequest("batch must be a non-empty array of objects", errors=[{"field": "batch", "reason": "must be a non-empty array"}])
+    if len(elements) > limit:
+        raise PayloadTooLarge(f"a batch holds at most {limit} elements, this one {len(elements)}", limit=limit)
+    for index, element in enumerate(elements):
+        if not isinstance(element, dict):
+            raise BadRequest(f"batch element {index} is not an object", index=index)
+    return BatchRequest(elements=tuple(elements), combine=parse_combine(body.get("combine")))
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    status: int
+    body: Any
+
+
+class BatchRunner:
+    def __init__(self, pipeline: Pipeline, limit: int) -> None:
+        self._pipeline = pipeline
+        self._limit = limit
+
+    async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], instance: str) -> BatchOutcome:
+        batch = parse_batch(body, self._limit)
+        template = CallRequest(controller=target.controller, action=target.action,
+                               api_version=target.api_version, method=None)
+        endpoint = self._pipeline.admit(principal, template, Purpose.BATCH).endpoint
+        calls = [
+            CallRequest(controller=target.controller, action=target.action,
+                        api_version=target.api_version, method=None, body=element)
+            for element in batch.elements
+        ]
+        if endpoint.is_safe:
+            outcomes = await gatherResults([ensureDeferred(self._element(principal, call)) for call in calls])
+        else:
+            outcomes = [await self._element(principal, call) for call in calls]
+        return summarise(outcomes, batch.combine, instance)
+
+    async def _element(self, principal: Principal, call: CallRequest) -> Any:
+        try:
+            return (await self._pipeline.run(principal, call, Purpose.BATCH)).data
+        except Problem as problem:
+            return problem
+
+
+def summarise(outcomes: list[Any], combine: bool, instance: str) -> BatchOutcome:
+    """200 with the outputs when every element succeeded, else 207 with data and errors."""
+    data = [None if isinstance(o, Problem) else o for o in outcomes]
+    chosen = data if combine else data[-1]
+    errors = [
+        {**outcome.to_dict(instance=instance), "index": index}
+        for index, outcome in enumerate(outcomes)
+        if isinstance(outcome, Problem)
+    ]
+    if not errors:
+        return BatchOutcome(status=200, body=chosen)
+    return BatchOutcome(status=MULTI_STATUS, body={"data": chosen, "errors": errors})

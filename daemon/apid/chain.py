@@ -1,0 +1,194 @@
+"""Chained calls: several endpoints in one request, each output's key feeding the next link.
+
+The endpoint in the path is the first link; `chain.order` names the rest, in order, each
+mapped to the field of its output that becomes the next link's `id` (the last maps to
+`return`). The whole chain is checked before any link runs: its shape (at most one non-safe
+method, placed where `type` says, matching the request's method), its length, and the
+caller's right to call every link. Then each link runs through the single-call pipeline on
+its own; a failing link stops the chain and its problem says where, and whether the
+non-safe call had already run.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apid.auth.tokens import Principal
+from apid.batch import parse_combine
+from apid.iostate import Endpoint
+from apid.pipeline import CallRequest, Pipeline
+from apid.problems import BadRequest, Problem, Unprocessable
+from apid.routing import Target
+
+RETURN = "return"
+
+
+class ChainType(enum.Enum):
+    POSTCHAIN = "postchain"
+    PRECHAIN = "prechain"
+    BLANKCHAIN = "blankchain"
+
+
+@dataclass(frozen=True)
+class Link:
+    position: int
+    controller: str
+    action: str
+    passes: str  # the field of this link's output handed to the next link, or "return"
+
+    @property
+    def path(self) -> str:
+        return f"{self.controller}/{self.action}"
+
+
+@dataclass(frozen=True)
+class ChainRequest:
+    links: tuple[Link, ...]
+    type: ChainType
+    combine: bool
+    fields: Mapping[str, Any]  # the non-safe call's own fields: the body less `chain`
+
+
+class ChainRuleBroken(Unprocessable):
+    slug = "chain-rule"
+
+
+def _chain_object(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    chain = body.get("chain")
+    if not isinstance(chain, dict):
+        raise BadRequest("a chain call needs a chain object in its JSON body",
+                         errors=[{"field": "chain", "reason": "must be an object"}])
+    unknown = sorted(set(chain) - {"key", "combine", "type", "order"})
+    if unknown:
+        raise BadRequest(f"the chain object has unknown members: {', '.join(unknown)}",
+                         errors=[{"field": f"chain.{name}", "reason": "is not a chain member"} for name in unknown])
+    return chain
+
+
+def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRequest:
+    """The chain's links and settings; a malformed chain object is a 400 problem."""
+    chain = _chain_object(body)
+    key, order = chain.get("key"), chain.get("order")
+    if not isinstance(key, str) or not key:
+        raise BadRequest("chain.key must name the field of the first link's output passed on",
+                         errors=[{"field": "chain.key", "reason": "must be a non-empty string"}])
+    if not isinstance(order, dict) or not order:
+        raise BadRequest("chain.order must map each further link controller/action to the key it passes",
+                         errors=[{"field": "chain.order", "reason": "must be a non-empty object"}])
+    raw_type = chain.get("type")
+    if raw_type is None:
+        if method != "GET":
+            raise BadRequest("chain.type is required unless the chain is called with GET",
+                             errors=[{"field": "chain.type", "reason": "is required"}])
+        chain_type = ChainType.BLANKCHAIN
+    else:
+        try:
+            chain_type = ChainType(raw_type)
+        except ValueError:
+            raise BadRequest("chain.type must be postchain, prechain or blankchain",
+                             errors=[{"field": "chain.type", "reason": "must be postchain, prechain or blankchain"}]) from None
+    if target.action is None:
+        raise BadRequest("the first link of a chain is the path's controller/action")
+
+    links = [Link(0, target.controller, target.action, key)]
+    for position, (name, passes) in enumerate(order.items(), start=1):
+        controller, _, action = name.partition("/")
+        if not controller or not action or not isinstance(passes, str) or not passes:
+            raise BadRequest(f"chain.order entry {name!r} must be \"controller/action\": \"key\"",
+                             errors=[{"field": f"chain.order.{name}", "reason": "must map controller/action to a key"}])
+        links.append(Link(position, controller, action, passes))
+    for link in links[:-1]:
+        if link.passes == RETURN:
+            raise BadRequest(f"only the last link may be marked return, not {link.path} (link {link.position})")
+    if links[-1].passes != RETURN:
+        raise BadRequest(f"the last link, {links[-1].path}, must be marked return")
+    fields = {name: value for name, value in body.items() if name != "chain"}
+    return ChainRequest(links=tuple(links), type=chain_type, combine=parse_combine(chain.get("combine"), "chain.combine"), fields=fields)
+
+
+def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str, limit: int) -> None:
+    """The chain rules of the specification; each broken rule is a 422 naming it."""
+    if len(endpoints) > limit:
+        raise ChainRuleBroken(f"a chain holds at most {limit} links, this one {len(endpoints)}", rule="chain-limit")
+    unsafe = [i for i, endpoint in enumerate(endpoints) if not endpoint.is_safe]
+    if len(unsafe) > 1:
+        names = ", ".join(endpoints[i].path for i in unsafe)
+        raise ChainRuleBroken(f"a chain holds at most one PUT, POST or DELETE call; this one has {names}",
+                              rule="one-non-safe-method")
+    if chain.type is ChainType.BLANKCHAIN:
+        if unsafe:
+            raise ChainRuleBroken(f"a blankchain holds only GET calls, not {endpoints[unsafe[0]].path}",
+                                  rule="blankchain-safe-only")
+        expected = "GET"
+    else:
+        if not unsafe:
+            raise ChainRuleBroken(f"a {chain.type.value} ends or begins with a PUT, POST or DELETE call; this one has none",
+                                  rule="non-safe-method-required")
+        where = len(endpoints) - 1 if chain.type is ChainType.POSTCHAIN else 0
+        if unsafe[0] != where:
+            place = "last" if chain.type is ChainType.POSTCHAIN else "first"
+            raise ChainRuleBroken(
+                f"in a {chain.type.value} the non-safe call comes {place}; "
+                f"{endpoints[unsafe[0]].path} is link {unsafe[0]}", rule="non-safe-method-position")
+        expected = endpoints[unsafe[0]].method
+    if method != expected:
+        raise ChainRuleBroken(f"this chain must be called with {expected}, not {method}", rule="request-method")
+
+
+class ChainRunner:
+    def __init__(self, pipeline: Pipeline, limit: int) -> None:
+        self._pipeline = pipeline
+        self._limit = limit
+
+    def _request(self, link: Link, target: Target, **fields: Any) -> CallRequest:
+        return CallRequest(controller=link.controller, action=link.action,
+                           api_version=target.api_version, method=None, **fields)
+
+    async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str,
+                  text: Mapping[str, list[str]]) -> Any:
+        chain = parse_chain(target, body, method)
+        endpoints = []
+        for link in chain.links:
+            try:
+                endpoints.append(self._pipeline.endpoint(self._request(link, target)))
+            except Problem:
+                raise ChainRuleBroken(f"link {link.position}, {link.path}, is not an endpoint", rule="unknown-link",
+                                      link={"position": link.position, "endpoint": link.path}) from None
+        check_shape(chain, endpoints, method, self._limit)
+        for link in chain.links:
+            self._pipeline.admit(principal, self._request(link, target))
+
+        outputs: list[Any] = []
+        passed: list[str] | None = None
+        non_safe_done = False
+        for link, endpoint in zip(chain.links, endpoints):
+            call_text = dict(text) if link.position == 0 else {}
+            if passed is not None:
+                call_text["id"] = passed
+            call_body = {} if endpoint.is_safe else chain.fields
+            try:
+                output = (await self._pipeline.run(principal, self._request(link, target, body=call_body, text=call_text))).data
+            except Problem as problem:
+                problem.extensions.update(link={"position": link.position, "endpoint": link.path},
+                                          nonSafeCallCompleted=non_safe_done)
+                raise
+            non_safe_done = non_safe_done or not endpoint.is_safe
+            outputs.append(output)
+            if link.passes != RETURN:
+                passed = [_passed_key(output, link, non_safe_done)]
+        return outputs if chain.combine else outputs[-1]
+
+
+def _passed_key(output: Any, link: Link, non_safe_done: bool) -> str:
+    """The value of the link's key in its output, as text: it becomes the next link's id."""
+    if not isinstance(output, Mapping) or output.get(link.passes) is None:
+        raise ChainRuleBroken(
+            f"link {link.position}, {link.path}, returned no {link.passes!r} to pass on (or your role may not see it)",
+            rule="missing-key", link={"position": link.position, "endpoint": link.path}, key=link.passes,
+            nonSafeCallCompleted=non_safe_done,
+        )
+    value = output[link.passes]
+    return "true" if value is True else "false" if value is False else str(value)

@@ -1,0 +1,181 @@
+"""Running the real `apid` for tests: a deployment folder, the daemon as a subprocess, HTTP.
+
+The daemon runs in its own process (never in the test's reactor), listens on an ephemeral
+loopback port and is told apart by the port in its ready line.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+READY = re.compile(r"apid ready on http://127\.0\.0\.1:(\d+)")
+ADMIN = ("admin", "admin-password-1", "admin@example.com")
+USER = ("alice", "alice-password-1", "alice@example.com")
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass
+class Response:
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("Content-Type", "")
+
+
+@dataclass
+class Deployment:
+    """A deployment root: etc/ (from the repository's, with overrides), iostate/, var/."""
+
+    root: Path
+    server: dict = field(default_factory=dict)
+    api: dict = field(default_factory=dict)
+    environment: str = "test"
+
+    def write(self) -> None:
+        etc = self.root / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        server = yaml.safe_load((REPO / "etc/service_server.yml").read_text())
+        server[self.environment] = deep_merge(server.get(self.environment) or {}, self.server)
+        api = deep_merge(yaml.safe_load((REPO / "etc/service_api.yml").read_text()), self.api)
+        (etc / "service_server.yml").write_text(yaml.safe_dump(server))
+        (etc / "service_api.yml").write_text(yaml.safe_dump(api))
+        if not (self.root / "iostate").exists():
+            shutil.copytree(REPO / "iostate", self.root / "iostate")
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "etc"
+
+    def cli(self, *args: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "apid", *args]
+        if args and args[0] not in ("--help",):
+            command += ["--config-dir", str(self.config_dir), "--env", self.environment]
+        return subprocess.run(
+            command, input=input, capture_output=True, text=True, timeout=60,
+            env={**os.environ, **(env or {})},
+        )
+
+    def add_user(self, name: str, password: str, email: str, *roles: str) -> None:
+        role_args = [arg for role in roles for arg in ("--role", role)]
+        done = self.cli("user", "add", name, "--email", email, *role_args, "--password-stdin", input=password + "\n")
+        assert done.returncode == 0, done.stderr
+
+
+class Daemon:
+    """`apid serve` in a subprocess; `stop()` sends SIGTERM and waits."""
+
+    def __init__(self, deployment: Deployment, env: dict | None = None) -> None:
+        self.deployment = deployment
+        self.env = env or {}
+        self.process: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.stderr_path = deployment.root / "daemon.stderr"
+
+    def start(self, timeout: float = 30) -> Daemon:
+        stderr = open(self.stderr_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "apid", "serve", "--config-dir", str(self.deployment.config_dir),
+             "--env", self.deployment.environment, "--listen", "tcp:0:interface=127.0.0.1"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **self.env},
+        )
+        stderr.close()
+        line = self._read_line(timeout)
+        match = READY.search(line or "")
+        if not match:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"apid did not become ready: {line!r}\n{self.stderr}")
+        self.port = int(match.group(1))
+        return self
+
+    def _read_line(self, timeout: float) -> str | None:
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(self.process.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return result[0] if result else None
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json_body: Any = None,
+        *,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float = 30,
+    ) -> Response:
+        headers = dict(headers or {})
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            reply = connection.getresponse()
+            return Response(reply.status, reply.headers, reply.read())
+        finally:
+            connection.close()
+
+    def login(self, username: str, password: str) -> str:
+        reply = self.request("POST", "/authenticate", {"username": username, "password": password})
+        assert reply.status == 200, reply.body
+        return reply.json["token"]
+
+
+def wait_for(predicate, timeout: float = 10, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

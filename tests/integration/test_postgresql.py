@@ -1,0 +1,85 @@
+"""The same daemon on a real PostgreSQL: migrations, then person CRUD, checked in the database."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, select
+
+from apid.store.tables import metadata, person, person_role, role
+from harness import ADMIN, USER, Daemon, Deployment
+from postgres import PostgresServer
+
+pytestmark = pytest.mark.postgresql
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_deployment(tmp_path_factory, postgres) -> Deployment:
+    deployment = Deployment(tmp_path_factory.mktemp("apid-pg"), server={"database": {"url": postgres.url}})
+    deployment.write()
+    deployment.add_user(*ADMIN, "ROLE_ADMIN")
+    deployment.add_user(*USER, "ROLE_USER")
+    return deployment
+
+
+@pytest.fixture(scope="module")
+def pg_daemon(pg_deployment):
+    running = Daemon(pg_deployment).start()
+    yield running
+    running.stop()
+
+
+def test_migrate_creates_the_schema_and_is_idempotent(pg_deployment, postgres):
+    again = pg_deployment.cli("migrate")
+    assert again.returncode == 0, again.stderr
+    tables = set(inspect(create_engine(postgres.url)).get_table_names())
+    assert {"person", "role", "person_role", "hook", "alembic_version"} <= tables
+    hook_columns = {c["name"] for c in inspect(create_engine(postgres.url)).get_columns("hook")}
+    assert {"attempts", "date_created", "format", "last_modified", "user_id", "is_enabled", "url", "service"} <= hook_columns
+    with create_engine(postgres.url).connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), metadata) == []
+
+
+def test_person_crud_is_stored_in_postgresql(pg_daemon, postgres):
+    token = pg_daemon.login(*ADMIN[:2])
+    created = pg_daemon.request(
+        "POST", "/v0.1/person/create",
+        {"username": "pgperson", "password": "pg-password-1", "email": "pg@example.com"}, token=token,
+    )
+    assert created.status == 200, created.body
+    person_id = created.json["id"]
+    engine = create_engine(postgres.url)
+    with engine.connect() as connection:
+        row = connection.execute(select(person).where(person.c.id == person_id)).one()
+        roles = connection.execute(
+            select(role.c.authority).join(person_role, person_role.c.role_id == role.c.id)
+            .where(person_role.c.person_id == person_id)
+        ).scalars().all()
+    assert (row.username, row.email, row.enabled) == ("pgperson", "pg@example.com", True)
+    assert row.password.startswith("$argon2id$")
+    assert roles == ["ROLE_USER"]
+
+    updated = pg_daemon.request("PUT", f"/v0.1/person/update/{person_id}", {"email": "pg2@example.com", "version": 0}, token=token)
+    assert updated.json == {"id": person_id, "version": 1}
+    shown = pg_daemon.request("GET", f"/v0.1/person/show/{person_id}", token=token)
+    assert shown.json["email"] == "pg2@example.com"
+
+    duplicate = pg_daemon.request(
+        "POST", "/v0.1/person/create",
+        {"username": "pgperson", "password": "pg-password-1", "email": "other@example.com"}, token=token,
+    )
+    assert duplicate.status == 409
+
+    deleted = pg_daemon.request("DELETE", f"/v0.1/person/delete/{person_id}", token=token)
+    assert deleted.json == {"id": person_id}
+    with engine.connect() as connection:
+        assert connection.execute(select(person).where(person.c.id == person_id)).first() is None
+        assert connection.execute(select(person_role).where(person_role.c.person_id == person_id)).first() is None

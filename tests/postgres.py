@@ -1,0 +1,63 @@
+"""A throwaway PostgreSQL server from Debian's binaries, for tests that need the real thing.
+
+PostgreSQL refuses to run as root, so when the tests run as root (as CI does) the server
+runs as the `postgres` system user that Debian's package creates.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        raise RuntimeError(f"PostgreSQL's {name} is not installed (Debian package postgresql)")
+    return found[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PostgresServer:
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="apid-pg-"))
+        self.data = self.folder / "data"
+        self.port = free_port()
+        self._as_root = os.geteuid() == 0
+
+    def _run(self, *command: str) -> None:
+        if self._as_root:
+            command = ("runuser", "-u", "postgres", "--", *command)
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> PostgresServer:
+        if self._as_root:
+            shutil.chown(self.folder, "postgres")
+        self._run(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self._run(
+            _bin("pg_ctl"), "-D", str(self.data), "-w", "-l", str(self.folder / "log"),
+            "-o", f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
+        self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "apid")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/apid"
+
+    def stop(self) -> None:
+        try:
+            self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,309 @@
+"""The single-call pipeline (DESIGN 3): resolve, method, roles, request fields, action, response fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.internet import reactor, task
+
+from apid.auth.tokens import Principal
+from apid.config import load_api
+from apid.iostate import RuleSet, parse_text
+from apid.pipeline import CallRequest, Pipeline, Purpose, filter_output
+from apid.plugin import Call, Controller, action
+from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound
+
+ROOT = Path(__file__).resolve().parents[2]
+SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security
+PERSON = parse_text((ROOT / "iostate" / "person.json").read_text(), "person.json", SECURITY)
+RULES = RuleSet(controllers={"person": PERSON})
+
+RECORD = {
+    "id": 1, "version": 3, "username": "jdoe", "email": "jdoe@example.com", "password": "hash",
+    "enabled": True, "accountLocked": False, "accountExpired": False, "passwordExpired": False,
+    "roles": ["ROLE_USER"], "dateCreated": "2026-01-01", "lastUpdated": "2026-01-02",
+}
+PUBLIC = {"id", "version", "username", "email"}
+
+
+def principal(*roles: str) -> Principal:
+    return Principal(user_id=1, username="jdoe", roles=frozenset(roles), token_id="t", expires=0)
+
+
+ADMIN = principal("ROLE_ADMIN")
+USER = principal("ROLE_USER")
+
+
+class People(Controller):
+    """Answers every person action with `answer(call)` and remembers the calls."""
+
+    name = "person"
+
+    def __init__(self, answer=lambda call: dict(RECORD)) -> None:
+        super().__init__(None)
+        self.answer = answer
+        self.calls: list[Call] = []
+
+    def _run(self, call: Call):
+        self.calls.append(call)
+        return self.answer(call)
+
+    show = create = list = update = delete = action(_run)
+
+
+def run(who=USER, action="show", method="GET", body=None, text=None, controller="person",
+        api_version=None, purpose=Purpose.DEFAULT, people=None):
+    people = people or People()
+    pipeline = Pipeline(lambda: RULES, {"person": people}, SECURITY.superuser_role)
+    request = CallRequest(controller=controller, action=action, api_version=api_version,
+                          method=method, body=body or {}, text=text or {})
+    return pipeline.run(who, request, purpose)
+
+
+async def fields_sent(who=USER, **kwargs) -> dict:
+    people = People()
+    await run(who, people=people, **kwargs)
+    return dict(people.calls[0].fields)
+
+
+async def invalid(**kwargs) -> list[dict]:
+    with pytest.raises(InvalidFields) as caught:
+        await run(**kwargs)
+    assert caught.value.status == 400
+    return caught.value.extensions["errors"]
+
+
+# --- resolve and method -----------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_controller_is_not_found():
+    with pytest.raises(NotFound, match="no controller named 'nobody'"):
+        await run(controller="nobody")
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_api_version_is_not_found_and_lists_the_versions():
+    with pytest.raises(NotFound, match=r"person has no API version '9' \(it has 1\)"):
+        await run(api_version="9")
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_action_is_not_found():
+    with pytest.raises(NotFound, match="person .API version 1. has no action 'explode'"):
+        await run(action="explode")
+
+
+@pytest_twisted.ensureDeferred
+async def test_no_action_runs_the_default_action():
+    assert (await run(action=None)).endpoint.action == "show"
+
+
+@pytest_twisted.ensureDeferred
+async def test_wrong_method_is_not_allowed_with_allow_list():
+    with pytest.raises(MethodNotAllowed) as caught:
+        await run(ADMIN, action="create", method="GET")
+    assert caught.value.status == 405
+    assert caught.value.extensions["allow"] == ["POST"]
+    assert caught.value.headers["Allow"] == "POST"
+
+
+# --- roles ------------------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_role_outside_the_endpoint_roles_is_forbidden():
+    with pytest.raises(Forbidden, match="your roles may not call person/create$"):
+        await run(USER, action="create", method="POST", body={"username": "x"})
+
+
+@pytest_twisted.ensureDeferred
+async def test_role_of_another_network_group_is_forbidden():
+    with pytest.raises(Forbidden):
+        await run(principal("ROLE_ANONYMOUS"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_batch_with_a_role_outside_batch_roles_is_forbidden():
+    assert (await run(USER, action="update", method="PUT", body={"id": 1})).data == {"id": 1, "version": 3}
+    with pytest.raises(Forbidden, match="in a batch"):
+        await run(USER, action="update", method="PUT", body={"id": 1}, purpose=Purpose.BATCH)
+
+
+@pytest_twisted.ensureDeferred
+async def test_batch_with_a_batch_role_runs():
+    result = await run(ADMIN, action="update", method="PUT", body={"id": 1}, purpose=Purpose.BATCH)
+    assert result.granted == {"ROLE_ADMIN"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_caller_is_superuser_only_with_the_superuser_role():
+    people = People()
+    await run(ADMIN, people=people)
+    await run(USER, people=people)
+    await run(principal("ROLE_USER", "ROLE_ADMIN"), people=people)
+    assert [c.caller.is_superuser for c in people.calls] == [True, False, True]
+    assert people.calls[1].caller.roles == {"ROLE_USER"}
+    assert (people.calls[1].caller.id, people.calls[1].caller.username) == (1, "jdoe")
+
+
+# --- request fields ---------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_each_bad_field_is_listed():
+    errors = await invalid(
+        who=USER, action="update", method="PUT",
+        body={"id": 1, "enabled": False, "nickname": "j", "email": "not-an-email"},
+    )
+    assert {e["field"]: e["reason"] for e in errors} == {
+        "enabled": "may not be sent to person/update by your role",
+        "nickname": "is not a field of person",
+        "email": "expected an email address (Email)",
+    }
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_field_the_role_may_send_is_admitted():
+    assert await fields_sent(ADMIN, action="update", method="PUT", body={"id": 1, "enabled": False}) == {
+        "id": 1, "enabled": False,
+    }
+
+
+@pytest_twisted.ensureDeferred
+async def test_badly_typed_body_value_is_invalid():
+    errors = await invalid(who=USER, body={"id": "1"})
+    assert errors == [{"field": "id", "reason": "expected a whole number (Long)"}]
+
+
+@pytest_twisted.ensureDeferred
+async def test_text_fields_are_parsed_by_type():
+    assert await fields_sent(ADMIN, action="list", text={"offset": ["5"], "max": ["20"]}) == {"offset": 5, "max": 20}
+
+
+@pytest_twisted.ensureDeferred
+async def test_badly_typed_text_value_is_invalid():
+    errors = await invalid(who=USER, text={"id": ["abc"]})
+    assert errors == [{"field": "id", "reason": "expected a whole number (Long)"}]
+
+
+@pytest_twisted.ensureDeferred
+async def test_text_field_given_twice_is_invalid():
+    errors = await invalid(who=USER, text={"id": ["1", "2"]})
+    assert errors == [{"field": "id", "reason": "was given more than once (Long)"}]
+
+
+@pytest_twisted.ensureDeferred
+async def test_body_field_wins_over_text_field():
+    assert await fields_sent(USER, body={"id": 7}, text={"id": ["42"]}) == {"id": 7}
+
+
+@pytest_twisted.ensureDeferred
+async def test_bad_text_field_is_ignored_when_the_body_has_it():
+    assert await fields_sent(USER, body={"id": 7}, text={"id": ["abc"]}) == {"id": 7}
+
+
+# --- response fields --------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_user_sees_only_the_user_response_fields():
+    assert set((await run(USER)).data) == PUBLIC
+
+
+@pytest_twisted.ensureDeferred
+async def test_admin_sees_more_fields_but_never_the_password():
+    data = (await run(ADMIN)).data
+    assert set(data) == set(RECORD) - {"password"}
+    assert data["roles"] == ["ROLE_USER"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_lists_are_filtered_per_record():
+    people = People(lambda call: [dict(RECORD), dict(RECORD, id=2, password="other")])
+    data = (await run(ADMIN, action="list", people=people)).data
+    assert [r["id"] for r in data] == [1, 2]
+    assert all("password" not in r for r in data)
+
+
+# --- what the action returns or raises --------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_action_returning_a_deferred_works():
+    people = People(lambda call: task.deferLater(reactor, 0, lambda: dict(RECORD)))
+    assert set((await run(people=people)).data) == PUBLIC
+
+
+@pytest_twisted.ensureDeferred
+async def test_action_returning_a_coroutine_works():
+    async def answer(call):
+        return dict(RECORD, username=f"user{call.fields['id']}")
+
+    data = (await run(text={"id": ["5"]}, people=People(answer))).data
+    assert data["username"] == "user5"
+
+
+@pytest_twisted.ensureDeferred
+async def test_action_returning_a_plain_scalar_is_passed_through():
+    assert (await run(people=People(lambda call: 42))).data == 42
+
+
+@pytest_twisted.ensureDeferred
+async def test_problem_raised_by_the_action_passes_through():
+    problem = NotFound("no person with id 9")
+
+    def answer(call):
+        raise problem
+
+    with pytest.raises(NotFound) as caught:
+        await run(people=People(answer))
+    assert caught.value is problem
+
+
+@pytest_twisted.ensureDeferred
+async def test_other_exception_becomes_an_internal_error_without_its_message():
+    def answer(call):
+        raise RuntimeError("password=hunter2 at db.example")
+
+    with pytest.raises(InternalError) as caught:
+        await run(people=People(answer))
+    assert caught.value.status == 500
+    assert caught.value.detail == "person/show failed; the error was logged"
+    assert "hunter2" not in str(caught.value.to_dict())
+    assert caught.value.__cause__ is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_failing_deferred_becomes_an_internal_error():
+    def fail():
+        raise KeyError("secret")
+
+    people = People(lambda call: task.deferLater(reactor, 0, fail))
+    with pytest.raises(InternalError, match="person/show failed"):
+        await run(people=people)
+
+
+# --- filter_output ----------------------------------------------------------------------------
+
+KEYS = st.sampled_from(["id", "name", "email", "password", "roles", "version"])
+RECORDS = st.dictionaries(KEYS, st.integers(0, 9), max_size=6)
+
+
+@given(data=RECORDS | st.lists(RECORDS, max_size=3), allowed=st.frozensets(KEYS))
+def test_filter_output_keeps_exactly_the_allowed_keys(data, allowed):
+    out = filter_output(data, allowed)
+    records = [(data, out)] if isinstance(data, dict) else list(zip(data, out, strict=True))
+    assert isinstance(out, type(data))
+    for original, kept in records:
+        assert set(kept) <= allowed
+        assert kept == {k: v for k, v in original.items() if k in allowed}
+
+
+def test_filter_output_filters_a_tuple_of_records():
+    out = filter_output(({"id": 1, "password": "hash"},), frozenset({"id"}))
+    assert [dict(r) for r in out] == [{"id": 1}]
