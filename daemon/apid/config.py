@@ -10,6 +10,7 @@ so `etc/` beside `iostate/` and `var/` works from any working directory.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -207,6 +208,8 @@ def _read_yaml(path: Path) -> _Node:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from exc
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -279,13 +282,21 @@ SERVER_KEYS = (
 
 
 def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
+    """The chosen environment's settings; every section is validated, so a typo in
+    `production` stops a development start too instead of waiting for the deploy."""
     top = _read_yaml(path)
-    environments = top.mapping(ENVIRONMENTS)
     if environment not in ENVIRONMENTS:
         raise top.fail(f"unknown environment {environment!r}; choose one of {', '.join(ENVIRONMENTS)}")
-    node = environments.get(environment) or top.child(environment, {})
-    section = node.mapping(SERVER_KEYS)
+    sections = top.mapping(ENVIRONMENTS)
+    configs = {
+        name: _server_section(sections.get(name) or top.child(name, {}), name, root, env)
+        for name in ENVIRONMENTS
+    }
+    return configs[environment]
 
+
+def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
+    section = node.mapping(SERVER_KEYS)
     database = section["database"].mapping(("url", "poolSize", "migrate")) if "database" in section else {}
     redis = section["redis"].mapping(("url",)) if "redis" in section else {}
     ping_timeout = _get(section, "pingTimeout", _Node.number, 2.0)
@@ -364,7 +375,7 @@ def _app_version(configured: str | None, node: _Node | None) -> str:
     """`major.minor` of the application: the configured one, else the installed build's."""
     raw = configured if configured is not None else metadata.version("apid")
     parts = raw.split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+    if len(parts) < 2 or not all(re.fullmatch(r"[0-9]+", p) for p in parts[:2]):
         message = f"must look like MAJOR.MINOR, got {raw!r}"
         raise node.fail(message) if node else ConfigError(f"installed apid version: {message}")
     return f"{parts[0]}.{parts[1]}"
@@ -382,7 +393,9 @@ def load_api(path: Path, root: Path) -> ApiConfig:
     api = section["api"].mapping(("version",)) if "api" in section else {}
     version_node = api.get("version")
     if version_node is not None and not isinstance(version_node.value, str):
-        version_node.value = str(version_node.value)
+        raise version_node.fail(
+            f"must be a quoted string such as \"1.10\" (YAML read {version_node.value!r} as a number)"
+        )
 
     reserved = _get(section, "reservedUris", _Node.strings, ())
     for index, uri in enumerate(reserved):

@@ -97,6 +97,10 @@ def header(request: Request, name: str) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object body ({} when there is none); 413, 415 or 400 otherwise."""
     content = request.content
@@ -113,8 +117,8 @@ def read_json_body(request: Request) -> dict[str, Any]:
             f"the request body must be application/json, not {media_type or 'unlabelled'}"
         )
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = json.loads(raw, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")

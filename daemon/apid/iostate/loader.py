@@ -21,6 +21,7 @@ from apid.iostate.model import (
     RoleFields,
 )
 from apid.iostate.types import value_type
+from apid.routing import NAME
 
 PERMIT_ALL = "permitAll"
 KEYS = ("PKEY", "FKEY", "INDEX")
@@ -151,6 +152,8 @@ def _endpoint(
         return names
 
     group_desc = f"networkRoles[{network_group}]"
+    if roles_raw.get("DEFAULT") == []:
+        raise where.error("ROLES.DEFAULT is empty: name the roles, or leave it out to admit the network group's roles")
     default = roles("DEFAULT", network_roles, group_desc) or network_roles
     return Endpoint(
         controller=controller,
@@ -176,6 +179,8 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
     if unknown:
         raise where.error(f"unknown members {sorted(unknown)}")
     name = _text(document.get("NAME"), where, "NAME")
+    if not NAME.fullmatch(name):
+        raise where.error(f"NAME {name!r} must be letters, digits and '_' (it is a URL segment)")
     where = where.at(f"controller {name}")
     group = _text(document.get("NETWORKGRP"), where, "NETWORKGRP")
     if group not in security.network_roles:
@@ -200,6 +205,9 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
         if unknown:
             raise here.error(f"unknown members {sorted(unknown)}")
         uri = _object(block.get("URI"), here, "URI")
+        for action in uri:
+            if not NAME.fullmatch(action):
+                raise here.error(f"action {action!r} must be letters, digits and '_' (it is a URL segment)")
         endpoints = {
             action: _endpoint(
                 name, version, action, entry, here.at(f"action {action}"),
@@ -208,6 +216,8 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
             for action, entry in uri.items()
         }
         default_action = block.get("DEFAULTACTION")
+        if default_action is not None:
+            default_action = _text(default_action, here, "DEFAULTACTION")
         if default_action is not None and default_action not in endpoints:
             raise here.error(f"DEFAULTACTION {default_action!r} is not an action of URI")
         deprecated = block.get("DEPRECATED")
@@ -241,7 +251,11 @@ def read_dir(directory: Path, security: SecurityConfig) -> dict[str, ControllerS
     if not directory.is_dir():
         return states
     for path in sorted(directory.glob("*.json")):
-        state = parse_text(path.read_text(encoding="utf-8"), str(path), security)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise IOStateError(f"{path}: cannot read: {exc}") from None
+        state = parse_text(text, str(path), security)
         if state.name in states:
             raise IOStateError(
                 f"{path}: controller {state.name} is also defined in {states[state.name].source}"

@@ -6,6 +6,8 @@ text (the path id and query parameters: it is parsed from the string).
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +17,11 @@ from urllib.parse import urlsplit
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
-EMAIL = re.compile(r"^[^@\s\x00-\x1f<>(),;:\"\[\]\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME = re.compile(rf"{LABEL}(?:\.{LABEL})*")
+EMAIL = re.compile(rf"[^@\s\x00-\x1f\x7f<>(),;:\"\[\]\\]{{1,64}}@{LABEL}(?:\.{LABEL})+")
+FLOAT_TEXT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
@@ -68,17 +74,15 @@ def _parse_boolean(text: str) -> bool:
 def _float(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError("expected a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("expected a finite number")
     return value
 
 
 def _parse_float(text: str) -> float:
-    try:
-        number = float(text)
-    except ValueError:
-        raise ValueError("expected a number") from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise ValueError("expected a finite number")
-    return number
+    if not FLOAT_TEXT.fullmatch(text):
+        raise ValueError("expected a number")
+    return _float(float(text))
 
 
 def _date(value: Any) -> str:
@@ -92,17 +96,28 @@ def _date(value: Any) -> str:
 
 def _email(value: Any) -> str:
     text = _string(value)
-    if len(text) > 254 or not EMAIL.match(text):
+    if len(text) > 254 or not EMAIL.fullmatch(text):
         raise ValueError("expected an email address")
     return text
 
 
 def _url(value: Any) -> str:
     text = _string(value)
+    if CONTROL_OR_SPACE.search(text):
+        raise ValueError("expected a URL without spaces or control characters")
     parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not (HOSTNAME.fullmatch(host) or _is_ip(host)):
         raise ValueError("expected an absolute http or https URL")
     return text
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _list(value: Any) -> list:

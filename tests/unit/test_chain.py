@@ -1,0 +1,121 @@
+"""Chain parsing and the chain rules, including a property: any sequence of methods is
+accepted exactly when the specification allows it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apid.chain import ChainRequest, ChainRuleBroken, ChainType, Link, check_shape, parse_chain
+from apid.iostate import Endpoint, RoleFields
+from apid.problems import BadRequest
+from apid.routing import Target
+
+METHODS = ("GET", "POST", "PUT", "DELETE")
+NO_FIELDS = RoleFields(permit_all=frozenset(), by_role={})
+
+
+def endpoint(method: str, index: int = 0) -> Endpoint:
+    return Endpoint(controller="c", action=f"a{index}", api_version="1", method=method, description="",
+                    roles=frozenset({"ROLE_ADMIN"}), batch_roles=frozenset(), hook_roles=frozenset(),
+                    request=NO_FIELDS, response=NO_FIELDS)
+
+
+def chain_of(kind: ChainType, count: int) -> ChainRequest:
+    links = tuple(Link(i, "c", f"a{i}", "return" if i == count - 1 else "id") for i in range(count))
+    return ChainRequest(links=links, type=kind, combine=False, fields={})
+
+
+def allowed(methods: list[str], kind: ChainType, request_method: str, limit: int) -> bool:
+    """The specification's chain rules, stated directly."""
+    unsafe = [i for i, m in enumerate(methods) if m != "GET"]
+    if len(methods) > limit or len(unsafe) > 1:
+        return False
+    if kind is ChainType.BLANKCHAIN:
+        return not unsafe and request_method == "GET"
+    if not unsafe:
+        return False
+    place = len(methods) - 1 if kind is ChainType.POSTCHAIN else 0
+    return unsafe[0] == place and request_method == methods[place]
+
+
+@given(
+    methods=st.lists(st.sampled_from(METHODS), min_size=2, max_size=12),
+    kind=st.sampled_from(list(ChainType)),
+    request_method=st.sampled_from(METHODS),
+)
+def test_chain_shapes_are_accepted_exactly_when_the_rules_allow(methods, kind, request_method):
+    endpoints = [endpoint(m, i) for i, m in enumerate(methods)]
+    chain = chain_of(kind, len(methods))
+    try:
+        check_shape(chain, endpoints, request_method, limit=10)
+        accepted = True
+    except ChainRuleBroken as broken:
+        assert broken.status == 422 and broken.extensions["rule"]
+        accepted = False
+    assert accepted == allowed(methods, kind, request_method, limit=10)
+
+
+def test_a_second_non_safe_method_names_both_links():
+    endpoints = [endpoint("POST", 0), endpoint("GET", 1), endpoint("PUT", 2)]
+    with pytest.raises(ChainRuleBroken) as broken:
+        check_shape(chain_of(ChainType.PRECHAIN, 3), endpoints, "POST", limit=10)
+    assert broken.value.extensions["rule"] == "one-non-safe-method"
+    assert "c/a0" in broken.value.detail and "c/a2" in broken.value.detail
+
+
+TARGET = Target(kind="c", api_version=None, controller="team", action="show", id="1")
+
+
+def test_order_keeps_its_json_order_and_the_path_endpoint_is_the_first_link():
+    chain = parse_chain(TARGET, {"chain": {"key": "leaderId", "type": "postchain",
+                                           "order": {"person/show": "id", "person/update": "return"}},
+                                 "email": "a@example.com"}, "PUT")
+    assert [(l.position, l.path, l.passes) for l in chain.links] == [
+        (0, "team/show", "leaderId"), (1, "person/show", "id"), (2, "person/update", "return")]
+    assert chain.fields == {"email": "a@example.com"}
+    assert chain.type is ChainType.POSTCHAIN and chain.combine is False
+
+
+@pytest.mark.parametrize("combine, expected", [(True, True), ("true", True), ("false", False), (False, False), (None, False)])
+def test_combine_takes_a_boolean_or_its_string(combine, expected):
+    body = {"chain": {"key": "k", "type": "blankchain", "order": {"a/b": "return"}, "combine": combine}}
+    assert parse_chain(TARGET, body, "GET").combine is expected
+
+
+def test_a_get_chain_without_type_is_a_blankchain():
+    chain = parse_chain(TARGET, {"chain": {"key": "k", "order": {"a/b": "return"}}}, "GET")
+    assert chain.type is ChainType.BLANKCHAIN
+
+
+@pytest.mark.parametrize("body, field", [
+    ({}, "chain"),
+    ({"chain": []}, "chain"),
+    ({"chain": {"order": {"a/b": "return"}, "type": "postchain"}}, "chain.key"),
+    ({"chain": {"key": "k", "type": "postchain"}}, "chain.order"),
+    ({"chain": {"key": "k", "order": {}, "type": "postchain"}}, "chain.order"),
+    ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "sideways"}}, "chain.type"),
+    ({"chain": {"key": "k", "order": {"a/b": "return"}}}, "chain.type"),
+    ({"chain": {"key": "k", "order": {"ab": "return"}, "type": "postchain"}}, "chain.order.ab"),
+    ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "postchain", "combine": "maybe"}}, "chain.combine"),
+    ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "postchain", "extra": 1}}, "chain.extra"),
+])
+def test_a_malformed_chain_object_is_a_400_naming_the_member(body, field):
+    with pytest.raises(BadRequest) as bad:
+        parse_chain(TARGET, body, "PUT")
+    assert bad.value.status == 400
+    assert field in [e["field"] for e in bad.value.extensions["errors"]]
+
+
+@pytest.mark.parametrize("order", [{"a/b": "return", "c/d": "return"}, {"a/b": "id"}])
+def test_only_and_always_the_last_link_is_marked_return(order):
+    with pytest.raises(BadRequest, match="return"):
+        parse_chain(TARGET, {"chain": {"key": "k", "type": "blankchain", "order": order}}, "GET")
+
+
+def test_too_many_links_is_a_422():
+    endpoints = [endpoint("GET", i) for i in range(4)]
+    with pytest.raises(ChainRuleBroken) as broken:
+        check_shape(chain_of(ChainType.BLANKCHAIN, 4), endpoints, "GET", limit=3)
+    assert broken.value.extensions["rule"] == "chain-limit"

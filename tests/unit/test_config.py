@@ -1,0 +1,427 @@
+"""Loading etc/service_server.yml and etc/service_api.yml (DESIGN 4.3, SPEC Limits)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apid.config import API_FILE, SERVER_FILE, ConfigError, load, load_api, load_server
+
+REPO = Path(__file__).resolve().parents[2]
+ETC = REPO / "etc"
+NO_ENV: dict[str, str] = {}
+
+
+def repo_yaml(name: str) -> dict:
+    return yaml.safe_load((ETC / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    """A copy of the repository's etc/ under tmp_path/deploy/etc."""
+    target = tmp_path / "deploy" / "etc"
+    target.mkdir(parents=True)
+    for name in (SERVER_FILE, API_FILE):
+        shutil.copy(ETC / name, target / name)
+    return target
+
+
+def write(config_dir: Path, name: str, data: object) -> Path:
+    path = config_dir / name
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def server_error(config_dir: Path, data: dict, environment: str = "development") -> str:
+    path = write(config_dir, SERVER_FILE, data)
+    with pytest.raises(ConfigError) as info:
+        load_server(path, environment, config_dir.parent, NO_ENV)
+    message = str(info.value)
+    assert str(path) in message
+    return message
+
+
+def api_error(config_dir: Path, data: dict) -> str:
+    path = write(config_dir, API_FILE, data)
+    with pytest.raises(ConfigError) as info:
+        load_api(path, config_dir.parent)
+    message = str(info.value)
+    assert str(path) in message
+    return message
+
+
+# --- the repository's files -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("environment", ["development", "test", "production"])
+def test_repository_etc_loads_for_each_environment(environment):
+    config = load(ETC, environment, NO_ENV)
+    assert config.server.environment == environment
+    assert config.root == REPO
+
+
+def test_environment_defaults_to_development_and_apid_env_selects_another():
+    assert load(ETC, None, NO_ENV).server.environment == "development"
+    assert load(ETC, None, {"APID_ENV": "production"}).server.environment == "production"
+
+
+def test_sample_throttle_values_of_the_spec():
+    throttle = load(ETC, "development", NO_ENV).api.throttle
+    assert dict(throttle.rate_limit) == {"ROLE_USER": 1000, "ROLE_ADMIN": 10000}
+    assert dict(throttle.data_limit) == {"ROLE_USER": 1000000, "ROLE_ADMIN": 1000000}
+    assert throttle.expires == 3600
+
+
+def test_sample_attempts_and_proc_cores():
+    api = load(ETC, "development", NO_ENV).api
+    assert api.attempts == 5
+    assert api.proc_cores == 8
+
+
+def test_reserved_uris_include_refresh_token_and_health():
+    reserved = load(ETC, "development", NO_ENV).api.reserved_uris
+    assert {"/authenticate", "/register", "/refreshToken", "/health"} <= reserved
+
+
+def test_security_roles_from_the_repository_file():
+    security = load(ETC, "development", NO_ENV).api.security
+    assert security.superuser_role == "ROLE_ADMIN"
+    assert security.user_role == "ROLE_USER"
+    assert security.network_roles["public"] == {"ROLE_ADMIN", "ROLE_USER"}
+    assert security.all_roles == {"ROLE_ADMIN", "ROLE_USER", "ROLE_ANONYMOUS"}
+
+
+def test_production_turns_throttle_on_and_uses_smtp():
+    server = load(ETC, "production", NO_ENV).server
+    assert server.api_throttle is True
+    assert server.webhook_active is False
+    assert server.mail.backend == "smtp"
+    assert (server.mail.smtp_host, server.mail.smtp_port) == ("smtp.example.com", 587)
+
+
+def test_test_environment_listens_on_an_ephemeral_port_without_access_log():
+    server = load(ETC, "test", NO_ENV).server
+    assert server.listen == "tcp:0:interface=127.0.0.1"
+    assert server.access_log is False
+
+
+# --- paths ------------------------------------------------------------------------------------
+
+
+def test_relative_paths_resolve_against_the_parent_of_the_config_dir(config_dir):
+    root = config_dir.parent
+    config = load(config_dir, "development", NO_ENV)
+    assert config.root == root
+    assert config.api.iostate_dir == root / "iostate"
+    assert config.server.mail.outbox == root / "var" / "outbox"
+    assert config.server.jwt.secret_file == root / "var" / "jwt.secret"
+    assert config.server.database_url == f"sqlite:///{root / 'var' / 'apid.db'}"
+
+
+def test_absolute_paths_are_kept(config_dir):
+    server = load(config_dir, "production", NO_ENV).server
+    assert server.database_url == "sqlite:////var/lib/apid/apid.db"
+    assert server.jwt.secret_file == Path("/var/lib/apid/jwt.secret")
+
+
+def test_relative_config_dir_is_resolved(config_dir, monkeypatch):
+    monkeypatch.chdir(config_dir.parent)
+    assert load(Path("etc"), "development", NO_ENV).root == config_dir.parent
+
+
+def test_apid_config_dir_chooses_the_folder(config_dir):
+    config = load(None, "development", {"APID_CONFIG_DIR": str(config_dir)})
+    assert config.root == config_dir.parent
+
+
+# --- environment overrides ----------------------------------------------------------------------
+
+
+def test_apid_listen_beats_the_file():
+    server = load(ETC, "development", {"APID_LISTEN": "tcp:9999"}).server
+    assert server.listen == "tcp:9999"
+
+
+def test_apid_database_url_beats_the_file():
+    url = "postgresql://apid@db/apid"
+    assert load(ETC, "development", {"APID_DATABASE_URL": url}).server.database_url == url
+
+
+def test_relative_sqlite_database_url_from_the_environment_resolves_against_root(config_dir):
+    env = {"APID_DATABASE_URL": "sqlite:///var/other.db"}
+    server = load(config_dir, "development", env).server
+    assert server.database_url == f"sqlite:///{config_dir.parent / 'var' / 'other.db'}"
+
+
+def test_apid_redis_url_beats_the_file(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["redis"] = {"url": "redis://file:6379/0"}
+    write(config_dir, SERVER_FILE, data)
+    env = {"APID_REDIS_URL": "redis://env:6379/1"}
+    assert load(config_dir, "development", env).server.redis_url == "redis://env:6379/1"
+    assert load(config_dir, "development", NO_ENV).server.redis_url == "redis://file:6379/0"
+
+
+def test_redis_absent_means_in_process():
+    assert load(ETC, "development", NO_ENV).server.redis_url is None
+
+
+# --- defaults ----------------------------------------------------------------------------------
+
+
+def test_an_empty_environment_section_takes_the_documented_defaults(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"] = None
+    path = write(config_dir, SERVER_FILE, data)
+    server = load_server(path, "development", config_dir.parent, NO_ENV)
+    assert server.webhook_active is False
+    assert server.api_throttle is False
+    assert server.listen == "tcp:8080:interface=127.0.0.1"
+    assert server.redis_url is None
+    assert server.database_url == f"sqlite:///{config_dir.parent / 'var' / 'apid.db'}"
+
+
+def test_peer_servers_take_the_ping_timeout_unless_they_set_their_own(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["pingTimeout"] = 3
+    data["development"]["servers"] = ["http://a:8080/", {"url": "http://b:8080", "timeout": 0.5}]
+    path = write(config_dir, SERVER_FILE, data)
+    servers = load_server(path, "development", config_dir.parent, NO_ENV).servers
+    assert [(p.url, p.timeout) for p in servers] == [("http://a:8080", 3.0), ("http://b:8080", 0.5)]
+
+
+def test_a_jwt_secret_of_exactly_32_bytes_is_accepted(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["jwt"]["secret"] = "s" * 32
+    path = write(config_dir, SERVER_FILE, data)
+    assert load_server(path, "development", config_dir.parent, NO_ENV).jwt.secret == b"s" * 32
+
+
+def test_api_version_is_reduced_to_major_minor(config_dir):
+    data = repo_yaml(API_FILE)
+    data["api"] = {"version": "2.3.7"}
+    path = write(config_dir, API_FILE, data)
+    assert load_api(path, config_dir.parent).version == "2.3"
+
+
+# --- bad inputs: each names the file and the dotted key ------------------------------------------
+
+
+def test_unknown_top_level_server_key_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["staging"] = {}
+    message = server_error(config_dir, data)
+    assert "staging: unknown key" in message
+
+
+def test_unknown_top_level_api_key_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["procCore"] = 8
+    message = api_error(config_dir, data)
+    assert "procCore: unknown key" in message
+
+
+def test_unknown_key_in_an_environment_section_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["test"]["webhookActiv"] = True
+    message = server_error(config_dir, data, "test")
+    assert "test.webhookActiv: unknown key" in message
+
+
+def test_unknown_nested_key_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["jwt"]["foo"] = 1
+    message = server_error(config_dir, data)
+    assert "development.jwt.foo: unknown key" in message
+
+
+def test_unknown_key_in_another_environment_is_refused_too(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["production"]["mail"]["smtp"]["tls"] = True
+    message = server_error(config_dir, data, "development")
+    assert "production.mail.smtp.tls: unknown key" in message
+
+
+def test_unknown_nested_api_key_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["throttle"]["limit"] = 5
+    message = api_error(config_dir, data)
+    assert "throttle.limit: unknown key" in message
+
+
+def test_string_for_a_boolean_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["webhookActive"] = "false"
+    message = server_error(config_dir, data)
+    assert "development.webhookActive: expected true or false" in message
+
+
+def test_boolean_for_an_integer_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["attempts"] = True
+    message = api_error(config_dir, data)
+    assert "attempts: expected a whole number" in message
+
+
+def test_string_for_a_nested_integer_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["production"]["mail"]["smtp"]["port"] = "587"
+    message = server_error(config_dir, data, "production")
+    assert "production.mail.smtp.port: expected a whole number" in message
+
+
+def test_integer_below_its_minimum_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["procCores"] = 0
+    message = api_error(config_dir, data)
+    assert "procCores: must be at least 1" in message
+
+
+def test_missing_network_roles_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    del data["security"]["networkRoles"]
+    message = api_error(config_dir, data)
+    assert "security.networkRoles: is required" in message
+
+
+def test_missing_security_section_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    del data["security"]
+    message = api_error(config_dir, data)
+    assert "security: is required" in message
+
+
+def test_short_jwt_secret_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["jwt"]["secret"] = "s" * 31
+    message = server_error(config_dir, data)
+    assert "development.jwt.secret: must be at least 32 bytes" in message
+
+
+def test_unknown_environment_is_refused(config_dir):
+    path = config_dir / SERVER_FILE
+    with pytest.raises(ConfigError) as info:
+        load_server(path, "staging", config_dir.parent, NO_ENV)
+    assert str(path) in str(info.value)
+    assert "unknown environment 'staging'" in str(info.value)
+
+
+def test_unknown_environment_from_apid_env_is_refused(config_dir):
+    with pytest.raises(ConfigError, match="unknown environment 'prod'"):
+        load(config_dir, None, {"APID_ENV": "prod"})
+
+
+def test_mail_backend_other_than_file_or_smtp_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["mail"]["backend"] = "sendmail"
+    message = server_error(config_dir, data)
+    assert "development.mail.backend: must be file or smtp" in message
+
+
+def test_rate_limit_role_not_in_network_roles_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["throttle"]["rateLimit"]["ROLE_GHOST"] = 5
+    message = api_error(config_dir, data)
+    assert "throttle.rateLimit.ROLE_GHOST" in message
+    assert "not in security.networkRoles" in message
+
+
+def test_data_limit_role_not_in_network_roles_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["throttle"]["dataLimit"]["ROLE_GHOST"] = 5
+    message = api_error(config_dir, data)
+    assert "throttle.dataLimit.ROLE_GHOST" in message
+
+
+def test_network_role_group_not_in_network_groups_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["security"]["networkRoles"]["internal"] = ["ROLE_ADMIN"]
+    message = api_error(config_dir, data)
+    assert "security.networkRoles.internal" in message
+
+
+def test_user_role_in_no_group_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["security"]["userRole"] = "ROLE_MEMBER"
+    message = api_error(config_dir, data)
+    assert "security.userRole: role 'ROLE_MEMBER' is in no group" in message
+
+
+def test_reserved_uri_without_leading_slash_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["reservedUris"].append("health")
+    message = api_error(config_dir, data)
+    assert f"reservedUris.[{len(data['reservedUris']) - 1}]: must start with /" in message
+
+
+@pytest.mark.parametrize("version", ["1", "x.y", "1.x", "v1.0", "2"])
+def test_api_version_not_major_minor_is_refused(config_dir, version):
+    data = repo_yaml(API_FILE)
+    data["api"] = {"version": version}
+    message = api_error(config_dir, data)
+    assert "api.version: must look like MAJOR.MINOR" in message
+
+
+def test_api_version_with_non_ascii_digits_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["api"] = {"version": "1.²"}
+    message = api_error(config_dir, data)
+    assert "api.version" in message
+
+
+def test_unquoted_api_version_1_10_is_not_silently_served_as_1_1(config_dir):
+    path = config_dir / API_FILE
+    path.write_text(path.read_text(encoding="utf-8") + "\napi:\n  version: 1.10\n", encoding="utf-8")
+    try:
+        version = load_api(path, config_dir.parent).version
+    except ConfigError as exc:
+        assert "api.version" in str(exc)
+    else:
+        assert version == "1.10"
+
+
+def test_servers_not_a_list_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["servers"] = "http://peer:8080"
+    message = server_error(config_dir, data)
+    assert "development.servers: expected a list of peers" in message
+
+
+def test_environment_section_not_a_mapping_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"] = ["listen"]
+    message = server_error(config_dir, data)
+    assert "development: expected a mapping" in message
+
+
+def test_invalid_yaml_is_refused(config_dir):
+    path = config_dir / API_FILE
+    path.write_text("throttle: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_api(path, config_dir.parent)
+    assert str(info.value).startswith(f"{path}: not valid YAML")
+
+
+def test_missing_server_file_is_refused(config_dir):
+    (config_dir / SERVER_FILE).unlink()
+    with pytest.raises(ConfigError) as info:
+        load(config_dir, "development", NO_ENV)
+    assert str(info.value).startswith(f"{config_dir / SERVER_FILE}: cannot read")
+
+
+def test_missing_api_file_is_refused(config_dir):
+    (config_dir / API_FILE).unlink()
+    with pytest.raises(ConfigError) as info:
+        load(config_dir, "development", NO_ENV)
+    assert str(info.value).startswith(f"{config_dir / API_FILE}: cannot read")
+
+
+def test_file_that_is_not_utf8_is_refused_naming_it(config_dir):
+    path = config_dir / API_FILE
+    path.write_bytes(b"attempts: 5\nprocCores: \xff\n")
+    with pytest.raises(ConfigError) as info:
+        load_api(path, config_dir.parent)
+    assert str(path) in str(info.value)

@@ -1,0 +1,367 @@
+"""Strict reading of IO State files (DESIGN 4.2, SPEC "IO State entry")."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from apid.config import API_FILE, SecurityConfig, load_api
+from apid.iostate import IOStateError, check_actions, parse, parse_text, read_dir
+from apid_person import PersonController
+from apid_sample import TeamController
+
+REPO = Path(__file__).resolve().parents[2]
+PERSON_FILE = REPO / "iostate" / "person.json"
+TEAM_FILE = REPO / "tests" / "sample_plugin" / "apid_sample" / "iostate" / "team.json"
+SOURCE = "person.json"
+
+
+@pytest.fixture(scope="module")
+def security() -> SecurityConfig:
+    return load_api(REPO / "etc" / API_FILE, REPO).security
+
+
+@pytest.fixture
+def person() -> dict:
+    """The inner IOSTATE object of the repository's person.json, to change one thing in."""
+    return json.loads(PERSON_FILE.read_text(encoding="utf-8"))["IOSTATE"]
+
+
+@pytest.fixture
+def team() -> dict:
+    return json.loads(TEAM_FILE.read_text(encoding="utf-8"))
+
+
+def refused(document: dict, security: SecurityConfig, *fragments: str) -> str:
+    with pytest.raises(IOStateError) as info:
+        parse(document, SOURCE, security)
+    message = str(info.value)
+    assert message.startswith(f"{SOURCE}: ")
+    for fragment in fragments:
+        assert fragment in message
+    return message
+
+
+# --- the real files -------------------------------------------------------------------------------
+
+
+def test_person_json_parses(security):
+    state = parse_text(PERSON_FILE.read_text(encoding="utf-8"), str(PERSON_FILE), security)
+    assert state.name == "person"
+    assert state.network_group == "public"
+    assert state.source == str(PERSON_FILE)
+    assert set(state.versions["1"].endpoints) == {"create", "show", "list", "update", "delete"}
+
+
+def test_team_json_parses_with_two_versions(security):
+    state = parse_text(TEAM_FILE.read_text(encoding="utf-8"), str(TEAM_FILE), security)
+    assert state.name == "team"
+    assert state.current_stable == "1"
+    assert set(state.versions) == {"1", "2"}
+    assert set(state.versions["2"].endpoints) == {"show"}
+
+
+def test_person_create_fields_of_the_spec(security, person):
+    create = parse(person, SOURCE, security).versions["1"].endpoints["create"]
+    assert create.method == "POST"
+    assert create.request.permit_all == {"username", "password", "email"}
+    assert create.response.permit_all == {"id", "version"}
+
+
+def test_value_types_and_keys_are_read(security, team):
+    values = parse(team, SOURCE, security).values
+    assert values["id"].type.name == "Long"
+    assert values["id"].key == "PKEY"
+    assert (values["leaderId"].key, values["leaderId"].reference) == ("FKEY", "person")
+    assert values["budget"].type.name == "Float"
+
+
+def test_wrapped_and_unwrapped_forms_give_the_same_state(security, person):
+    wrapped = parse({"IOSTATE": person}, SOURCE, security)
+    unwrapped = parse(person, SOURCE, security)
+    assert wrapped == unwrapped
+
+
+def test_currentstable_and_version_blocks(security, team):
+    state = parse(team, SOURCE, security)
+    assert state.current_stable == "1"
+    assert state.versions["1"].default_action == "list"
+    assert state.versions["2"].default_action == "show"
+    assert state.versions["2"].endpoints["show"].api_version == "2"
+    assert state.versions["2"].endpoints["show"].response.permit_all == {"id", "name"}
+
+
+def test_deprecated_is_kept_as_json_text(security, team):
+    team["VERSION"]["1"]["DEPRECATED"] = {"sunset": "2027-01-01"}
+    state = parse(team, SOURCE, security)
+    assert json.loads(state.versions["1"].deprecated) == {"sunset": "2027-01-01"}
+    assert state.versions["2"].deprecated is None
+
+
+def test_numeric_currentstable_names_the_version(security, team):
+    team["CURRENTSTABLE"] = 2
+    assert parse(team, SOURCE, security).current_stable == "2"
+
+
+# --- roles and fields ------------------------------------------------------------------------------
+
+
+def test_permit_all_is_merged_into_each_role_request_fields(security, person):
+    create = parse(person, SOURCE, security).versions["1"].endpoints["create"]
+    assert create.request_fields({"ROLE_ADMIN"}) == {"username", "password", "email", "enabled", "roles"}
+    assert create.request_fields(frozenset()) == {"username", "password", "email"}
+
+
+def test_permit_all_is_merged_into_each_role_response_fields(security, person):
+    show = parse(person, SOURCE, security).versions["1"].endpoints["show"]
+    assert show.response_fields({"ROLE_USER"}) == {"id", "version", "username", "email"}
+    admin = show.response_fields({"ROLE_ADMIN"})
+    assert {"id", "username", "enabled", "roles", "dateCreated"} <= admin
+    assert "password" not in admin
+
+
+def test_default_absent_means_the_network_group_roles(security, team):
+    list_ = parse(team, SOURCE, security).versions["1"].endpoints["list"]
+    assert list_.roles == security.network_roles["public"] == {"ROLE_ADMIN", "ROLE_USER"}
+
+
+def test_granted_is_the_intersection_with_the_endpoint_roles(security, person):
+    create = parse(person, SOURCE, security).versions["1"].endpoints["create"]
+    assert create.granted({"ROLE_USER", "ROLE_ADMIN"}) == {"ROLE_ADMIN"}
+    assert create.granted({"ROLE_USER"}) == frozenset()
+
+
+def test_batch_and_hook_roles_are_read(security, person):
+    endpoints = parse(person, SOURCE, security).versions["1"].endpoints
+    assert endpoints["update"].batch_roles == {"ROLE_ADMIN"}
+    assert endpoints["show"].batch_roles == {"ROLE_ADMIN", "ROLE_USER"}
+    assert endpoints["list"].hook_roles == frozenset()
+
+
+def test_method_is_upper_cased_and_safety_follows(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["METHOD"] = "get"
+    endpoints = parse(person, SOURCE, security).versions["1"].endpoints
+    assert endpoints["show"].method == "GET"
+    assert endpoints["show"].is_safe
+    assert not endpoints["create"].is_safe
+
+
+# --- strict rules: each refusal names file, controller, action and the culprit ---------------------
+
+
+def test_role_not_in_the_network_group_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["ROLES"]["DEFAULT"].append("ROLE_ANONYMOUS")
+    refused(
+        person, security,
+        "controller person", "action show", "ROLES.DEFAULT", "'ROLE_ANONYMOUS'", "networkRoles[public]",
+    )
+
+
+def test_unknown_role_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["create"]["ROLES"]["DEFAULT"] = ["ROLE_GHOST"]
+    refused(person, security, "controller person", "action create", "'ROLE_GHOST'")
+
+
+def test_batch_role_outside_the_endpoint_roles_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["create"]["ROLES"]["BATCH"] = ["ROLE_ADMIN", "ROLE_USER"]
+    refused(
+        person, security,
+        "controller person", "action create", "ROLES.BATCH", "'ROLE_USER'", "the endpoint's roles",
+    )
+
+
+def test_hook_role_outside_the_endpoint_roles_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["delete"]["ROLES"]["HOOK"] = ["ROLE_USER"]
+    refused(person, security, "controller person", "action delete", "ROLES.HOOK", "'ROLE_USER'")
+
+
+def test_request_field_not_in_values_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["create"]["REQUEST"]["permitAll"].append("nickname")
+    refused(
+        person, security,
+        "controller person", "action create", "REQUEST permitAll", "'nickname'", "not defined in VALUES",
+    )
+
+
+def test_response_field_not_in_values_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["RESPONSE"]["ROLE_ADMIN"].append("salary")
+    refused(person, security, "action show", "RESPONSE ROLE_ADMIN", "'salary'")
+
+
+def test_request_role_the_endpoint_does_not_admit_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["create"]["REQUEST"]["ROLE_USER"] = ["enabled"]
+    refused(
+        person, security,
+        "controller person", "action create", "REQUEST ROLE_USER", "'ROLE_USER' may not call this endpoint",
+    )
+
+
+def test_response_role_the_endpoint_does_not_admit_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["list"]["RESPONSE"]["ROLE_USER"] = ["id"]
+    refused(person, security, "action list", "RESPONSE ROLE_USER", "'ROLE_USER'")
+
+
+@pytest.mark.parametrize("method", ["PATCH", "HEAD", "OPTIONS"])
+def test_method_other_than_get_post_put_delete_is_refused(security, person, method):
+    person["VERSION"]["1"]["URI"]["update"]["METHOD"] = method
+    refused(person, security, "controller person", "action update", "METHOD must be one of", repr(method))
+
+
+def test_missing_method_is_refused(security, person):
+    del person["VERSION"]["1"]["URI"]["update"]["METHOD"]
+    refused(person, security, "action update", "METHOD must be a non-empty string")
+
+
+def test_unknown_network_group_is_refused(security, person):
+    person["NETWORKGRP"] = "intranet"
+    refused(person, security, "controller person", "NETWORKGRP 'intranet'", "open, public, private")
+
+
+def test_unknown_values_type_is_refused(security, person):
+    person["VALUES"]["email"]["type"] = "Emial"
+    refused(person, security, "controller person", "field email", "unknown type 'Emial'")
+
+
+def test_fkey_without_reference_is_refused(security, team):
+    del team["VALUES"]["leaderId"]["reference"]
+    refused(team, security, "controller team", "field leaderId", "FKEY field needs a reference")
+
+
+def test_reference_without_fkey_is_refused(security, team):
+    team["VALUES"]["name"]["reference"] = "person"
+    refused(team, security, "field name", "reference is only allowed with key FKEY")
+
+
+def test_unknown_key_kind_is_refused(security, person):
+    person["VALUES"]["id"]["key"] = "PRIMARY"
+    refused(person, security, "field id", "key must be one of PKEY, FKEY, INDEX", "'PRIMARY'")
+
+
+def test_currentstable_not_in_version_is_refused(security, team):
+    team["CURRENTSTABLE"] = "3"
+    refused(team, security, "controller team", "CURRENTSTABLE '3' is not a key of VERSION")
+
+
+def test_empty_version_is_refused(security, team):
+    team["VERSION"] = {}
+    refused(team, security, "controller team", "VERSION must hold at least one API version")
+
+
+def test_defaultaction_not_an_action_is_refused(security, team):
+    team["VERSION"]["2"]["DEFAULTACTION"] = "list"
+    refused(team, security, "controller team", "version 2", "DEFAULTACTION 'list' is not an action")
+
+
+def test_defaultaction_that_is_not_a_string_is_refused(security, team):
+    team["VERSION"]["1"]["DEFAULTACTION"] = ["list"]
+    refused(team, security, "controller team", "version 1", "DEFAULTACTION")
+
+
+def test_unknown_top_level_member_is_refused(security, person):
+    person["NETWORKGROUP"] = "public"
+    refused(person, security, "unknown members ['NETWORKGROUP']")
+
+
+def test_unknown_member_beside_iostate_is_refused(security, person):
+    refused({"IOSTATE": person, "EXTRA": 1}, security, "unknown members ['EXTRA', 'IOSTATE']")
+
+
+def test_unknown_version_block_member_is_refused(security, team):
+    team["VERSION"]["1"]["DEFAULT_ACTION"] = "list"
+    refused(team, security, "version 1", "unknown members ['DEFAULT_ACTION']")
+
+
+def test_unknown_action_member_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["RESPONSES"] = {}
+    refused(person, security, "controller person", "action show", "unknown members ['RESPONSES']")
+
+
+def test_unknown_roles_member_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["ROLES"]["ADMIN"] = ["ROLE_ADMIN"]
+    refused(person, security, "action show", "ROLES has unknown members ['ADMIN']")
+
+
+def test_unknown_values_entry_member_is_refused(security, person):
+    person["VALUES"]["email"]["required"] = True
+    refused(person, security, "field email", "unknown members ['required']")
+
+
+def test_field_list_that_is_not_a_list_of_strings_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["REQUEST"]["permitAll"] = "id"
+    refused(person, security, "action show", "REQUEST permitAll", "must be a list of strings")
+
+
+def test_document_that_is_not_an_object_is_refused(security):
+    with pytest.raises(IOStateError, match=r"^person\.json: an IO State file must be a JSON object"):
+        parse([], SOURCE, security)
+
+
+def test_invalid_json_is_refused(security):
+    with pytest.raises(IOStateError, match=r"^broken\.json: not valid JSON"):
+        parse_text('{"NAME": "person",', "broken.json", security)
+
+
+def test_one_bad_rule_refuses_the_whole_file(security, person):
+    person["VERSION"]["2"] = copy.deepcopy(person["VERSION"]["1"])
+    person["VERSION"]["2"]["URI"]["list"]["METHOD"] = "PATCH"
+    refused(person, security, "version 2", "action list", "'PATCH'")
+
+
+# --- read_dir and check_actions ------------------------------------------------------------------
+
+
+def test_read_dir_keys_states_by_name(security, tmp_path):
+    (tmp_path / "a.json").write_text(PERSON_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "b.json").write_text(TEAM_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "notes.txt").write_text("not an IO State file", encoding="utf-8")
+    states = read_dir(tmp_path, security)
+    assert set(states) == {"person", "team"}
+    assert states["team"].source == str(tmp_path / "b.json")
+
+
+def test_read_dir_of_a_missing_folder_is_empty(security, tmp_path):
+    assert read_dir(tmp_path / "absent", security) == {}
+
+
+def test_read_dir_refuses_two_files_with_the_same_name(security, tmp_path):
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(TEAM_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(IOStateError) as info:
+        read_dir(tmp_path, security)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'b.json'}: controller team")
+    assert f"also defined in {tmp_path / 'a.json'}" in message
+
+
+def test_read_dir_refuses_a_bad_file_naming_it(security, tmp_path):
+    (tmp_path / "team.json").write_text('{"NAME": ', encoding="utf-8")
+    with pytest.raises(IOStateError, match="^" + re.escape(f"{tmp_path / 'team.json'}: not valid JSON")):
+        read_dir(tmp_path, security)
+
+
+def test_read_dir_refuses_a_file_that_is_not_utf8_naming_it(security, tmp_path):
+    (tmp_path / "team.json").write_bytes(b'{"NAME": "\xff"}')
+    with pytest.raises(IOStateError, match="team.json"):
+        read_dir(tmp_path, security)
+
+
+def test_check_actions_accepts_the_real_controllers(security):
+    person = parse_text(PERSON_FILE.read_text(encoding="utf-8"), str(PERSON_FILE), security)
+    team = parse_text(TEAM_FILE.read_text(encoding="utf-8"), str(TEAM_FILE), security)
+    check_actions(person, PersonController.actions(), "apid-person")
+    check_actions(team, TeamController.actions(), "apid-sample")
+
+
+def test_check_actions_refuses_an_action_the_controller_does_not_implement(security, team):
+    team["VERSION"]["2"]["URI"]["archive"] = {"METHOD": "POST"}
+    state = parse(team, "team.json", security)
+    with pytest.raises(IOStateError) as info:
+        check_actions(state, TeamController.actions(), "apid-sample")
+    message = str(info.value)
+    assert message.startswith("team.json: controller team, version 2, action archive")
+    assert "apid-sample" in message
+    assert "create, list, show" in message
