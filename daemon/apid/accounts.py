@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 
 from apid.auth.passwords import Passwords
 from apid.problems import Conflict, InvalidFields, NotFound
+from apid.store.coalesce import Coalescer
 from apid.store.database import Database
 from apid.store.tables import person, person_role, role
 
@@ -48,8 +50,8 @@ class Account:
     account_expired: bool
     password_expired: bool
     roles: frozenset[str]
-    date_created: datetime
-    last_updated: datetime
+    date_created: str  # ISO 8601, formatted once where the row is read
+    last_updated: str
 
     @property
     def may_log_in(self) -> bool:
@@ -66,8 +68,8 @@ class Account:
             "accountExpired": self.account_expired,
             "passwordExpired": self.password_expired,
             "roles": sorted(self.roles),
-            "dateCreated": _iso(self.date_created),
-            "lastUpdated": _iso(self.last_updated),
+            "dateCreated": self.date_created,
+            "lastUpdated": self.last_updated,
         }
 
 
@@ -99,12 +101,17 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Built once: SQLAlchemy then reuses their compiled form instead of rebuilding them per call.
+_PEOPLE_BY_ID = select(person).where(person.c.id.in_(bindparam("ids", expanding=True)))
+_ROLES_BY_PERSON = (
+    select(person_role.c.person_id, role.c.authority)
+    .join(role, role.c.id == person_role.c.role_id)
+    .where(person_role.c.person_id.in_(bindparam("ids", expanding=True)))
+)
+
+
 def _roles_of(connection: Connection, ids: list[int]) -> dict[int, frozenset[str]]:
-    rows = connection.execute(
-        select(person_role.c.person_id, role.c.authority)
-        .join(role, role.c.id == person_role.c.role_id)
-        .where(person_role.c.person_id.in_(ids))
-    )
+    rows = connection.execute(_ROLES_BY_PERSON, {"ids": ids})
     found: dict[int, set[str]] = {i: set() for i in ids}
     for person_id, authority in rows:
         found[person_id].add(authority)
@@ -124,8 +131,8 @@ def _accounts(connection: Connection, rows: list[Any]) -> list[Account]:
             account_expired=row.account_expired,
             password_expired=row.password_expired,
             roles=roles[row.id],
-            date_created=row.date_created,
-            last_updated=row.last_updated,
+            date_created=_iso(row.date_created),
+            last_updated=_iso(row.last_updated),
         )
         for row in rows
     ]
@@ -153,8 +160,12 @@ def _taken(connection: Connection, username: str | None, email: str | None, othe
 
 
 def get_account(connection: Connection, account_id: int) -> Account | None:
-    rows = connection.execute(select(person).where(person.c.id == account_id)).all()
-    return _accounts(connection, rows)[0] if rows else None
+    return get_accounts(connection, [account_id]).get(account_id)
+
+
+def get_accounts(connection: Connection, account_ids: list[int]) -> dict[int, Account]:
+    rows = connection.execute(_PEOPLE_BY_ID, {"ids": account_ids}).all()
+    return {account.id: account for account in _accounts(connection, rows)}
 
 
 def find_login(connection: Connection, username: str) -> tuple[Account, str] | None:
@@ -229,14 +240,16 @@ def delete_account(connection: Connection, account_id: int) -> bool:
 class Accounts:
     """The accounts service controllers use: every call runs off the reactor thread."""
 
-    def __init__(self, db: Database, passwords: Passwords) -> None:
+    def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords) -> None:
         self._db = db
         self._passwords = passwords
+        self._by_id: Coalescer[int, Account] = Coalescer(reactor, lambda ids: db.read(get_accounts, ids))
 
     check = staticmethod(check_credentials)
 
     def get(self, account_id: int) -> Deferred[Account | None]:
-        return self._db.read(get_account, account_id)
+        """One account; gets made together are served by one query."""
+        return self._by_id.get(account_id)
 
     def list(self, offset: int, limit: int) -> Deferred[list[Account]]:
         return self._db.read(list_accounts, offset, limit)

@@ -35,20 +35,6 @@ API_RULES = (
 )
 
 
-class InFlight:
-    """Counts requests being answered, so shutdown can wait for them to finish."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def track(self, request: Request) -> None:
-        self.count += 1
-        request.notifyFinish().addBoth(self._done)
-
-    def _done(self, _: Any) -> None:
-        self.count -= 1
-
-
 class Application:
     def __init__(
         self,
@@ -62,7 +48,6 @@ class Application:
         public_routes: Iterable[PublicRoute],
     ) -> None:
         self.version = version
-        self.in_flight = InFlight()
         self._reserved = reserved_uris
         self._tokens = tokens
         self._pipeline = pipeline
@@ -100,7 +85,6 @@ class Application:
         path = route.path.rstrip("/") or "/"
 
         async def handle(request: Request, **_: Any) -> bytes:
-            self.in_flight.track(request)
             principal = None if path in self._reserved else self.authenticate(request)
             return await route.handler(request, principal)
 
@@ -108,7 +92,6 @@ class Application:
 
     async def _api(self, request: Request, prefix: str, controller: str,
                    action: str | None = None, id: str | None = None) -> bytes:
-        self.in_flight.track(request)
         target = parse_target(self.version, prefix, controller, action, id)
         principal = self.authenticate(request)
         body = read_json_body(request)

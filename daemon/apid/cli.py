@@ -108,10 +108,16 @@ def cmd_iostate_check(args: argparse.Namespace) -> int:
 
 
 def cmd_routes(args: argparse.Namespace) -> int:
-    from apid.plugins import dump_routes, load_all
+    from apid.iostate import IOStateError
+    from apid.plugins import PluginError, dump_routes, load_all
 
     config = _load(args)
-    for line in dump_routes(load_all(config.api.iostate_dir, config.api.security).rules, config.api.version):
+    try:
+        rules = load_all(config.api.iostate_dir, config.api.security).rules
+    except (IOStateError, PluginError) as exc:
+        print(f"apid: {exc}", file=sys.stderr)
+        return 1
+    for line in dump_routes(rules, config.api.version):
         print(line)
     return 0
 

@@ -130,7 +130,8 @@ class _Node:
         return ConfigError(f"{self.file}: {self.path or '(top level)'}: {message}")
 
     def child(self, key: str, value: Any) -> _Node:
-        return _Node(value, self.file, f"{self.path}.{key}" if self.path else key)
+        joined = f"{self.path}{key}" if key.startswith("[") else f"{self.path}.{key}" if self.path else key
+        return _Node(value, self.file, joined)
 
     def mapping(self, allowed: tuple[str, ...] | None = None) -> dict[str, _Node]:
         if self.value is None:
@@ -196,6 +197,11 @@ def _require(section: dict[str, _Node], owner: _Node, key: str, read: Callable[[
     if node is None:
         raise owner.child(key, None).fail("is required")
     return read(node)
+
+
+def _overridden(env: Mapping[str, str], name: str, value: T) -> T | str:
+    """The environment variable if set (and not empty), else the file's already-checked value."""
+    return env.get(name) or value
 
 
 def _path(root: Path, value: str) -> Path:
@@ -309,16 +315,15 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
         environment=environment,
         webhook_active=_get(section, "webhookActive", _Node.boolean, False),
         api_throttle=_get(section, "apiThrottle", _Node.boolean, False),
-        listen=env.get("APID_LISTEN") or _get(section, "listen", _Node.string, "tcp:8080:interface=127.0.0.1"),
+        listen=_overridden(env, "APID_LISTEN", _get(section, "listen", _Node.string, "tcp:8080:interface=127.0.0.1")),
         base_url=base_url,
         home_url=_get(section, "homeUrl", _Node.string, base_url + "/"),
         database_url=_sqlite_url(
-            root,
-            env.get("APID_DATABASE_URL") or _get(database, "url", _Node.string, "sqlite:///var/apid.db"),
+            root, _overridden(env, "APID_DATABASE_URL", _get(database, "url", _Node.string, "sqlite:///var/apid.db"))
         ),
         database_pool_size=_get(database, "poolSize", lambda n: n.integer(minimum=1), 4),
         migrate_on_start=_get(database, "migrate", _Node.boolean, True),
-        redis_url=env.get("APID_REDIS_URL") or _get(redis, "url", _Node.string, None),
+        redis_url=_overridden(env, "APID_REDIS_URL", _get(redis, "url", _Node.string, None)),
         mail=_mail(section.get("mail"), root),
         jwt=_jwt(section.get("jwt"), root),
         servers=tuple(
@@ -410,7 +415,7 @@ def load_api(path: Path, root: Path) -> ApiConfig:
             expires=_get(throttle, "expires", lambda n: n.integer(minimum=1), 3600),
         ),
         attempts=_get(section, "attempts", lambda n: n.integer(minimum=1), 5),
-        proc_cores=_get(section, "procCores", lambda n: n.integer(minimum=1), 1),
+        proc_cores=_get(section, "procCores", lambda n: n.integer(minimum=1), 8),
         iostate_dir=_path(root, _get(section, "iostateDir", _Node.string, "iostate")),
         batch_limit=_get(section, "batchLimit", lambda n: n.integer(minimum=1), 100),
         chain_limit=_get(section, "chainLimit", lambda n: n.integer(minimum=2), 10),
@@ -428,9 +433,9 @@ def load(
 ) -> Config:
     """Read both files; the command line beats the environment, which beats the files."""
     env = os.environ if env is None else env
-    config_dir = (config_dir or Path(env.get("APID_CONFIG_DIR", "etc"))).resolve()
+    config_dir = (config_dir or Path(env.get("APID_CONFIG_DIR") or "etc")).resolve()
     root = config_dir.parent
-    environment = environment or env.get("APID_ENV", "development")
+    environment = environment or env.get("APID_ENV") or "development"
     return Config(
         server=load_server(config_dir / SERVER_FILE, environment, root, env),
         api=load_api(config_dir / API_FILE, root),

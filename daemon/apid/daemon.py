@@ -62,7 +62,7 @@ def notify_systemd(message: str) -> None:
 @dataclass
 class Running:
     port: IListeningPort
-    application: Application
+    site: ApidSite
     db: Database
     passwords: Passwords
 
@@ -87,7 +87,7 @@ async def start(reactor, config: Config) -> Running:
 
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
-    accounts = Accounts(db, passwords)
+    accounts = Accounts(reactor, db, passwords)
     services = Services(db=db, accounts=accounts, security=api.security)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
@@ -110,7 +110,7 @@ async def start(reactor, config: Config) -> Running:
         db.stop()
         passwords.stop()
         raise
-    return Running(port=port, application=application, db=db, passwords=passwords)
+    return Running(port=port, site=site, db=db, passwords=passwords)
 
 
 async def stop(reactor, running: Running) -> None:
@@ -118,7 +118,7 @@ async def stop(reactor, running: Running) -> None:
     notify_systemd("STOPPING=1")
     await running.port.stopListening()
     deadline = reactor.seconds() + DRAIN_SECONDS
-    while running.application.in_flight.count and reactor.seconds() < deadline:
+    while running.site.in_flight.count and reactor.seconds() < deadline:
         await deferLater(reactor, 0.05, lambda: None)
     running.db.stop()
     running.passwords.stop()

@@ -10,11 +10,15 @@ from __future__ import annotations
 import io
 import json
 from datetime import date, datetime
+from http import HTTPStatus
 from typing import Any
+
+from urllib.parse import unquote_to_bytes
 
 from twisted.logger import Logger
 from twisted.web.http import Request
-from twisted.web.server import Site
+from twisted.web.resource import IResource, Resource
+from twisted.web.server import Request as SiteRequest, Site
 
 from apid.problems import MEDIA_TYPE, BadRequest, PayloadTooLarge, Problem, UnsupportedMediaType
 
@@ -33,18 +37,23 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _status(request: Request, status: int) -> None:
+    """Set the status with its reason phrase (twisted.web knows none for 422, 429 and others)."""
+    request.setResponseCode(status, HTTPStatus(status).phrase.encode("ascii"))
+
+
 def write_json(request: Request, value: Any, status: int = 200) -> bytes:
-    request.setResponseCode(status)
+    _status(request, status)
     request.setHeader(b"Content-Type", b"application/json")
     return dumps(value)
 
 
 def write_problem(request: Request, problem: Problem) -> bytes:
-    request.setResponseCode(problem.status)
+    _status(request, problem.status)
     request.setHeader(b"Content-Type", MEDIA_TYPE.encode())
     for name, value in problem.headers.items():
         request.setHeader(name.encode(), value.encode())
-    return dumps(problem.to_dict(instance=request.path.decode("utf-8", "replace")))
+    return dumps(problem.to_dict(instance=unquote_to_bytes(request.path).decode("utf-8", "replace")))
 
 
 class BoundedBody(io.BytesIO):
@@ -62,16 +71,56 @@ class BoundedBody(io.BytesIO):
         return super().write(data)
 
 
+class InFlight:
+    """Counts requests from the moment their headers arrive until their answer is sent, so
+    shutdown waits for a request whose body is still arriving too."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def track(self, request: Request) -> None:
+        self.count += 1
+        request.notifyFinish().addBoth(self._done)
+
+    def _done(self, _: Any) -> None:
+        self.count -= 1
+
+
+class ApidRequest(SiteRequest):
+    def gotLength(self, length: int | None) -> None:
+        super().gotLength(length)
+        self.channel.site.in_flight.track(self)
+
+
+class Utf8Paths(Resource):
+    """Answers a path that is not UTF-8 with a problem (Klein would answer an HTML page)."""
+
+    isLeaf = True
+
+    def __init__(self, inner: IResource) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def render(self, request: Request) -> bytes:
+        try:
+            unquote_to_bytes(request.path).decode("utf-8")
+        except UnicodeDecodeError:
+            return write_problem(request, BadRequest("the request path is not valid UTF-8"))
+        return self._inner.render(request)
+
+
 class ApidSite(Site):
-    """A Site with bounded request bodies and a structured access log."""
+    """A Site with bounded request bodies, in-flight counting and a structured access log."""
 
     displayTracebacks = False
     noisy = False
+    requestFactory = ApidRequest
 
-    def __init__(self, resource: Any, max_body_bytes: int, access_log_enabled: bool = True) -> None:
-        super().__init__(resource)
+    def __init__(self, resource: IResource, max_body_bytes: int, access_log_enabled: bool = True) -> None:
+        super().__init__(Utf8Paths(resource))
         self.max_body_bytes = max_body_bytes
         self.access_log_enabled = access_log_enabled
+        self.in_flight = InFlight()
 
     def getContentFile(self, length: int | None) -> BoundedBody:
         body = BoundedBody(self.max_body_bytes)

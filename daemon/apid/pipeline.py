@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
 from apid.auth.tokens import Principal
@@ -77,6 +77,9 @@ def resolve(rules: RuleSet, request: CallRequest) -> tuple[ControllerState, Endp
 
 
 def check_method(endpoint: Endpoint, method: str | None) -> None:
+    """The request's method must be the endpoint's; HEAD is GET without the body."""
+    if method == "HEAD" and endpoint.method == "GET":
+        return
     if method is not None and method != endpoint.method:
         raise MethodNotAllowed(
             f"{endpoint.path} is called with {endpoint.method}, not {method}", allow=[endpoint.method]
@@ -174,19 +177,14 @@ class Pipeline:
             roles=granted,
             is_superuser=self._superuser_role in granted,
         )
-        output = await self._invoke(endpoint, Call(endpoint=endpoint, fields=fields, caller=caller))
-        return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))
-
-    async def _invoke(self, endpoint: Endpoint, call: Call) -> Any:
-        controller = self._controllers[endpoint.controller]
+        call = Call(endpoint=endpoint, fields=fields, caller=caller)
         try:
-            output = getattr(controller, endpoint.action)(call)
+            output = getattr(self._controllers[endpoint.controller], endpoint.action)(call)
             if isinstance(output, Deferred) or inspect.isawaitable(output):
                 output = await output
-            return output
-        except Problem:
+        except (Problem, CancelledError):
             raise
         except Exception:
             log.failure("controller {endpoint} raised", endpoint=endpoint.path)
             raise InternalError(f"{endpoint.path} failed; the error was logged") from None
-
+        return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))

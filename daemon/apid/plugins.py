@@ -124,6 +124,13 @@ def bind(
             state = parse_text(text, source, security)
         check_actions(state, controller.cls.actions(), controller.plugin.label)
         states[name] = state
+    for state in states.values():
+        for spec in state.values.values():
+            if spec.reference is not None and spec.reference not in states:
+                raise IOStateError(
+                    f"{state.source}: controller {state.name}, field {spec.name}: FKEY reference "
+                    f"{spec.reference!r} is not an installed controller"
+                )
     return Bound(rules=RuleSet(controllers=states), controllers=controllers)
 
 

@@ -45,7 +45,7 @@ class PersonController(Controller):
             fields["email"],
             fields["password"],
             self._known_roles(call) or [self.services.security.user_role],
-            enabled=fields.get("enabled", True),
+            enabled=fields.get("enabled") is not False,
         )
         return account.to_dict()
 
@@ -59,8 +59,10 @@ class PersonController(Controller):
 
     @action
     async def list(self, call: Call) -> list[dict[str, Any]]:
-        offset = call.fields.get("offset") or 0
-        limit = call.fields.get("max") or PAGE_SIZE
+        offset = call.fields.get("offset")
+        limit = call.fields.get("max")
+        offset = 0 if offset is None else offset
+        limit = PAGE_SIZE if limit is None else limit
         if offset < 0 or not 1 <= limit <= MAX_PAGE_SIZE:
             raise InvalidFields([{"field": "max", "reason": f"max must be 1 to {MAX_PAGE_SIZE}, offset at least 0"}])
         return [account.to_dict() for account in await self.services.accounts.list(offset, limit)]

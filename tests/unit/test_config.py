@@ -354,7 +354,7 @@ def test_reserved_uri_without_leading_slash_is_refused(config_dir):
     data = repo_yaml(API_FILE)
     data["reservedUris"].append("health")
     message = api_error(config_dir, data)
-    assert f"reservedUris.[{len(data['reservedUris']) - 1}]: must start with /" in message
+    assert f"reservedUris[{len(data['reservedUris']) - 1}]: must start with /" in message
 
 
 @pytest.mark.parametrize("version", ["1", "x.y", "1.x", "v1.0", "2"])

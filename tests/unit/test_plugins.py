@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -72,6 +73,12 @@ class Lonely(Controller):
 
 def loaded_team() -> list[LoadedController]:
     return load([found("team", "apid_sample:TeamController", "apid-sample-plugin")])
+
+
+def loaded_team_and_person(iostate_dir: Path) -> list[LoadedController]:
+    """Team's leaderId is an FKEY to person, so binding team needs person beside it."""
+    shutil.copy(ROOT / "iostate" / "person.json", iostate_dir / "person.json")
+    return loaded_team() + load([found("person", "apid_person:PersonController", "apid")])
 
 
 def write_state(directory: Path, filename: str, document: dict) -> Path:
@@ -160,7 +167,7 @@ def test_load_refuses_two_plugins_providing_the_same_controller():
 
 
 def test_bind_uses_the_io_state_shipped_in_the_plugin_package(tmp_path):
-    bound = bind(loaded_team(), tmp_path, SECURITY)
+    bound = bind(loaded_team_and_person(tmp_path), tmp_path, SECURITY)
     team = bound.rules.controller("team")
     assert team.source == "apid_sample:iostate/team.json"
     assert set(team.versions) == {"1", "2"}
@@ -171,10 +178,15 @@ def test_bind_lets_a_same_name_file_in_the_iostate_dir_override_the_shipped_one(
     document = dict(TEAM_JSON, VERSION={"2": TEAM_JSON["VERSION"]["2"]}, CURRENTSTABLE="2")
     path = write_state(tmp_path, "my-teams.json", document)
 
-    team = bind(loaded_team(), tmp_path, SECURITY).rules.controller("team")
+    team = bind(loaded_team_and_person(tmp_path), tmp_path, SECURITY).rules.controller("team")
 
     assert team.source == str(path)
     assert set(team.versions) == {"2"}
+
+
+def test_bind_refuses_an_fkey_reference_to_a_controller_that_is_not_installed(tmp_path):
+    with pytest.raises(IOStateError, match="field leaderId: FKEY reference 'person' is not an installed controller"):
+        bind(loaded_team(), tmp_path, SECURITY)
 
 
 def test_bind_refuses_a_file_in_the_iostate_dir_with_no_controller(tmp_path):

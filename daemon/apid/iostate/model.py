@@ -7,7 +7,7 @@ request sees one consistent set of rules from start to end.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apid.iostate.types import ValueType
 
@@ -26,16 +26,23 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class RoleFields:
-    """REQUEST or RESPONSE: the fields every role gets (`permitAll`) plus each role's own."""
+    """REQUEST or RESPONSE: the fields every role gets (`permitAll`) plus each role's own.
+
+    Every call asks this with the caller's granted roles; the few distinct role sets are
+    worked out once each and remembered.
+    """
 
     permit_all: frozenset[str]
     by_role: Mapping[str, frozenset[str]]
+    _known: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def for_roles(self, roles: Iterable[str]) -> frozenset[str]:
-        fields = set(self.permit_all)
-        for role in roles:
-            fields |= self.by_role.get(role, frozenset())
-        return frozenset(fields)
+        roles = roles if isinstance(roles, frozenset) else frozenset(roles)
+        fields = self._known.get(roles)
+        if fields is None:
+            fields = self.permit_all.union(*(self.by_role.get(role, frozenset()) for role in roles))
+            self._known[roles] = fields
+        return fields
 
 
 @dataclass(frozen=True)

@@ -35,3 +35,17 @@ class TeamController(Controller):
     @action
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return list(self._teams.values())
+
+    @action
+    def byLeader(self, call: Call) -> dict[str, Any]:
+        call.require("id")
+        for team in self._teams.values():
+            if team["leaderId"] == call.fields["id"]:
+                return team
+        raise NotFound(f"person {call.fields['id']} leads no team")
+
+    @action
+    def summary(self, call: Call) -> dict[str, Any]:
+        team = self.show(call)
+        return {"id": team["id"], "name": team["name"], "leaderId": team["leaderId"],
+                "led": sum(1 for t in self._teams.values() if t["leaderId"] == team["leaderId"])}

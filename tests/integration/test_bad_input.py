@@ -1,0 +1,559 @@
+"""Bad input through the running daemon: every error is an RFC 9457 problem with the right
+status, and nothing stored changes (checked by listing every account before and after).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import sqlite3
+import time
+import uuid
+
+import jwt
+import pytest
+
+from harness import ADMIN, USER, Daemon, Deployment
+
+V = "/v0.1"
+PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance"}
+
+
+def assert_problem(reply, status: int, instance: str | None = None) -> dict:
+    """An RFC 9457 problem: its media type, the five members, status in body and line agree."""
+    assert reply.status == status, reply.body
+    assert reply.content_type.split(";")[0].strip() == "application/problem+json", reply.content_type
+    assert not reply.body.lstrip().startswith(b"<"), reply.body
+    body = reply.json
+    assert isinstance(body, dict)
+    assert PROBLEM_MEMBERS <= body.keys(), body
+    assert body["status"] == status
+    for member in ("type", "title", "detail", "instance"):
+        assert isinstance(body[member], str) and body[member], (member, body)
+    if instance is not None:
+        assert body["instance"] == instance
+    return body
+
+
+def error_fields(body: dict) -> set[str]:
+    assert isinstance(body.get("errors"), list) and body["errors"], body
+    return {error["field"] for error in body["errors"]}
+
+
+def everyone(daemon, admin_token) -> list[dict]:
+    reply = daemon.request("GET", f"{V}/person/list?max=100", token=admin_token)
+    assert reply.status == 200, reply.body
+    return reply.json
+
+
+@pytest.fixture
+def unchanged(daemon, admin_token):
+    """Asserts after the test that no account was created, changed or deleted."""
+    before = everyone(daemon, admin_token)
+    yield
+    assert everyone(daemon, admin_token) == before
+
+
+def secret_of(deployment: Deployment) -> bytes:
+    return (deployment.root / "var" / "jwt.secret").read_text(encoding="utf-8").strip().encode()
+
+
+def forge(deployment: Deployment, key: bytes | None = None, algorithm: str = "HS256",
+          header: dict | None = None, drop: tuple[str, ...] = (), **claims) -> str:
+    """A token with chosen claims, signed with the deployment's secret unless told otherwise."""
+    now = int(time.time())
+    payload = {
+        "iss": "apid", "aud": "apid", "sub": "1", "name": ADMIN[0], "roles": ["ROLE_ADMIN"],
+        "iat": now, "exp": now + 600, "jti": uuid.uuid4().hex, **claims,
+    }
+    for name in drop:
+        payload.pop(name)
+    return jwt.encode(payload, secret_of(deployment) if key is None else key, algorithm=algorithm,
+                      headers={"typ": "at+jwt", **(header or {})})
+
+
+# --- sanity: the forging helper makes tokens the daemon accepts, so the 401s below mean something
+
+
+def test_a_forged_token_with_the_deployment_secret_is_accepted(daemon, deployment):
+    reply = daemon.request("GET", f"{V}/person/show/1", token=forge(deployment))
+    assert reply.status == 200, reply.body
+    assert reply.json["username"] == ADMIN[0]
+
+
+# --- bodies -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, content_type, status",
+    [
+        (b'{"email": "x@example.com"', "application/json", 400),
+        (b'{"email": }', "application/json", 400),
+        (b"\xff\xfe{}", "application/json", 400),
+        (b"email=x@example.com", "text/plain", 415),
+        (b"email=x@example.com", "application/x-www-form-urlencoded", 415),
+        (b'{"email": "x@example.com"}', None, 415),
+        (b'[{"email": "x@example.com"}]', "application/json", 400),
+        (b'"x@example.com"', "application/json", 400),
+        (b"42", "application/json", 400),
+    ],
+    ids=["truncated", "syntax", "not-utf8", "text-plain", "form", "no-content-type", "array", "string", "number"],
+)
+def test_a_body_that_is_not_a_json_object_changes_nothing(daemon, admin_token, user_id, unchanged,
+                                                          raw, content_type, status):
+    headers = {"Content-Type": content_type} if content_type else {}
+    path = f"{V}/person/update/{user_id}"
+    reply = daemon.request("PUT", path, token=admin_token, body=raw, headers=headers)
+    assert_problem(reply, status, instance=path)
+
+
+def test_a_bad_body_on_create_creates_nothing(daemon, admin_token, unchanged):
+    reply = daemon.request("POST", f"{V}/person/create", token=admin_token,
+                           body=b'{"username": "half", "password": "half-password", ', headers={"Content-Type": "application/json"})
+    assert_problem(reply, 400, instance=f"{V}/person/create")
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(daemon, admin_token, constant):
+    before = daemon.request("GET", f"{V}/team/list", token=admin_token).json
+    body = ('{"name": "Nan", "leaderId": 1, "budget": %s}' % constant).encode()
+    reply = daemon.request("POST", f"{V}/team/create", token=admin_token, body=body,
+                           headers={"Content-Type": "application/json"})
+    assert_problem(reply, 400)
+    assert daemon.request("GET", f"{V}/team/list", token=admin_token).json == before
+
+
+# --- fields -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("roles", ["ROLE_ADMIN"]),
+    ("username", "alice2"),
+    ("enabled", False),
+    ("accountLocked", False),
+])
+def test_a_field_the_role_may_not_send_is_400_naming_it(daemon, admin_token, user_token, user_id, unchanged,
+                                                        field, value):
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", {field: value, "email": "escalate@example.com"},
+                           token=user_token)
+    body = assert_problem(reply, 400)
+    assert field in error_fields(body)
+    assert field in body["detail"]
+
+
+def test_a_field_unknown_to_the_controller_is_400_naming_it(daemon, admin_token, unchanged):
+    reply = daemon.request(
+        "POST", f"{V}/person/create",
+        {"username": "nick", "password": "nick-password-1", "email": "nick@example.com", "nickname": "Nick"},
+        token=admin_token,
+    )
+    assert "nickname" in error_fields(assert_problem(reply, 400))
+
+
+def test_a_field_the_endpoint_does_not_take_is_400_naming_it(daemon, admin_token, user_id, unchanged):
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", {"dateCreated": "2020-01-01"}, token=admin_token)
+    assert "dateCreated" in error_fields(assert_problem(reply, 400))
+
+
+def test_an_unknown_query_field_is_400_naming_it(daemon, admin_token):
+    reply = daemon.request("GET", f"{V}/person/show/1?debug=1", token=admin_token)
+    assert "debug" in error_fields(assert_problem(reply, 400))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("enabled", "yes"),
+    ("enabled", 1),
+    ("email", "not-an-email"),
+    ("email", 42),
+    ("version", "1"),
+    ("version", 1.5),
+    ("version", True),
+    ("roles", "ROLE_ADMIN"),
+    ("username", ["alice"]),
+    ("id", 2**70),
+])
+def test_a_wrongly_typed_value_is_400_naming_the_field(daemon, admin_token, user_id, unchanged, field, value):
+    fields = {"email": "typed@example.com", field: value}
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", fields, token=admin_token)
+    assert field in error_fields(assert_problem(reply, 400))
+
+
+@pytest.mark.parametrize("path, field", [
+    (f"{V}/person/show/abc", "id"),
+    (f"{V}/person/show/1.5", "id"),
+    (f"{V}/person/show?id=abc", "id"),
+    (f"{V}/person/show?id=1&id=2", "id"),
+    (f"{V}/person/list?max=ten", "max"),
+    (f"{V}/person/list?max=101", "max"),
+])
+def test_a_wrongly_typed_text_field_is_400_naming_it(daemon, admin_token, path, field):
+    assert field in error_fields(assert_problem(daemon.request("GET", path, token=admin_token), 400))
+
+
+def test_a_page_size_of_zero_is_400(daemon, admin_token):
+    reply = daemon.request("GET", f"{V}/person/list?max=0", token=admin_token)
+    assert "max" in error_fields(assert_problem(reply, 400))
+
+
+def test_a_value_that_breaks_the_account_policy_creates_nothing(daemon, admin_token, unchanged):
+    reply = daemon.request("POST", f"{V}/person/create",
+                           {"username": "shorty", "password": "short", "email": "shorty@example.com"}, token=admin_token)
+    assert "password" in error_fields(assert_problem(reply, 400))
+
+
+def test_a_missing_required_field_creates_nothing(daemon, admin_token, unchanged):
+    reply = daemon.request("POST", f"{V}/person/create", {"username": "nopass", "email": "nopass@example.com"},
+                           token=admin_token)
+    assert "password" in error_fields(assert_problem(reply, 400))
+
+
+def test_an_unknown_role_on_create_creates_nothing(daemon, admin_token, unchanged):
+    reply = daemon.request("POST", f"{V}/person/create",
+                           {"username": "ghosted", "password": "ghost-password", "email": "ghost@example.com",
+                            "roles": ["ROLE_GHOST"]}, token=admin_token)
+    assert "roles" in error_fields(assert_problem(reply, 400))
+
+
+def test_an_email_with_a_trailing_newline_is_refused(daemon, admin_token, unchanged):
+    reply = daemon.request("POST", f"{V}/person/create",
+                           {"username": "newline", "password": "newline-password", "email": "newline@example.com\n"},
+                           token=admin_token)
+    assert "email" in error_fields(assert_problem(reply, 400))
+
+
+def test_an_explicit_null_for_an_optional_field_is_not_a_conflict(daemon, admin_token):
+    fields = {"username": "nulled", "password": "nulled-password", "email": "nulled@example.com", "enabled": None}
+    reply = daemon.request("POST", f"{V}/person/create", fields, token=admin_token)
+    # null is either "not sent" (the default applies) or a bad value; never a conflict.
+    assert reply.status in (200, 400), reply.body
+    if reply.status == 200:
+        stored = daemon.request("GET", f"{V}/person/show/{reply.json['id']}", token=admin_token).json
+        assert stored["enabled"] is True
+    else:
+        assert "enabled" in error_fields(assert_problem(reply, 400))
+        assert "nulled" not in [p["username"] for p in everyone(daemon, admin_token)]
+
+
+# --- addresses -------------------------------------------------------------------------------------
+
+
+def test_an_unknown_application_version_is_404_naming_the_served_version(daemon, admin_token):
+    body = assert_problem(daemon.request("GET", "/v0.2/person/show/1", token=admin_token), 404,
+                          instance="/v0.2/person/show/1")
+    assert "0.1" in body["detail"]
+    assert "0.2" in body["detail"]
+
+
+def test_an_unknown_application_version_does_not_run_a_write(daemon, admin_token, user_id, unchanged):
+    reply = daemon.request("PUT", f"/v9.9/person/update/{user_id}", {"email": "v99@example.com"}, token=admin_token)
+    assert "0.1" in assert_problem(reply, 404)["detail"]
+
+
+@pytest.mark.parametrize("path, named", [
+    (f"{V}/nosuch/show/1", "nosuch"),
+    (f"{V}/person/nosuch/1", "nosuch"),
+    ("/v0.1-9/person/show/1", "9"),
+    ("/v0.1-2/person/show/1", "2"),
+    ("/v0.1-1/team/nosuch", "nosuch"),
+    ("/x0.1/person/show/1", None),
+    ("/v0.1x/person/show/1", None),
+])
+def test_an_unknown_controller_action_or_api_version_is_404(daemon, admin_token, path, named):
+    body = assert_problem(daemon.request("GET", path, token=admin_token), 404, instance=path)
+    if named is not None:
+        assert named in body["detail"]
+
+
+@pytest.mark.parametrize("method, path, allow", [
+    ("POST", f"{V}/person/show/1", "GET"),
+    ("PUT", f"{V}/person/list", "GET"),
+    ("GET", f"{V}/person/create", "POST"),
+    ("PATCH", f"{V}/person/update/1", "PUT"),
+])
+def test_a_wrong_method_is_405_with_allow(daemon, admin_token, method, path, allow):
+    reply = daemon.request(method, path, token=admin_token)
+    body = assert_problem(reply, 405, instance=path)
+    assert [m.strip() for m in reply.headers["Allow"].split(",")] == [allow]
+    assert body["detail"]
+
+
+def test_a_wrong_method_does_not_run_the_write(daemon, admin_token, user_id, unchanged):
+    reply = daemon.request("POST", f"{V}/person/delete/{user_id}", token=admin_token)
+    assert_problem(reply, 405)
+    assert reply.headers["Allow"] == "DELETE"
+    reply = daemon.request("DELETE", f"{V}/person/update/{user_id}", {"email": "del@example.com"}, token=admin_token)
+    assert_problem(reply, 405)
+    assert reply.headers["Allow"] == "PUT"
+
+
+@pytest.mark.parametrize("path", ["/nope", "/a/b/c/d/e", "/v0.1/person/show/1/extra", "/favicon.ico", "/"])
+def test_klein_own_404_is_a_problem_not_html(daemon, admin_token, path):
+    assert_problem(daemon.request("GET", path, token=admin_token), 404, instance=path)
+    assert_problem(daemon.request("GET", path), 404, instance=path)
+
+
+@pytest.mark.parametrize("method, path, allowed", [
+    ("POST", "/health", "GET"),
+    ("DELETE", "/health", "GET"),
+    ("GET", "/authenticate", "POST"),
+    ("PUT", "/authenticate", "POST"),
+])
+def test_klein_own_405_is_a_problem_with_allow(daemon, method, path, allowed):
+    reply = daemon.request(method, path)
+    assert_problem(reply, 405, instance=path)
+    assert allowed in [m.strip() for m in reply.headers["Allow"].split(",")]
+
+
+@pytest.mark.parametrize("path", ["/%ff", f"{V}/person/show/%ff"])
+def test_a_path_that_is_not_utf8_is_a_problem_not_html(daemon, admin_token, path):
+    assert_problem(daemon.request("GET", path, token=admin_token), 400)
+
+
+def test_a_query_that_is_not_utf8_is_a_problem(daemon, admin_token):
+    assert_problem(daemon.request("GET", f"{V}/person/show?id=%ff", token=admin_token), 400)
+
+
+# --- authentication ---------------------------------------------------------------------------------
+
+
+def _bad_authorization(deployment: Deployment, case: str) -> dict[str, str]:
+    tokens = {
+        "malformed": "not.a.token",
+        "garbage": "x" * 40,
+        "expired": lambda: forge(deployment, iat=int(time.time()) - 7200, exp=int(time.time()) - 3600),
+        "alg-none": lambda: jwt.encode(
+            {"iss": "apid", "aud": "apid", "sub": "1", "roles": ["ROLE_ADMIN"], "iat": int(time.time()),
+             "exp": int(time.time()) + 600, "jti": "none"},
+            None, algorithm="none", headers={"typ": "at+jwt"},
+        ),
+        "other-key": lambda: forge(deployment, key=b"another-deployment-secret-0123456789abcdef"),
+        "other-algorithm": lambda: forge(deployment, algorithm="HS512"),
+        "wrong-audience": lambda: forge(deployment, aud="someone-else"),
+        "wrong-issuer": lambda: forge(deployment, iss="someone-else"),
+        "wrong-type": lambda: forge(deployment, header={"typ": "JWT"}),
+        "no-expiry": lambda: forge(deployment, drop=("exp",)),
+        "no-jti": lambda: forge(deployment, drop=("jti",)),
+        "roles-not-a-list": lambda: forge(deployment, roles="ROLE_ADMIN"),
+        "tampered": lambda: _tampered(deployment),
+    }
+    if case == "missing":
+        return {}
+    if case == "basic":
+        return {"Authorization": "Basic YWRtaW46YWRtaW4tcGFzc3dvcmQtMQ=="}
+    if case == "bearer-empty":
+        return {"Authorization": "Bearer "}
+    token = tokens[case]
+    return {"Authorization": f"Bearer {token() if callable(token) else token}"}
+
+
+def _tampered(deployment: Deployment) -> str:
+    """A user's token whose payload was edited to claim ROLE_ADMIN, signature left as it was."""
+    token = forge(deployment, sub="2", name=USER[0], roles=["ROLE_USER"])
+    header, _, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    claims["roles"] = ["ROLE_ADMIN"]
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"{header}.{payload}.{signature}"
+
+
+BAD_AUTH = ["missing", "basic", "bearer-empty", "malformed", "garbage", "expired", "alg-none", "other-key",
+            "other-algorithm", "wrong-audience", "wrong-issuer", "wrong-type", "no-expiry", "no-jti",
+            "roles-not-a-list", "tampered"]
+
+
+@pytest.mark.parametrize("case", BAD_AUTH)
+def test_a_missing_or_bad_token_is_401_with_www_authenticate_and_changes_nothing(
+    daemon, deployment, admin_token, user_id, unchanged, case
+):
+    path = f"{V}/person/update/{user_id}"
+    reply = daemon.request("PUT", path, {"email": "intruder@example.com"},
+                           headers=_bad_authorization(deployment, case))
+    assert_problem(reply, 401, instance=path)
+    assert reply.headers["WWW-Authenticate"].lower().startswith("bearer")
+
+
+@pytest.mark.parametrize("case", ["missing", "expired", "other-key"])
+def test_a_bad_token_on_a_read_is_401_without_data(daemon, deployment, case):
+    reply = daemon.request("GET", f"{V}/person/show/1", headers=_bad_authorization(deployment, case))
+    body = assert_problem(reply, 401)
+    assert ADMIN[2] not in json.dumps(body)
+
+
+def test_an_unknown_controller_without_a_token_is_401_not_404(daemon):
+    assert_problem(daemon.request("GET", f"{V}/nosuch/show/1"), 401)
+
+
+@pytest.mark.parametrize("roles", [["ROLE_ANONYMOUS"], ["ROLE_GHOST"], []])
+def test_a_role_outside_the_endpoint_roles_is_403(daemon, deployment, admin_token, roles, unchanged):
+    token = forge(deployment, roles=roles)
+    assert_problem(daemon.request("GET", f"{V}/person/show/1", token=token), 403)
+    assert_problem(daemon.request("PUT", f"{V}/person/update/1", {"email": "anon@example.com"}, token=token), 403)
+
+
+def test_a_user_calling_an_admin_endpoint_is_403_and_creates_nothing(daemon, admin_token, user_token, unchanged):
+    reply = daemon.request("POST", f"{V}/person/create",
+                           {"username": "sneaky", "password": "sneaky-password", "email": "sneaky@example.com"},
+                           token=user_token)
+    assert_problem(reply, 403)
+
+
+def test_a_wrong_password_and_an_unknown_user_get_the_same_401(daemon):
+    wrong_password = daemon.request("POST", "/authenticate", {"username": ADMIN[0], "password": "not-the-password"})
+    unknown_user = daemon.request("POST", "/authenticate", {"username": "nobody-here", "password": "not-the-password"})
+    assert_problem(wrong_password, 401, instance="/authenticate")
+    assert wrong_password.status == unknown_user.status
+    assert wrong_password.body == unknown_user.body
+    assert wrong_password.content_type == unknown_user.content_type
+    assert wrong_password.headers.get("WWW-Authenticate") == unknown_user.headers.get("WWW-Authenticate")
+    assert "token" not in wrong_password.json
+
+
+@pytest.mark.parametrize("body, fields", [
+    ({}, {"username", "password"}),
+    ({"username": ADMIN[0]}, {"password"}),
+    ({"password": ADMIN[1]}, {"username"}),
+    ({"username": 1, "password": ADMIN[1]}, {"username"}),
+    ({"username": ADMIN[0], "password": [ADMIN[1]]}, {"password"}),
+    ({"username": ADMIN[0], "password": None}, {"password"}),
+    ({"username": ADMIN[0], "password": ""}, {"password"}),
+])
+def test_authenticate_with_missing_or_non_string_fields_is_400(daemon, body, fields):
+    reply = daemon.request("POST", "/authenticate", body)
+    assert error_fields(assert_problem(reply, 400, instance="/authenticate")) == fields
+
+
+@pytest.mark.parametrize("raw, content_type, status", [
+    (b"", "application/json", 400),
+    (b"username=admin", "application/x-www-form-urlencoded", 415),
+    (b'["admin", "admin-password-1"]', "application/json", 400),
+    (b'{"username": "admin",', "application/json", 400),
+])
+def test_authenticate_with_a_body_that_is_not_a_json_object(daemon, raw, content_type, status):
+    reply = daemon.request("POST", "/authenticate", body=raw, headers={"Content-Type": content_type})
+    assert_problem(reply, status, instance="/authenticate")
+
+
+# --- body size limit: a daemon of its own with maxBodyBytes 2048 -------------------------------
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    deployment = Deployment(tmp_path_factory.mktemp("apid-small"), api={"maxBodyBytes": 2048})
+    deployment.write()
+    deployment.add_user(*ADMIN, "ROLE_ADMIN")
+    running = Daemon(deployment).start()
+    running.token = running.login(ADMIN[0], ADMIN[1])
+    yield running
+    running.stop()
+
+
+def padded_create(name: str, size: int) -> bytes:
+    """A valid create body padded with JSON whitespace to exactly `size` bytes."""
+    raw = json.dumps({"username": name, "password": f"{name}-password", "email": f"{name}@example.com"}).encode()
+    assert len(raw) < size
+    return raw[:-1] + b" " * (size - len(raw)) + b"}"
+
+
+def small_people(small) -> list[str]:
+    reply = small.request("GET", f"{V}/person/list?max=100", token=small.token)
+    assert reply.status == 200
+    return [p["username"] for p in reply.json]
+
+
+def test_a_body_within_max_body_bytes_is_accepted(small):
+    reply = small.request("POST", f"{V}/person/create", token=small.token, body=padded_create("within", 2048),
+                          headers={"Content-Type": "application/json"})
+    assert reply.status == 200, reply.body
+    assert "within" in small_people(small)
+
+
+def test_a_body_over_max_body_bytes_is_413_and_creates_nothing(small):
+    before = small_people(small)
+    reply = small.request("POST", f"{V}/person/create", token=small.token, body=padded_create("over", 2049),
+                          headers={"Content-Type": "application/json"})
+    assert_problem(reply, 413, instance=f"{V}/person/create")
+    assert small_people(small) == before
+
+
+def test_a_chunked_body_over_max_body_bytes_is_413_and_creates_nothing(small):
+    before = small_people(small)
+    data = padded_create("chunked", 4000)
+    connection = http.client.HTTPConnection("127.0.0.1", small.port, timeout=30)
+    try:
+        connection.request("POST", f"{V}/person/create", body=iter([data[i:i + 500] for i in range(0, len(data), 500)]),
+                           headers={"Content-Type": "application/json", "Authorization": f"Bearer {small.token}"},
+                           encode_chunked=True)
+        reply = connection.getresponse()
+        status, content_type, body = reply.status, reply.getheader("Content-Type"), reply.read()
+    finally:
+        connection.close()
+    assert status == 413, body
+    assert content_type == "application/problem+json"
+    assert json.loads(body)["status"] == 413
+    assert small_people(small) == before
+
+
+def test_an_authenticate_body_over_max_body_bytes_is_413(small):
+    reply = small.request("POST", "/authenticate", {"username": ADMIN[0], "password": ADMIN[1], "pad": "x" * 3000})
+    assert_problem(reply, 413, instance="/authenticate")
+
+
+# --- a controller that fails: a daemon whose database loses a table under it -------------------
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory):
+    deployment = Deployment(tmp_path_factory.mktemp("apid-fragile"))
+    deployment.write()
+    deployment.add_user(*ADMIN, "ROLE_ADMIN")
+    deployment.add_user(*USER, "ROLE_USER")
+    running = Daemon(deployment).start()
+    running.token = running.login(ADMIN[0], ADMIN[1])
+    yield running
+    running.stop()
+
+
+def rename_table(deployment: Deployment, old: str, new: str) -> None:
+    db = sqlite3.connect(deployment.root / "var" / "test.db", timeout=30, isolation_level=None)
+    try:
+        db.execute(f"ALTER TABLE {old} RENAME TO {new}")
+    finally:
+        db.close()
+
+
+def test_a_controller_error_is_a_500_problem_without_a_traceback(fragile):
+    rename_table(fragile.deployment, "person_role", "person_role_away")
+    try:
+        reply = fragile.request("GET", f"{V}/person/show/1", token=fragile.token)
+    finally:
+        rename_table(fragile.deployment, "person_role_away", "person_role")
+    body = assert_problem(reply, 500, instance=f"{V}/person/show/1")
+    text = reply.body.decode()
+    for leak in ("Traceback", 'File "', "sqlite", "SELECT", "person_role", "OperationalError"):
+        assert leak not in text, leak
+    # The daemon keeps serving once the database is whole again.
+    assert fragile.request("GET", f"{V}/person/show/1", token=fragile.token).status == 200
+
+
+def test_a_controller_error_during_a_write_leaves_nothing_half_made(fragile):
+    before = fragile.request("GET", f"{V}/person/show/2", token=fragile.token).json
+    rename_table(fragile.deployment, "person_role", "person_role_away")
+    try:
+        reply = fragile.request("PUT", f"{V}/person/update/2",
+                                {"email": "half@example.com", "roles": ["ROLE_USER", "ROLE_ADMIN"]}, token=fragile.token)
+    finally:
+        rename_table(fragile.deployment, "person_role_away", "person_role")
+    assert_problem(reply, 500)
+    assert "Traceback" not in reply.body.decode()
+    assert fragile.request("GET", f"{V}/person/show/2", token=fragile.token).json == before
+
+
+def test_a_slow_client_does_not_block_others(small):
+    """A request whose body never finishes arriving must not stop the daemon answering others."""
+    with socket.create_connection(("127.0.0.1", small.port), timeout=30) as slow:
+        slow.sendall(b"POST /authenticate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"user")
+        reply = small.request("GET", "/health")
+        assert reply.status == 200
