@@ -102,7 +102,13 @@ def _now() -> datetime:
 
 
 # Built once: SQLAlchemy then reuses their compiled form instead of rebuilding them per call.
-_PEOPLE_BY_ID = select(person).where(person.c.id.in_(bindparam("ids", expanding=True)))
+# A person with their roles in one statement: a row per role (or one row with no role).
+_PEOPLE_WITH_ROLES_BY_ID = (
+    select(person, role.c.authority)
+    .outerjoin(person_role, person_role.c.person_id == person.c.id)
+    .outerjoin(role, role.c.id == person_role.c.role_id)
+    .where(person.c.id.in_(bindparam("ids", expanding=True)))
+)
 _ROLES_BY_PERSON = (
     select(person_role.c.person_id, role.c.authority)
     .join(role, role.c.id == person_role.c.role_id)
@@ -118,24 +124,25 @@ def _roles_of(connection: Connection, ids: list[int]) -> dict[int, frozenset[str
     return {i: frozenset(r) for i, r in found.items()}
 
 
+def _account(row: Any, roles: frozenset[str]) -> Account:
+    return Account(
+        id=row.id,
+        version=row.version,
+        username=row.username,
+        email=row.email,
+        enabled=row.enabled,
+        account_locked=row.account_locked,
+        account_expired=row.account_expired,
+        password_expired=row.password_expired,
+        roles=roles,
+        date_created=_iso(row.date_created),
+        last_updated=_iso(row.last_updated),
+    )
+
+
 def _accounts(connection: Connection, rows: list[Any]) -> list[Account]:
     roles = _roles_of(connection, [row.id for row in rows])
-    return [
-        Account(
-            id=row.id,
-            version=row.version,
-            username=row.username,
-            email=row.email,
-            enabled=row.enabled,
-            account_locked=row.account_locked,
-            account_expired=row.account_expired,
-            password_expired=row.password_expired,
-            roles=roles[row.id],
-            date_created=_iso(row.date_created),
-            last_updated=_iso(row.last_updated),
-        )
-        for row in rows
-    ]
+    return [_account(row, roles[row.id]) for row in rows]
 
 
 def _set_roles(connection: Connection, person_id: int, roles: Iterable[str]) -> None:
@@ -164,8 +171,14 @@ def get_account(connection: Connection, account_id: int) -> Account | None:
 
 
 def get_accounts(connection: Connection, account_ids: list[int]) -> dict[int, Account]:
-    rows = connection.execute(_PEOPLE_BY_ID, {"ids": account_ids}).all()
-    return {account.id: account for account in _accounts(connection, rows)}
+    rows: dict[int, Any] = {}
+    roles: dict[int, set[str]] = {}
+    for row in connection.execute(_PEOPLE_WITH_ROLES_BY_ID, {"ids": account_ids}):
+        rows.setdefault(row.id, row)
+        held = roles.setdefault(row.id, set())
+        if row.authority is not None:
+            held.add(row.authority)
+    return {person_id: _account(row, frozenset(roles[person_id])) for person_id, row in rows.items()}
 
 
 def find_login(connection: Connection, username: str) -> tuple[Account, str] | None:

@@ -8,6 +8,7 @@ On SIGTERM the port closes first, in-flight requests finish (up to a cap), then 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -31,7 +32,8 @@ from apid.config import Config
 from apid.http import ApidSite
 from apid.pipeline import Pipeline
 from apid.plugin import Services
-from apid.plugins import load_all
+from apid.iostate import IOStateError
+from apid.plugins import PluginError, RuleBook, load_all
 from apid.store.database import Database, make_engine
 from apid.store.migrate import ensure_sqlite_folder, upgrade
 
@@ -65,6 +67,7 @@ class Running:
     site: ApidSite
     db: Database
     passwords: Passwords
+    rule_book: RuleBook
 
 
 def describe(port: IListeningPort) -> str:
@@ -84,6 +87,7 @@ async def start(reactor, config: Config) -> Running:
         ensure_sqlite_folder(server.database_url)
         await deferToThread(upgrade, engine)
     bound = load_all(api.iostate_dir, api.security)
+    rule_book = RuleBook(bound, api.iostate_dir, api.security)
 
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
@@ -91,7 +95,7 @@ async def start(reactor, config: Config) -> Running:
     services = Services(db=db, accounts=accounts, security=api.security)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
-    pipeline = Pipeline(lambda: bound.rules, controllers, api.security.superuser_role)
+    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
@@ -110,7 +114,20 @@ async def start(reactor, config: Config) -> Running:
         db.stop()
         passwords.stop()
         raise
-    return Running(port=port, site=site, db=db, passwords=passwords)
+    return Running(port=port, site=site, db=db, passwords=passwords, rule_book=rule_book)
+
+
+async def reload_rules(rule_book: RuleBook) -> None:
+    """Re-read the IO State files (in a thread) and swap them in, or keep the last good set."""
+    notify_systemd("RELOADING=1")
+    try:
+        rules = await deferToThread(rule_book.read)
+    except (IOStateError, PluginError) as exc:
+        log.error("IO State reload refused, the rules in force stay: {error}", error=str(exc))
+    else:
+        rule_book.swap(rules)
+        log.info("IO State reloaded: {count} controllers", count=len(rules.controllers))
+    notify_systemd("READY=1")
 
 
 async def stop(reactor, running: Running) -> None:
@@ -140,6 +157,10 @@ def serve(config: Config) -> int:
             reactor.stop()
             return
         reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(stop(reactor, running)))
+        signal.signal(
+            signal.SIGHUP,
+            lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(reload_rules(running.rule_book))),
+        )
         print(
             f"apid ready on {describe(running.port)} "
             f"(environment {config.server.environment}, API version {config.api.version})",
