@@ -102,11 +102,17 @@ def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRe
         links.append(Link(position, controller, action, passes))
     for link in links[:-1]:
         if link.passes == RETURN:
-            raise BadRequest(f"only the last link may be marked return, not {link.path} (link {link.position})")
+            raise BadRequest(f"only the last link may be marked return, not {link.path} (link {link.position})",
+                             errors=[{"field": _order_field(link), "reason": "only the last link may be marked return"}])
     if links[-1].passes != RETURN:
-        raise BadRequest(f"the last link, {links[-1].path}, must be marked return")
+        raise BadRequest(f"the last link, {links[-1].path}, must be marked return",
+                         errors=[{"field": _order_field(links[-1]), "reason": "the last link must be marked return"}])
     fields = {name: value for name, value in body.items() if name != "chain"}
     return ChainRequest(links=tuple(links), type=chain_type, combine=parse_combine(chain.get("combine"), "chain.combine"), fields=fields)
+
+
+def _order_field(link: Link) -> str:
+    return "chain.key" if link.position == 0 else f"chain.order.{link.path}"
 
 
 def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str, limit: int) -> None:
@@ -169,6 +175,9 @@ class ChainRunner:
             if passed is not None:
                 call_text["id"] = passed
             call_body = {} if endpoint.is_safe else chain.fields
+            if passed is not None:
+                # the id handed on by the previous link names the record; the body cannot override it
+                call_body = {name: value for name, value in call_body.items() if name != "id"}
             try:
                 output = (await self._pipeline.run(principal, self._request(link, target, body=call_body, text=call_text))).data
             except Problem as problem:

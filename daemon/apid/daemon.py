@@ -18,6 +18,7 @@ from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import deferLater
+from twisted.protocols.policies import WrappingFactory
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
@@ -65,6 +66,7 @@ def notify_systemd(message: str) -> None:
 class Running:
     port: IListeningPort
     site: ApidSite
+    connections: WrappingFactory
     db: Database
     passwords: Passwords
     rule_book: RuleBook
@@ -109,12 +111,13 @@ async def start(reactor, config: Config) -> Running:
     passwords.start()
     try:
         site = ApidSite(application.resource(), api.max_body_bytes, server.access_log)
-        port = await serverFromString(reactor, with_backlog(server.listen)).listen(site)
+        connections = WrappingFactory(site)
+        port = await serverFromString(reactor, with_backlog(server.listen)).listen(connections)
     except BaseException:
         db.stop()
         passwords.stop()
         raise
-    return Running(port=port, site=site, db=db, passwords=passwords, rule_book=rule_book)
+    return Running(port=port, site=site, connections=connections, db=db, passwords=passwords, rule_book=rule_book)
 
 
 async def reload_rules(rule_book: RuleBook) -> None:
@@ -131,12 +134,20 @@ async def reload_rules(rule_book: RuleBook) -> None:
 
 
 async def stop(reactor, running: Running) -> None:
-    """Stop listening, let in-flight requests finish (at most DRAIN_SECONDS), close the pools."""
+    """Stop listening, let in-flight requests finish, close the connections once their
+    answers are written, then close the pools; all within DRAIN_SECONDS."""
     notify_systemd("STOPPING=1")
     await running.port.stopListening()
     deadline = reactor.seconds() + DRAIN_SECONDS
-    while running.site.in_flight.count and reactor.seconds() < deadline:
-        await deferLater(reactor, 0.05, lambda: None)
+
+    async def until(done) -> None:
+        while not done() and reactor.seconds() < deadline:
+            await deferLater(reactor, 0.05, lambda: None)
+
+    await until(lambda: running.site.in_flight.count == 0)
+    for connection in list(running.connections.protocols):
+        connection.transport.loseConnection()  # writes what is buffered, then closes
+    await until(lambda: not running.connections.protocols)
     running.db.stop()
     running.passwords.stop()
     log.info("apid stopped")

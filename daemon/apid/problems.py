@@ -93,9 +93,6 @@ class Conflict(Problem):
 class PayloadTooLarge(Problem):
     status, slug = 413, "payload-too-large"
 
-    def __init__(self, detail: str, **extensions: Any) -> None:
-        super().__init__(detail, title="Content Too Large", **extensions)
-
 
 class UnsupportedMediaType(Problem):
     status, slug = 415, "unsupported-media-type"
