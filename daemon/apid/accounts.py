@@ -103,12 +103,14 @@ def _now() -> datetime:
 
 # Built once: SQLAlchemy then reuses their compiled form instead of rebuilding them per call.
 # A person with their roles in one statement: a row per role (or one row with no role).
-_PEOPLE_WITH_ROLES_BY_ID = (
+_PEOPLE_WITH_ROLES = (
     select(person, role.c.authority)
     .outerjoin(person_role, person_role.c.person_id == person.c.id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
-    .where(person.c.id.in_(bindparam("ids", expanding=True)))
 )
+# One id (a single call, a chain link) is the common case, and `=` needs no IN list rendered.
+_PERSON_WITH_ROLES_BY_ID = _PEOPLE_WITH_ROLES.where(person.c.id == bindparam("id"))
+_PEOPLE_WITH_ROLES_BY_IDS = _PEOPLE_WITH_ROLES.where(person.c.id.in_(bindparam("ids", expanding=True)))
 _ROLES_BY_PERSON = (
     select(person_role.c.person_id, role.c.authority)
     .join(role, role.c.id == person_role.c.role_id)
@@ -173,7 +175,11 @@ def get_account(connection: Connection, account_id: int) -> Account | None:
 def get_accounts(connection: Connection, account_ids: list[int]) -> dict[int, Account]:
     rows: dict[int, Any] = {}
     roles: dict[int, set[str]] = {}
-    for row in connection.execute(_PEOPLE_WITH_ROLES_BY_ID, {"ids": account_ids}):
+    if len(account_ids) == 1:
+        result = connection.execute(_PERSON_WITH_ROLES_BY_ID, {"id": account_ids[0]})
+    else:
+        result = connection.execute(_PEOPLE_WITH_ROLES_BY_IDS, {"ids": account_ids})
+    for row in result:
         rows.setdefault(row.id, row)
         held = roles.setdefault(row.id, set())
         if row.authority is not None:

@@ -1,8 +1,9 @@
 """Batch calls: one request, the same endpoint called once per element of `batch`.
 
-Each element goes through the whole single-call pipeline with the BATCH purpose, so it is
-authorised, field-filtered and typed on its own. The caller's roles are checked against the
-endpoint's BATCH list before any element runs. Elements of a non-safe endpoint run strictly
+The endpoint is resolved and the caller's roles checked against its BATCH list once, before
+any element runs (the answer is the same for every element: one caller, one endpoint); then
+each element goes through the rest of the single-call pipeline on its own: its fields are
+admitted and typed for the caller's roles, the action runs, its output is filtered. Elements of a non-safe endpoint run strictly
 one after another, in order; elements of a safe (GET) endpoint cannot affect each other and
 run together, which lets the storage serve them with fewer round trips. Either way the
 outputs keep the order of the elements, and every failed element is reported.
@@ -17,7 +18,7 @@ from typing import Any
 from twisted.internet.defer import ensureDeferred, gatherResults
 
 from apid.auth.tokens import Principal
-from apid.pipeline import CallRequest, Pipeline, Purpose
+from apid.pipeline import Admission, CallRequest, Pipeline, Purpose
 from apid.problems import BadRequest, PayloadTooLarge, Problem
 from apid.routing import Target
 
@@ -72,23 +73,23 @@ class BatchRunner:
 
     async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], instance: str) -> BatchOutcome:
         batch = parse_batch(body, self._limit)
-        template = CallRequest(controller=target.controller, action=target.action,
-                               api_version=target.api_version, method=None)
-        endpoint = self._pipeline.admit(principal, template, Purpose.BATCH).endpoint
         calls = [
             CallRequest(controller=target.controller, action=target.action,
                         api_version=target.api_version, method=None, body=element)
             for element in batch.elements
         ]
-        if endpoint.is_safe:
-            outcomes = await gatherResults([ensureDeferred(self._element(principal, call)) for call in calls])
+        admitted = self._pipeline.admit(principal, calls[0], Purpose.BATCH)
+        if admitted.endpoint.is_safe:
+            outcomes = await gatherResults(
+                [ensureDeferred(self._element(principal, admitted, call)) for call in calls]
+            )
         else:
-            outcomes = [await self._element(principal, call) for call in calls]
+            outcomes = [await self._element(principal, admitted, call) for call in calls]
         return summarise(outcomes, batch.combine, instance)
 
-    async def _element(self, principal: Principal, call: CallRequest) -> Any:
+    async def _element(self, principal: Principal, admitted: Admission, call: CallRequest) -> Any:
         try:
-            return (await self._pipeline.run(principal, call, Purpose.BATCH)).data
+            return (await self._pipeline.execute(principal, admitted, call)).data
         except Problem as problem:
             return problem
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import date, datetime
 from http import HTTPStatus
 from typing import Any
-
 from urllib.parse import unquote_to_bytes
 
+import orjson
 from twisted.logger import Logger
 from twisted.web.http import Request
 from twisted.web.resource import IResource, Resource
@@ -26,15 +25,16 @@ access_log = Logger(namespace="apid.access")
 
 
 def _default(value: Any) -> Any:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
     if isinstance(value, (set, frozenset)):
         return sorted(value)
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":")).encode()
+    """The one JSON encoder of the daemon (orjson: about ten times the standard library's
+    speed, and a NaN a controller returns becomes null instead of invalid JSON).
+    Dates and times are written as ISO 8601, dict keys must be strings."""
+    return orjson.dumps(value, default=_default, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
 def _status(request: Request, status: int) -> None:

@@ -168,7 +168,11 @@ class Pipeline:
         return resolve(self._rules(), request)[1]
 
     async def run(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> CallResult:
-        admitted = self.admit(principal, request, purpose)
+        return await self.execute(principal, self.admit(principal, request, purpose), request)
+
+    async def execute(self, principal: Principal, admitted: Admission, request: CallRequest) -> CallResult:
+        """The steps that depend on one call's fields: admit them, run the action, filter
+        its output. A batch admits its endpoint once and executes each element here."""
         endpoint, granted = admitted.endpoint, admitted.granted
         fields = admit_fields(admitted.state, endpoint, granted, request)
         caller = Caller(
