@@ -7,7 +7,8 @@ Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from klein import Klein
@@ -19,9 +20,11 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethod
 from apid.auth.endpoints import PublicRoute
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
+from apid.auth.sessions import Revocations
 from apid.auth.tokens import Principal, TokenService
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
 from apid.pipeline import CallRequest, Pipeline
+from apid.plugin import Caller, Controller, RouteCall
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
 from apid.routing import parse_target
 
@@ -42,6 +45,7 @@ class Application:
         version: str,
         reserved_uris: frozenset[str],
         tokens: TokenService,
+        revocations: Revocations,
         pipeline: Pipeline,
         batch: BatchRunner,
         chain: ChainRunner,
@@ -50,6 +54,7 @@ class Application:
         self.version = version
         self._reserved = reserved_uris
         self._tokens = tokens
+        self._revocations = revocations
         self._pipeline = pipeline
         self._batch = batch
         self._chain = chain
@@ -65,11 +70,19 @@ class Application:
             raise Unauthorized("this endpoint needs an Authorization: Bearer <token> header")
         if not token:
             raise Unauthorized("the Authorization header must read Bearer <token>")
-        return self._tokens.verify(token)
+        principal = self._tokens.verify(token)
+        if self._revocations.refuses(principal):
+            raise Unauthorized("the access token was revoked; log in again")
+        return principal
 
     def _add_routes(self, public_routes: Iterable[PublicRoute]) -> None:
         app = self.klein
+        seen: dict[tuple[str, str], PublicRoute] = {}
         for route in public_routes:
+            key = (route.method, route.path.rstrip("/") or "/")
+            if key in seen:
+                raise ValueError(f"two endpoints answer {route.method} {route.path}")
+            seen[key] = route
             app.route(route.path, methods=[route.method], endpoint=f"public {route.method} {route.path}",
                       strict_slashes=False)(self._public(route))
         for rule in API_RULES:
@@ -139,3 +152,26 @@ class Application:
         log.failure("unexpected error answering {path}", failure=failure, path=request.path.decode("utf-8", "replace"))
         return write_problem(request, InternalError("the request failed; the error was logged"))
 
+
+
+def plugin_routes(controllers: Mapping[str, Controller], superuser_role: str) -> list[PublicRoute]:
+    """The `@route` methods of the controllers, as public routes answering JSON."""
+    routes = []
+    for controller in controllers.values():
+        for attr, (path, method) in type(controller).routes().items():
+            routes.append(PublicRoute(path, method, _route_handler(getattr(controller, attr), superuser_role)))
+    return routes
+
+
+def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> Callable[..., Any]:
+    async def handle(request: Request, principal: Principal | None) -> bytes:
+        caller = None if principal is None else Caller(
+            id=principal.user_id, username=principal.username, roles=principal.roles,
+            is_superuser=superuser_role in principal.roles,
+        )
+        output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
+        if inspect.isawaitable(output):
+            output = await output
+        return write_json(request, output)
+
+    return handle

@@ -56,6 +56,17 @@ class JwtConfig:
     audience: str
     access_lifetime: int
     leeway: int
+    refresh_lifetime: int
+    refresh_grace: int
+
+
+@dataclass(frozen=True)
+class AccountsConfig:
+    """Lifetimes of the emailed links, and where the reset link lands."""
+
+    validation_lifetime: int
+    reset_lifetime: int
+    reset_url: str
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class ServerConfig:
     listen: str
     base_url: str
     home_url: str
+    accounts: AccountsConfig
+    secure_cookies: bool
     database_url: str
     database_pool_size: int
     migrate_on_start: bool
@@ -97,6 +110,16 @@ class SecurityConfig:
 
 
 @dataclass(frozen=True)
+class AbuseLimit:
+    """At most `per_address` attempts from one client address and `per_account` for one
+    account name within `window` seconds."""
+
+    per_address: int
+    per_account: int
+    window: int
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     reserved_uris: frozenset[str]
     throttle: ThrottleConfig
@@ -109,6 +132,7 @@ class ApiConfig:
     security: SecurityConfig
     allowed_origins: tuple[str, ...]
     version: str
+    abuse: Mapping[str, AbuseLimit]
 
 
 @dataclass(frozen=True)
@@ -264,7 +288,8 @@ def _mail(node: _Node | None, root: Path) -> MailConfig:
 
 def _jwt(node: _Node | None, root: Path) -> JwtConfig:
     section = (
-        node.mapping(("secret", "secretFile", "issuer", "audience", "accessLifetime", "leeway"))
+        node.mapping(("secret", "secretFile", "issuer", "audience", "accessLifetime", "leeway",
+                      "refreshLifetime", "refreshGrace"))
         if node
         else {}
     )
@@ -278,11 +303,22 @@ def _jwt(node: _Node | None, root: Path) -> JwtConfig:
         audience=_get(section, "audience", _Node.string, "apid"),
         access_lifetime=_get(section, "accessLifetime", lambda n: n.integer(minimum=1), 900),
         leeway=_get(section, "leeway", _Node.integer, 30),
+        refresh_lifetime=_get(section, "refreshLifetime", lambda n: n.integer(minimum=60), 14 * 86400),
+        refresh_grace=_get(section, "refreshGrace", _Node.integer, 10),
+    )
+
+
+def _accounts(node: _Node | None, base_url: str) -> AccountsConfig:
+    section = node.mapping(("validationLifetime", "resetLifetime", "resetUrl")) if node else {}
+    return AccountsConfig(
+        validation_lifetime=_get(section, "validationLifetime", lambda n: n.integer(minimum=60), 86400),
+        reset_lifetime=_get(section, "resetLifetime", lambda n: n.integer(minimum=60), 3600),
+        reset_url=_get(section, "resetUrl", _Node.string, base_url + "/reset-password"),
     )
 
 
 SERVER_KEYS = (
-    "webhookActive", "apiThrottle", "listen", "baseUrl", "homeUrl", "database", "redis",
+    "webhookActive", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
     "mail", "jwt", "servers", "pingTimeout", "accessLog",
 )
 
@@ -318,6 +354,8 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
         listen=_overridden(env, "APID_LISTEN", _get(section, "listen", _Node.string, "tcp:8080:interface=127.0.0.1")),
         base_url=base_url,
         home_url=_get(section, "homeUrl", _Node.string, base_url + "/"),
+        accounts=_accounts(section.get("accounts"), base_url),
+        secure_cookies=_get(section, "secureCookies", _Node.boolean, environment != "development"),
         database_url=_sqlite_url(
             root, _overridden(env, "APID_DATABASE_URL", _get(database, "url", _Node.string, "sqlite:///var/apid.db"))
         ),
@@ -337,8 +375,24 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
 
 API_KEYS = (
     "reservedUris", "throttle", "attempts", "procCores", "iostateDir", "batchLimit",
-    "chainLimit", "maxBodyBytes", "security", "cors", "api",
+    "chainLimit", "maxBodyBytes", "security", "cors", "api", "abuseLimits",
 )
+ABUSE_KINDS = ("login", "register", "reset")
+ABUSE_DEFAULTS = {"perAddress": 20, "perAccount": 5, "window": 900}
+
+
+def _abuse(node: _Node | None) -> dict[str, AbuseLimit]:
+    """Limits on failed logins, registrations and reset requests (each kind on its own)."""
+    kinds = node.mapping(ABUSE_KINDS) if node else {}
+    limits = {}
+    for kind in ABUSE_KINDS:
+        section = kinds[kind].mapping(tuple(ABUSE_DEFAULTS)) if kind in kinds else {}
+        limits[kind] = AbuseLimit(
+            per_address=_get(section, "perAddress", lambda n: n.integer(minimum=1), ABUSE_DEFAULTS["perAddress"]),
+            per_account=_get(section, "perAccount", lambda n: n.integer(minimum=1), ABUSE_DEFAULTS["perAccount"]),
+            window=_get(section, "window", lambda n: n.integer(minimum=1), ABUSE_DEFAULTS["window"]),
+        )
+    return limits
 
 
 def _role_numbers(node: _Node | None, roles: frozenset[str]) -> dict[str, int]:
@@ -423,6 +477,7 @@ def load_api(path: Path, root: Path) -> ApiConfig:
         security=security,
         allowed_origins=tuple(o.rstrip("/") for o in _get(cors, "allowedOrigins", _Node.strings, ())),
         version=_app_version(version_node.value if version_node else None, version_node),
+        abuse=_abuse(section.get("abuseLimits")),
     )
 
 

@@ -24,14 +24,19 @@ from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
 from apid.accounts import Accounts
-from apid.app import Application
-from apid.auth.endpoints import AuthEndpoints
+from apid.app import Application, plugin_routes
+from apid.auth.endpoints import ServiceEndpoints
+from apid.auth.limits import AbuseLimiter
+from apid.auth.login import SessionEndpoints
 from apid.auth.passwords import Passwords
+from apid.auth.registration import AccountEndpoints
+from apid.auth.sessions import Revocations
 from apid.auth.tokens import TokenService, load_secret
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
 from apid.config import Config
 from apid.http import ApidSite
+from apid.mail import Outbox, make_mailer
 from apid.pipeline import Pipeline
 from apid.plugin import Services
 from apid.iostate import IOStateError
@@ -71,6 +76,8 @@ class Running:
     db: Database
     passwords: Passwords
     rule_book: RuleBook
+    revocations: Revocations
+    outbox: Outbox
 
 
 def describe(port: IListeningPort) -> str:
@@ -98,27 +105,41 @@ async def start(reactor, config: Config) -> Running:
     services = Services(db=db, accounts=accounts, security=api.security)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
+    revocations = Revocations(reactor, db)
+    limiter = AbuseLimiter(reactor, api.abuse)
+    outbox = Outbox(make_mailer(server.mail, reactor), reactor)
     pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role)
+    public_routes = [
+        *ServiceEndpoints(api.version).routes(),
+        *SessionEndpoints(accounts, tokens, db, revocations, limiter, server.jwt, server.secure_cookies).routes(),
+        *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
+                          server.home_url, api.security.user_role).routes(),
+        *plugin_routes(controllers, api.security.superuser_role),
+    ]
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
         tokens=tokens,
+        revocations=revocations,
         pipeline=pipeline,
         batch=BatchRunner(pipeline, api.batch_limit),
         chain=ChainRunner(pipeline, api.chain_limit),
-        public_routes=AuthEndpoints(accounts, tokens, api.version).routes(),
+        public_routes=public_routes,
     )
     db.start()
     passwords.start()
     try:
+        await revocations.start()
         site = ApidSite(application.resource(), api.max_body_bytes, server.access_log)
         connections = WrappingFactory(site)
         port = await serverFromString(reactor, with_backlog(server.listen)).listen(connections)
     except BaseException:
+        revocations.stop()
         db.stop()
         passwords.stop()
         raise
-    return Running(port=port, site=site, connections=connections, db=db, passwords=passwords, rule_book=rule_book)
+    return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
+                   rule_book=rule_book, revocations=revocations, outbox=outbox)
 
 
 async def reload_rules(rule_book: RuleBook) -> None:
@@ -149,6 +170,8 @@ async def stop(reactor, running: Running) -> None:
     for connection in list(running.connections.protocols):
         connection.transport.loseConnection()  # writes what is buffered, then closes
     await until(lambda: not running.connections.protocols)
+    await until(lambda: not running.outbox.pending)
+    running.revocations.stop()
     running.db.stop()
     running.passwords.stop()
     log.info("apid stopped")

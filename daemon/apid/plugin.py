@@ -30,17 +30,35 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BadRequest", "Call", "Caller", "Conflict", "Controller", "Forbidden", "InvalidFields",
-    "NotFound", "Problem", "Services", "Unprocessable", "action",
+    "NotFound", "Problem", "RouteCall", "Services", "Unprocessable", "action", "route",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ACTION_MARK = "__apid_action__"
+_ROUTE_MARK = "__apid_route__"
 
 
 def action(method: F) -> F:
     """Mark a controller method as an action that IO State may expose."""
     setattr(method, _ACTION_MARK, True)
     return method
+
+
+def route(path: str, method: str = "GET") -> Callable[[F], F]:
+    """Map a controller method to a fixed path and HTTP method, outside IO State.
+
+    The path answers without a token only when it is listed in `reservedUris` of
+    service_api.yml; otherwise it needs a token like any private endpoint. The method
+    receives a `RouteCall` and returns JSON data.
+    """
+    if not path.startswith("/"):
+        raise ValueError(f"a route path starts with /, not {path!r}")
+
+    def mark(handler: F) -> F:
+        setattr(handler, _ROUTE_MARK, (path.rstrip("/") or "/", method.upper()))
+        return handler
+
+    return mark
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,16 @@ class Call:
             )
 
 
+@dataclass(frozen=True)
+class RouteCall:
+    """The argument of a `@route` method: the query and JSON body as sent (IO State does not
+    govern these paths), and the caller, or None on a public (reserved) path."""
+
+    query: Mapping[str, list[str]]
+    body: Mapping[str, Any]
+    caller: Caller | None
+
+
 class Controller:
     """Base class of controllers: subclasses set `name` and mark actions with `@action`."""
 
@@ -92,4 +120,13 @@ class Controller:
             attr: getattr(cls, attr)
             for attr in dir(cls)
             if getattr(getattr(cls, attr, None), _ACTION_MARK, False)
+        }
+
+    @classmethod
+    def routes(cls) -> Mapping[str, tuple[str, str]]:
+        """Method name -> (path, HTTP method) of every `@route` method."""
+        return {
+            attr: getattr(getattr(cls, attr), _ROUTE_MARK)
+            for attr in dir(cls)
+            if getattr(getattr(cls, attr, None), _ROUTE_MARK, None)
         }

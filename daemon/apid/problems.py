@@ -112,3 +112,16 @@ class InternalError(Problem):
 
 class ServiceUnavailable(Problem):
     status, slug = 503, "service-unavailable"
+
+
+def problem_for_status(status: int, detail: str) -> Problem:
+    """A problem of the kind that answers `status`; a status with no kind of its own gets a
+    generic problem named after its reason phrase."""
+    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, PayloadTooLarge,
+                 UnsupportedMediaType, Unprocessable, TooManyRequests, InternalError, ServiceUnavailable):
+        if kind.status == status:
+            return kind(detail)
+    generic = type(f"Status{status}", (Problem,), {
+        "status": status, "slug": HTTPStatus(status).name.lower().replace("_", "-"),
+    })
+    return generic(detail)

@@ -17,4 +17,5 @@ def test_migrations_match_the_tables(tmp_path):
     with engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), metadata)
     assert differences == []
-    assert set(inspect(engine).get_table_names()) == {"alembic_version", "person", "role", "person_role", "hook"}
+    assert set(inspect(engine).get_table_names()) == {
+        "alembic_version", "person", "role", "person_role", "hook", "account_token", "refresh_token", "revoked_token"}

@@ -31,7 +31,7 @@ PUBLIC = {"id", "version", "username", "email"}
 
 
 def principal(*roles: str) -> Principal:
-    return Principal(user_id=1, username="jdoe", roles=frozenset(roles), token_id="t", expires=0)
+    return Principal(user_id=1, username="jdoe", roles=frozenset(roles), token_id="t", expires=0, issued_at=0.0)
 
 
 ADMIN = principal("ROLE_ADMIN")

@@ -31,6 +31,8 @@ def config(tmp_path=None, secret: bytes | None = SECRET) -> JwtConfig:
         audience="apid",
         access_lifetime=LIFETIME,
         leeway=LEEWAY,
+        refresh_lifetime=86400,
+        refresh_grace=10,
     )
 
 
@@ -81,6 +83,7 @@ def test_issued_token_verifies_to_the_same_principal():
         username="alice",
         roles=frozenset({"ROLE_USER", "ROLE_ADMIN"}),
         token_id=raw["jti"],
+        issued_at=float(now),
         expires=now + LIFETIME,
     )
     assert raw["iat"] == now and raw["sub"] == "7"

@@ -1,19 +1,26 @@
-"""Public endpoints: fixed paths that answer without a token when listed in `reservedUris`."""
+"""Public endpoints: fixed paths that answer without a token when listed in `reservedUris`.
+
+This module holds what every public endpoint shares (the route value, reading string
+fields, the client's address, the plain-text answer) and the two service endpoints:
+`/health` (liveness) and `/error` (a problem body for any status, for reverse proxies).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from twisted.web.http import Request
 
-from apid.accounts import Accounts
-from apid.auth.tokens import Principal, TokenService
-from apid.http import read_json_body, write_json
-from apid.problems import InvalidFields, Unauthorized
+from apid.auth.tokens import Principal
+from apid.http import query_fields, write_json, write_problem
+from apid.iostate.types import value_type
+from apid.problems import InvalidFields, problem_for_status
 
 Handler = Callable[[Request, Principal | None], Awaitable[bytes]]
+EMAIL = value_type("Email")
 
 
 @dataclass(frozen=True)
@@ -23,7 +30,7 @@ class PublicRoute:
     handler: Handler
 
 
-def string_fields(body: dict[str, Any], *names: str) -> list[str]:
+def string_fields(body: Mapping[str, Any], *names: str) -> list[str]:
     """The named fields as strings; one 400 listing every field missing or of another type."""
     errors = [
         {"field": name, "reason": "is required" if body.get(name) is None else "must be a string"}
@@ -35,29 +42,64 @@ def string_fields(body: dict[str, Any], *names: str) -> list[str]:
     return [body[name] for name in names]
 
 
-class AuthEndpoints:
-    """`/authenticate` (log in) and `/health` (liveness for pings and load balancers)."""
+def fields_of(body: Mapping[str, Any], *checks: Callable[[], Any], allowed: tuple[str, ...]) -> list[Any]:
+    """Run every check of a public endpoint's body and refuse once, listing every bad field
+    (unknown ones included), instead of stopping at the first."""
+    errors = [{"field": name, "reason": "is not accepted here"} for name in body if name not in allowed]
+    results = []
+    for check in checks:
+        try:
+            results.append(check())
+        except InvalidFields as invalid:
+            errors.extend(invalid.extensions["errors"])
+    if errors:
+        raise InvalidFields(errors)
+    return results
 
-    def __init__(self, accounts: Accounts, tokens: TokenService, version: str) -> None:
-        self._accounts = accounts
-        self._tokens = tokens
+
+def email_field(body: Mapping[str, Any], name: str = "email") -> str:
+    (email,) = string_fields(body, name)
+    try:
+        return EMAIL.check(email)
+    except ValueError as error:
+        raise InvalidFields([{"field": name, "reason": str(error)}]) from None
+
+
+def query_value(request: Request, name: str) -> str:
+    values = query_fields(request).get(name) or [""]
+    if len(values) != 1 or not values[0]:
+        raise InvalidFields([{"field": name, "reason": "is required once in the query"}])
+    return values[0]
+
+
+def client_address(request: Request) -> str:
+    return getattr(request.getClientAddress(), "host", "unknown")
+
+
+def write_text(request: Request, text: str, status: int = 200) -> bytes:
+    request.setResponseCode(status, HTTPStatus(status).phrase.encode("ascii"))
+    request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+    request.setHeader(b"Cache-Control", b"no-store")
+    return text.encode("utf-8")
+
+
+class ServiceEndpoints:
+    """`/health` for load balancers and peers; `/error` renders the problem body of a status."""
+
+    def __init__(self, version: str) -> None:
         self._version = version
 
     def routes(self) -> list[PublicRoute]:
-        return [
-            PublicRoute("/authenticate", "POST", self.authenticate),
-            PublicRoute("/health", "GET", self.health),
-        ]
-
-    async def authenticate(self, request: Request, _principal: Principal | None) -> bytes:
-        username, password = string_fields(read_json_body(request), "username", "password")
-        account = await self._accounts.login(username, password)
-        if account is None:
-            raise Unauthorized("the username or password is wrong")
-        token = self._tokens.issue(account.id, account.username, account.roles)
-        request.setHeader(b"Cache-Control", b"no-store")
-        return write_json(request, {"token": token})
+        return [PublicRoute("/health", "GET", self.health), PublicRoute("/error", "GET", self.error)]
 
     async def health(self, request: Request, _principal: Principal | None) -> bytes:
         request.setHeader(b"Cache-Control", b"no-store")
         return write_json(request, {"status": "pass", "version": self._version})
+
+    async def error(self, request: Request, _principal: Principal | None) -> bytes:
+        """`/error?status=502` answers a 502 problem: a reverse proxy's `error_page` can point
+        here so that its own errors look like apid's."""
+        raw = query_fields(request).get("status", ["500"])[0]
+        known = {status.value for status in HTTPStatus if 400 <= status.value <= 599}
+        status = int(raw) if raw.isdigit() and int(raw) in known else 500
+        return write_problem(request, problem_for_status(status, HTTPStatus(status).description or HTTPStatus(status).phrase))

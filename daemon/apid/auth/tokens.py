@@ -33,6 +33,7 @@ class Principal:
     roles: frozenset[str]
     token_id: str
     expires: int
+    issued_at: float
 
 
 def load_secret(config: JwtConfig) -> bytes:
@@ -66,21 +67,26 @@ class TokenService:
         self._clock = clock
 
     def issue(self, user_id: int, username: str, roles: frozenset[str]) -> str:
-        now = int(self._clock())
+        now = self._clock()
         claims = {
             "iss": self._config.issuer,
             "aud": self._config.audience,
             "sub": str(user_id),
             "name": username,
             "roles": sorted(roles),
-            "iat": now,
-            "exp": now + self._config.access_lifetime,
+            # to the millisecond (a NumericDate may have a fraction), so that "refuse what was
+            # issued before this password reset" spares a login made in the same second after it
+            "iat": round(now, 3),
+            "exp": int(now) + self._config.access_lifetime,
             "jti": uuid.uuid4().hex,
         }
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM, headers={"typ": TOKEN_TYPE})
 
-    def verify(self, token: str) -> Principal:
+    def verify(self, token: str, *, allow_expired: bool = False) -> Principal:
         """The token's principal; any flaw (signature, claims, expiry, type) is one 401.
+
+        `allow_expired` accepts a genuine token past its expiry: refreshing needs to know
+        whose it is, never whether it is still good.
 
         Expiry is checked against the service's clock (the one that issued the token), so all
         daemons and the tests agree on what "now" is.
@@ -102,9 +108,9 @@ class TokenService:
             if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
                 raise jwt.InvalidTokenError("roles must be a list of strings")
             now, leeway = self._clock(), self._config.leeway
-            if int(claims["iat"]) > now + leeway:
+            if float(claims["iat"]) > now + leeway:
                 raise jwt.InvalidTokenError("issued in the future")
-            if int(claims["exp"]) <= now - leeway:
+            if not allow_expired and int(claims["exp"]) <= now - leeway:
                 raise jwt.ExpiredSignatureError("expired")
         except jwt.ExpiredSignatureError:
             raise Unauthorized("the access token has expired") from None
@@ -116,4 +122,5 @@ class TokenService:
             roles=frozenset(roles),
             token_id=str(claims["jti"]),
             expires=int(claims["exp"]),
+            issued_at=float(claims["iat"]),
         )

@@ -42,6 +42,8 @@ person = Table(
     Column("password_expired", Boolean, nullable=False, server_default=text("'0'")),
     Column("date_created", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("last_updated", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # Access tokens issued before this moment are refused (set by a password reset).
+    Column("tokens_valid_after", DateTime(timezone=True), nullable=True),
 )
 
 role = Table(
@@ -72,4 +74,40 @@ hook = Table(
     Column("url", Text, nullable=False),
     Column("service", String(255), nullable=False),
     Column("secret", String(255), nullable=True),
+)
+
+# Emailed one-time ids (account validation, password reset): only their SHA-256 is kept.
+account_token = Table(
+    "account_token",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("purpose", String(16), nullable=False),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("date_created", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("used_at", DateTime(timezone=True), nullable=True),
+)
+
+# Refresh tokens, rotated at every use; a family is one login's chain of rotations.
+refresh_token = Table(
+    "refresh_token",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("family", String(32), nullable=False, index=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("date_created", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("rotated_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+# Access tokens refused before their expiry (logout), by JWT id, until they expire anyway.
+revoked_token = Table(
+    "revoked_token",
+    metadata,
+    Column("jti", String(64), primary_key=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("date_created", DateTime(timezone=True), nullable=False, index=True),
 )

@@ -1,0 +1,107 @@
+"""Logging in, staying logged in, logging out: /authenticate, /refreshToken, /logout.
+
+A login answers an access token (a JWT, in the body) and sets an HttpOnly, SameSite=Strict
+cookie holding an opaque refresh token. /refreshToken trades the cookie and the current
+access token (expired is fine, forged is not) for a new access token and a new cookie.
+/logout revokes the cookie's whole family and refuses the access token until it expires.
+"""
+
+from __future__ import annotations
+
+from twisted.web.http import Request
+
+from apid.accounts import Accounts
+from apid.auth.endpoints import PublicRoute, client_address, fields_of, query_value, string_fields
+from apid.auth.limits import AbuseLimiter
+from apid.auth.sessions import Revocations, Rotation, revoke_family, rotate, start_family
+from apid.auth.tokens import Principal, TokenService
+from apid.config import JwtConfig
+from apid.http import bearer_token, read_json_body, write_json
+from apid.problems import Unauthorized
+from apid.store.database import Database
+
+REFRESH_COOKIE = b"apid_refresh"
+WRONG_CREDENTIALS = "the username or password is wrong"
+NO_REFRESH = "the session cannot be refreshed; log in again"
+
+
+class SessionEndpoints:
+    def __init__(
+        self,
+        accounts: Accounts,
+        tokens: TokenService,
+        db: Database,
+        revocations: Revocations,
+        limiter: AbuseLimiter,
+        jwt: JwtConfig,
+        secure_cookies: bool,
+    ) -> None:
+        self._accounts = accounts
+        self._tokens = tokens
+        self._db = db
+        self._revocations = revocations
+        self._limiter = limiter
+        self._jwt = jwt
+        self._secure = secure_cookies
+
+    def routes(self) -> list[PublicRoute]:
+        return [
+            PublicRoute("/authenticate", "POST", self.authenticate),
+            PublicRoute("/refreshToken", "GET", self.refresh),
+            PublicRoute("/logout", "POST", self.logout),
+        ]
+
+    def _set_cookie(self, request: Request, secret: str, max_age: int) -> None:
+        request.addCookie(
+            REFRESH_COOKIE, secret.encode("ascii"), path=b"/", max_age=str(max_age).encode("ascii"),
+            secure=self._secure, httpOnly=True, sameSite="strict",
+        )
+
+    def _answer_token(self, request: Request, token: str, refresh_secret: str) -> bytes:
+        self._set_cookie(request, refresh_secret, self._jwt.refresh_lifetime)
+        request.setHeader(b"Cache-Control", b"no-store")
+        return write_json(request, {"token": token})
+
+    async def authenticate(self, request: Request, _principal: Principal | None) -> bytes:
+        body = read_json_body(request)
+        ((username, password),) = fields_of(
+            body, lambda: string_fields(body, "username", "password"), allowed=("username", "password"))
+        address = client_address(request)
+        self._limiter.check("login", address, username)
+        account = await self._accounts.login(username, password)
+        if account is None:
+            self._limiter.record("login", address, username)
+            raise Unauthorized(WRONG_CREDENTIALS)
+        refresh_secret = await self._db.write(start_family, account.id, self._jwt.refresh_lifetime)
+        return self._answer_token(request, self._tokens.issue(account.id, account.username, account.roles), refresh_secret)
+
+    def _current_token(self, request: Request) -> Principal:
+        token = bearer_token(request)
+        if not token:
+            raise Unauthorized("send the current access token as Authorization: Bearer <token>")
+        return self._tokens.verify(token, allow_expired=True)
+
+    async def refresh(self, request: Request, _principal: Principal | None) -> bytes:
+        name = query_value(request, "name")
+        principal = self._current_token(request)
+        cookie = request.getCookie(REFRESH_COOKIE)
+        if principal.username != name or not cookie or self._revocations.refuses(principal):
+            raise Unauthorized(NO_REFRESH)
+        outcome = await self._db.write(
+            rotate, cookie.decode("ascii", "replace"), principal.user_id,
+            self._jwt.refresh_lifetime, self._jwt.refresh_grace,
+        )
+        account = await self._accounts.get(principal.user_id) if outcome.status is Rotation.ROTATED else None
+        if account is None or not account.may_log_in:
+            raise Unauthorized(NO_REFRESH)
+        return self._answer_token(request, self._tokens.issue(account.id, account.username, account.roles), outcome.secret)
+
+    async def logout(self, request: Request, _principal: Principal | None) -> bytes:
+        principal = self._current_token(request)
+        cookie = request.getCookie(REFRESH_COOKIE)
+        if cookie:
+            await self._db.write(revoke_family, cookie.decode("ascii", "replace"), principal.user_id)
+        await self._revocations.deny_token(principal)
+        self._set_cookie(request, "", 0)
+        request.setResponseCode(204)
+        return b""

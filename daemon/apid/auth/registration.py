@@ -1,0 +1,204 @@
+"""Signing up and recovering an account, without revealing whether an account exists.
+
+/register and /forgotPassword answer the same text whatever happened, and do the same
+costly work (a password hash) on every path, so neither the answer nor its timing tells an
+account apart from none; what differs goes by email, to the address's owner only.
+Emailed ids are single use and expire (`apid.auth.onetime`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from sqlalchemy import Connection, func, select, update
+from twisted.web.http import Request
+
+from apid.accounts import check_credentials, get_account, insert_account
+from apid.auth import onetime
+from apid.auth.endpoints import (
+    PublicRoute, client_address, email_field, fields_of, query_value, string_fields, write_text,
+)
+from apid.auth.limits import AbuseLimiter
+from apid.auth.passwords import Passwords
+from apid.auth.sessions import Revocations
+from apid.auth.tokens import Principal
+from apid.config import AccountsConfig
+from apid.http import read_json_body, write_json
+from apid.mail import Message, Outbox
+from apid.problems import BadRequest, NotFound
+from apid.store.database import Database
+from apid.store.tables import person
+
+PRODUCT = "apid"
+SENT = "A validation email was sent to the address given. Please check your inbox.\n"
+RESET_DONE = "Your password was changed. Please log in with the new password.\n"
+BAD_LINK = "this link is not valid: it is unknown, already used or expired"
+
+
+def _person_by(connection: Connection, column: Any, value: str) -> Any:
+    return connection.execute(select(person).where(func.lower(column) == value.lower())).first()
+
+
+def register_account(connection: Connection, username: str, email: str, password_hash: str,
+                     role: str, lifetime: int) -> tuple[str, str | None]:
+    """What registering these details means, as (outcome, validation id):
+    "created" (a disabled account and a validation id), "again" (the same unvalidated
+    account: a fresh id), "email-taken" or "name-taken" (nothing created)."""
+    by_email = _person_by(connection, person.c.email, email)
+    if by_email is not None:
+        if not by_email.enabled and by_email.username.lower() == username.lower():
+            return "again", onetime.issue(connection, by_email.id, onetime.VALIDATE, lifetime)
+        return "email-taken", None
+    if _person_by(connection, person.c.username, username) is not None:
+        return "name-taken", None
+    account = insert_account(connection, username, email, password_hash, [role], enabled=False)
+    return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime)
+
+
+def enable_account(connection: Connection, secret: str) -> bool:
+    live = onetime.consume(connection, secret, onetime.VALIDATE)
+    if live is None:
+        return False
+    connection.execute(update(person).where(person.c.id == live.person_id).values(enabled=True))
+    return True
+
+
+def request_reset(connection: Connection, email: str, lifetime: int) -> str | None:
+    """A reset id for the enabled account with this email, replacing earlier ones; else None."""
+    row = _person_by(connection, person.c.email, email)
+    if row is None or not row.enabled:
+        return None
+    return onetime.issue(connection, row.id, onetime.RESET, lifetime)
+
+
+def reset_password(connection: Connection, secret: str, password_hash: str) -> int | None:
+    """Set the password of the id's account and use the id up; the account's id, or None."""
+    live = onetime.consume(connection, secret, onetime.RESET)
+    if live is None:
+        return None
+    connection.execute(
+        update(person).where(person.c.id == live.person_id)
+        .values(password=password_hash, password_expired=False, version=person.c.version + 1)
+    )
+    return live.person_id
+
+
+class AccountEndpoints:
+    def __init__(
+        self,
+        db: Database,
+        passwords: Passwords,
+        outbox: Outbox,
+        revocations: Revocations,
+        limiter: AbuseLimiter,
+        accounts: AccountsConfig,
+        base_url: str,
+        home_url: str,
+        user_role: str,
+    ) -> None:
+        self._db = db
+        self._passwords = passwords
+        self._outbox = outbox
+        self._revocations = revocations
+        self._limiter = limiter
+        self._config = accounts
+        self._base_url = base_url
+        self._home_url = home_url
+        self._user_role = user_role
+
+    def routes(self) -> list[PublicRoute]:
+        return [
+            PublicRoute("/register", "POST", self.register),
+            PublicRoute("/validate", "GET", self.validate),
+            PublicRoute("/forgotPassword", "POST", self.forgot_password),
+            PublicRoute("/validateResetPassword", "GET", self.validate_reset),
+            PublicRoute("/resetPassword", "POST", self.reset_password),
+        ]
+
+    def _link(self, secret: str) -> str:
+        return f"{self._base_url}/validate?{urlencode({'id': secret})}"
+
+    async def register(self, request: Request, _principal: Principal | None) -> bytes:
+        body = read_json_body(request)
+
+        def credentials() -> tuple[str, str]:
+            username, password = string_fields(body, "username", "password")
+            check_credentials(username, password)
+            return username, password
+
+        (username, password), email = fields_of(
+            body, credentials, lambda: email_field(body), allowed=("username", "password", "email"))
+        self._limiter.check("register", client_address(request), email)
+        self._limiter.record("register", client_address(request), email)
+        password_hash = await self._passwords.hash(password)
+        outcome, secret = await self._db.write(
+            register_account, username, email, password_hash, self._user_role, self._config.validation_lifetime
+        )
+        self._outbox.post(self._registration_mail(outcome, username, email, secret))
+        return write_text(request, SENT)
+
+    def _registration_mail(self, outcome: str, username: str, email: str, secret: str | None) -> Message:
+        if secret is not None:
+            return Message(email, f"{PRODUCT}: confirm your account", (
+                f"Hello {username},\n\nto confirm your {PRODUCT} account, open this link within "
+                f"{self._config.validation_lifetime // 3600} hours:\n\n{self._link(secret)}\n\n"
+                "If you did not sign up, ignore this message.\n"))
+        if outcome == "email-taken":
+            return Message(email, f"{PRODUCT}: someone tried to sign up with your address", (
+                f"Hello,\n\nsomeone tried to create a {PRODUCT} account with this address, which already "
+                "has one. If it was you, log in, or reset your password if you forgot it.\n"
+                "If it was not you, ignore this message: nothing was changed.\n"))
+        return Message(email, f"{PRODUCT}: your account was not created", (
+            f"Hello,\n\nwe could not create a {PRODUCT} account with the username you chose. "
+            "Please sign up again with another username.\n"))
+
+    async def validate(self, request: Request, _principal: Principal | None) -> bytes:
+        secret = query_value(request, "id")
+        if await self._db.write(enable_account, secret):
+            return self._redirect(request, self._home_url)
+        live = await self._db.read(onetime.find_live, secret)
+        if live is not None and live.purpose == onetime.RESET:
+            separator = "&" if "?" in self._config.reset_url else "?"
+            return self._redirect(request, f"{self._config.reset_url}{separator}{urlencode({'id': secret})}")
+        raise BadRequest(BAD_LINK)
+
+    def _redirect(self, request: Request, location: str) -> bytes:
+        request.setResponseCode(302)
+        request.setHeader(b"Location", location.encode("utf-8"))
+        request.setHeader(b"Cache-Control", b"no-store")
+        return b""
+
+    async def forgot_password(self, request: Request, _principal: Principal | None) -> bytes:
+        body = read_json_body(request)
+        (email,) = fields_of(body, lambda: email_field(body), allowed=("email",))
+        self._limiter.check("reset", client_address(request), email)
+        self._limiter.record("reset", client_address(request), email)
+        secret = await self._db.write(request_reset, email, self._config.reset_lifetime)
+        if secret is not None:
+            self._outbox.post(Message(email, f"{PRODUCT}: reset your password", (
+                f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
+                f"{max(1, self._config.reset_lifetime // 60)} minutes:\n\n{self._link(secret)}\n\n"
+                "If you did not ask for this, ignore this message: your password stays as it is.\n")))
+        return write_text(request, SENT)
+
+    async def validate_reset(self, request: Request, _principal: Principal | None) -> bytes:
+        live = await self._db.read(onetime.find_live, query_value(request, "id"))
+        if live is None or live.purpose != onetime.RESET:
+            raise NotFound(BAD_LINK)
+        request.setHeader(b"Cache-Control", b"no-store")
+        return write_json(request, {"valid": True, "expires": live.expires_at.isoformat()})
+
+    async def reset_password(self, request: Request, _principal: Principal | None) -> bytes:
+        body = read_json_body(request)
+        ((secret, password),) = fields_of(body, lambda: string_fields(body, "id", "password"), allowed=("id", "password"))
+        live = await self._db.read(onetime.find_live, secret)
+        if live is None or live.purpose != onetime.RESET:
+            raise BadRequest(BAD_LINK)
+        account = await self._db.read(get_account, live.person_id)
+        check_credentials(account.username if account else None, password)
+        person_id = await self._db.write(reset_password, secret, await self._passwords.hash(password))
+        if person_id is None:
+            raise BadRequest(BAD_LINK)
+        await self._revocations.revoke_person(person_id)
+        return write_text(request, RESET_DONE)
