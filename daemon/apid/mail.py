@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorThreads, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger

@@ -15,28 +15,10 @@ import uuid
 import jwt
 import pytest
 
+from assertions import assert_problem
 from harness import ADMIN, USER, Daemon, Deployment
 
 V = "/v0.1"
-PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance"}
-
-
-def assert_problem(reply, status: int, instance: str | None = None) -> dict:
-    """An RFC 9457 problem: its media type, the five members, status in body and line agree."""
-    assert reply.status == status, reply.body
-    assert reply.content_type.split(";")[0].strip() == "application/problem+json", reply.content_type
-    assert not reply.body.lstrip().startswith(b"<"), reply.body
-    body = reply.json
-    assert isinstance(body, dict)
-    assert PROBLEM_MEMBERS <= body.keys(), body
-    assert body["status"] == status
-    for member in ("type", "title", "detail", "instance"):
-        assert isinstance(body[member], str) and body[member], (member, body)
-    if instance is not None:
-        assert body["instance"] == instance
-    return body
-
-
 def error_fields(body: dict) -> set[str]:
     assert isinstance(body.get("errors"), list) and body["errors"], body
     return {error["field"] for error in body["errors"]}
@@ -530,6 +512,7 @@ def test_a_controller_error_is_a_500_problem_without_a_traceback(fragile):
     finally:
         rename_table(fragile.deployment, "person_role_away", "person_role")
     body = assert_problem(reply, 500, instance=f"{V}/person/show/1")
+    assert body["detail"] == "person/show failed; the error was logged"
     text = reply.body.decode()
     for leak in ("Traceback", 'File "', "sqlite", "SELECT", "person_role", "OperationalError"):
         assert leak not in text, leak

@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 
+from assertions import assert_problem
 from harness import ADMIN, USER
 
 V = "/v0.1"
@@ -38,15 +39,6 @@ def everyone(daemon, admin_token) -> list[dict]:
     reply = daemon.request("GET", f"{V}/person/list?max=100", token=admin_token)
     assert reply.status == 200, reply.body
     return reply.json
-
-
-def assert_problem(reply, status: int) -> dict:
-    assert reply.status == status, reply.body
-    assert reply.content_type == "application/problem+json"
-    body = reply.json
-    assert body["status"] == status
-    assert {"type", "title", "detail", "instance"} <= body.keys()
-    return body
 
 
 # --- create / show / list / update / delete -------------------------------------------------

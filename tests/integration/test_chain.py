@@ -14,40 +14,17 @@ import json
 
 import pytest
 
+from assertions import ADMIN_FIELDS, USER_FIELDS, assert_json, assert_problem
 from harness import ADMIN, Daemon, Deployment
 
 V = "/v0.1"
 C = "/c0.1"
-PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance"}
-USER_FIELDS = {"id", "version", "username", "email"}
-ADMIN_FIELDS = USER_FIELDS | {
-    "enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated", "lastUpdated",
-}
 CHAIN_RULE = "urn:apid:problem:chain-rule"
 MISSING_LEADER = 99999
 _serial = itertools.count(1)
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def assert_json(reply, status: int = 200):
-    assert reply.status == status, reply.body
-    assert reply.content_type.split(";")[0].strip() == "application/json", reply.content_type
-    return reply.json
-
-
-def assert_problem(reply, status: int, instance: str | None = None) -> dict:
-    """An RFC 9457 problem: media type, the five members, status in body and line agree."""
-    assert reply.status == status, reply.body
-    assert reply.content_type.split(";")[0].strip() == "application/problem+json", reply.content_type
-    body = reply.json
-    assert isinstance(body, dict)
-    assert PROBLEM_MEMBERS <= body.keys(), body
-    assert body["status"] == status
-    if instance is not None:
-        assert body["instance"] == instance
-    return body
 
 
 def assert_rule(reply, rule: str, instance: str | None = None) -> dict:

@@ -1,0 +1,31 @@
+"""What the integration tests check on every answer: the media type and the problem shape."""
+
+from __future__ import annotations
+
+PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance"}
+USER_FIELDS = {"id", "version", "username", "email"}
+ADMIN_FIELDS = USER_FIELDS | {
+    "enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated", "lastUpdated",
+}
+
+
+def assert_json(reply, status: int = 200):
+    assert reply.status == status, reply.body
+    assert reply.content_type.split(";")[0].strip() == "application/json", reply.content_type
+    return reply.json
+
+
+def assert_problem(reply, status: int, instance: str | None = None) -> dict:
+    """An RFC 9457 problem: media type, the five members, status in body and line agree."""
+    assert reply.status == status, reply.body
+    assert reply.content_type.split(";")[0].strip() == "application/problem+json", reply.content_type
+    assert not reply.body.lstrip().startswith(b"<"), reply.body
+    body = reply.json
+    assert isinstance(body, dict)
+    assert PROBLEM_MEMBERS <= body.keys(), body
+    assert body["status"] == status
+    for member in ("type", "title", "detail", "instance"):
+        assert isinstance(body[member], str) and body[member], (member, body)
+    if instance is not None:
+        assert body["instance"] == instance
+    return body
