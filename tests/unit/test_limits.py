@@ -210,10 +210,6 @@ def test_many_keys_do_not_break_counting(limiter, clock):
     refused(limiter, "login", "10.0.0.9", "alice")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: limits.py _count treats an unseen key as a window that started at 0.0, not at the "
-    "first attempt, so on a clock younger than `window` (a fresh task.Clock) the first window "
-    "is short and Retry-After too small"))
 def test_the_first_window_starts_at_the_first_attempt_on_a_young_clock():
     clock = Clock()
     clock.advance(10)

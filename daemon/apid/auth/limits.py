@@ -32,10 +32,12 @@ class AbuseLimiter:
         return keys
 
     def _count(self, key: tuple[str, str, str], window: int) -> tuple[float, int]:
-        started, count = self._windows.get(key, (0.0, 0))
-        if self._clock.seconds() - started >= window:
-            return self._clock.seconds(), 0
-        return started, count
+        """The window `key` is in and its count; a new window starts now."""
+        moment = self._clock.seconds()
+        entry = self._windows.get(key)
+        if entry is None or moment - entry[0] >= window:
+            return moment, 0
+        return entry
 
     def check(self, kind: str, address: str, account: str | None) -> None:
         """Refuse with 429 when the address or the account name has used up its window."""

@@ -1,0 +1,211 @@
+"""The SMTP mail backend against a real local SMTP server (issue 3, "Done when"): the real
+daemon registers an account, the validation mail arrives over SMTP, and its link validates
+the account. With the SMTP server down, /register answers exactly as before, the failure is
+logged, and the send is tried again (the mail arrives once the server is up).
+
+The SMTP server is aiosmtpd's Controller, in a thread of this process; the daemon runs as a
+subprocess (tests/harness.py)."""
+
+from __future__ import annotations
+
+import queue
+import socket
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from email.utils import parseaddr
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+aiosmtpd = pytest.importorskip("aiosmtpd.controller")
+
+from assertions import assert_problem  # noqa: E402
+from harness import Daemon, Deployment, wait_for  # noqa: E402
+
+from apid.auth.registration import SENT  # noqa: E402
+
+SENDER = "apid <apid@example.com>"
+BASE_URL = "http://apid.test:8080"
+HOME_URL = "http://apid.test/home"
+PASSWORD = "correct-horse-battery"
+
+
+def free_port() -> int:
+    """A port nothing listens on now (aiosmtpd's Controller cannot take port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Sink:
+    """aiosmtpd handler: every accepted envelope goes into a queue."""
+
+    def __init__(self) -> None:
+        self.received: queue.Queue = queue.Queue()
+
+    async def handle_DATA(self, server, session, envelope):
+        self.received.put((envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.original_content)))
+        return "250 Message accepted for delivery"
+
+    def next(self, timeout: float = 30) -> tuple[str, list[str], EmailMessage]:
+        mail_from, rcpt_tos, content = self.received.get(timeout=timeout)
+        return mail_from, rcpt_tos, BytesParser(policy=policy.default).parsebytes(content)
+
+    def nothing_more(self) -> bool:
+        return self.received.empty()
+
+
+class SmtpServer:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sink = Sink()
+        self.controller = aiosmtpd.Controller(self.sink, hostname="127.0.0.1", port=port)
+
+    def start(self) -> SmtpServer:
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+def deployment_for(root, smtp_port: int) -> Deployment:
+    deployment = Deployment(root, server={
+        "baseUrl": BASE_URL,
+        "homeUrl": HOME_URL,
+        "mail": {
+            "backend": "smtp",
+            "from": SENDER,
+            "smtp": {"host": "127.0.0.1", "port": smtp_port, "starttls": False},
+        },
+    })
+    deployment.write()
+    return deployment
+
+
+@pytest.fixture(scope="module")
+def smtp():
+    server = SmtpServer(free_port()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, smtp) -> Deployment:
+    deployment = deployment_for(tmp_path_factory.mktemp("apid-smtp"), smtp.port)
+    deployment.add_user("carol", "carol-password-1", "carol@example.com", "ROLE_USER")
+    return deployment
+
+
+@pytest.fixture(scope="module")
+def daemon(deployment):
+    running = Daemon(deployment).start()
+    yield running
+    running.stop()
+
+
+def register(daemon: Daemon, username: str, email: str, password: str = PASSWORD):
+    return daemon.request("POST", "/register", {"username": username, "password": password, "email": email})
+
+
+def assert_sent_answer(reply) -> None:
+    assert reply.status == 200, reply.body
+    assert reply.content_type.startswith("text/plain")
+    assert reply.body == SENT.encode()
+
+
+def validation_link(message: EmailMessage) -> str:
+    links = [word for word in message.get_content().split() if "/validate?id=" in word]
+    assert len(links) == 1, message.get_content()
+    return links[0]
+
+
+# --- the server is up ----------------------------------------------------------------------------
+
+
+def test_the_validation_mail_arrives_over_smtp_and_its_link_validates(daemon, smtp):
+    assert_sent_answer(register(daemon, "dave", "dave@example.com"))
+    mail_from, rcpt_tos, message = smtp.sink.next()
+
+    assert mail_from == "apid@example.com"
+    assert rcpt_tos == ["dave@example.com"]
+    assert message["From"] == SENDER
+    assert parseaddr(message["To"])[1] == "dave@example.com"
+    assert message["Subject"] == "apid: confirm your account"
+    assert message["Date"] and message["Message-ID"]
+    assert "apid" in message.get_content() and "dave" in message.get_content()
+
+    link = validation_link(message)
+    parts = urlsplit(link)
+    assert f"{parts.scheme}://{parts.netloc}" == BASE_URL
+    assert parts.path == "/validate"
+    (secret,) = parse_qs(parts.query)["id"]
+    assert len(secret) * 6 >= 128
+
+    # not validated yet: no login
+    assert daemon.request("POST", "/authenticate", {"username": "dave", "password": PASSWORD}).status == 401
+
+    reply = daemon.request("GET", f"{parts.path}?{parts.query}")
+    assert reply.status == 302, reply.body
+    assert reply.headers["Location"] == HOME_URL
+    assert daemon.login("dave", PASSWORD)
+
+    # the link works once
+    assert_problem(daemon.request("GET", f"{parts.path}?{parts.query}"), 400)
+
+
+def test_a_taken_address_gets_a_notice_and_the_same_answer(daemon, smtp):
+    assert_sent_answer(register(daemon, "carol-two", "carol@example.com"))
+    mail_from, rcpt_tos, message = smtp.sink.next()
+    assert rcpt_tos == ["carol@example.com"]
+    assert message["From"] == SENDER
+    assert message["Subject"] != "apid: confirm your account"
+    assert "/validate?id=" not in message.get_content()
+    # nothing was created
+    assert daemon.request("POST", "/authenticate",
+                          {"username": "carol-two", "password": PASSWORD}).status == 401
+
+
+def test_header_injection_in_the_email_gets_no_mail(daemon, smtp):
+    reply = register(daemon, "mallory", "mallory@example.com\r\nBcc: eve@evil.example")
+    assert [e["field"] for e in assert_problem(reply, 400)["errors"]] == ["email"]
+    # a normal registration after it is the next mail: nothing went to eve
+    assert_sent_answer(register(daemon, "erin", "erin@example.com"))
+    _, rcpt_tos, _ = smtp.sink.next()
+    assert rcpt_tos == ["erin@example.com"]
+
+
+# --- the server is down --------------------------------------------------------------------------
+
+
+def test_with_the_smtp_server_down_register_answers_the_same_and_retries(tmp_path):
+    port = free_port()  # nothing listens here
+    deployment = deployment_for(tmp_path, port)
+    daemon = Daemon(deployment).start()
+    server = None
+    try:
+        reply = register(daemon, "frank", "frank@example.com")
+        assert_sent_answer(reply)
+        assert "Retry-After" not in reply.headers
+        # the failed send is logged (bounded wait for the daemon's log, not a timing check)
+        assert wait_for(lambda: "sending mail ('apid: confirm your account') failed, attempt 1"
+                        in daemon.stderr, timeout=20), daemon.stderr
+        # a second registration answers the same while mail is failing
+        assert_sent_answer(register(daemon, "grace", "grace@example.com"))
+
+        # the server comes up: the retries deliver both mails
+        server = SmtpServer(port).start()
+        received = {}
+        for _ in range(2):
+            _, rcpt_tos, message = server.sink.next(timeout=60)
+            received[tuple(rcpt_tos)] = message
+        assert set(received) == {("frank@example.com",), ("grace@example.com",)}
+        link = urlsplit(validation_link(received[("frank@example.com",)]))
+        assert daemon.request("GET", f"{link.path}?{link.query}").status == 302
+        assert daemon.login("frank", PASSWORD)
+    finally:
+        daemon.stop()
+        if server is not None:
+            server.stop()
+    assert "Traceback" not in daemon.stderr, daemon.stderr

@@ -1,0 +1,325 @@
+"""Outgoing mail (issue 3 item 1, DESIGN 4.12): RFC 5322 messages that refuse header
+injection, the `file` backend writing one whole .eml per message, and the Outbox that sends
+off the request path, retrying a failing mailer on the reactor's clock and never raising."""
+
+from __future__ import annotations
+
+import email
+import os
+from email import policy
+from email.utils import parseaddr, parsedate_to_datetime
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer
+from twisted.internet.task import Clock
+from twisted.logger import LogLevel, globalLogPublisher
+
+from apid.config import MailConfig
+from apid.mail import FileMailer, Message, Outbox, make_mailer, SmtpMailer
+
+SENDER = "apid <apid@example.com>"
+LINK = "http://127.0.0.1:8080/validate?id=" + "Ab-_" * 11
+
+
+def config(outbox: Path, backend: str = "file") -> MailConfig:
+    return MailConfig(backend=backend, outbox=outbox, sender=SENDER, smtp_host="127.0.0.1", smtp_port=2525,
+                      smtp_username=None, smtp_password=None, smtp_starttls=False)
+
+
+def parse(raw: bytes) -> email.message.EmailMessage:
+    return email.message_from_bytes(raw, policy=policy.default)
+
+
+def welcome(to: str = "bob@example.com") -> Message:
+    return Message(to, "apid: confirm your account", f"Hello bob,\n\nopen this link:\n\n{LINK}\n")
+
+
+# --- Message.render --------------------------------------------------------------------------
+
+
+def test_render_gives_an_rfc5322_message():
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    raw = welcome().render(SENDER)
+    after = datetime.now(timezone.utc)
+    assert isinstance(raw, bytes)
+    message = parse(raw)
+    assert message["From"] == SENDER
+    assert parseaddr(message["From"]) == ("apid", "apid@example.com")
+    assert message["To"] == "bob@example.com"
+    assert message["Subject"] == "apid: confirm your account"
+    assert before <= parsedate_to_datetime(message["Date"]) <= after
+    assert parsedate_to_datetime(message["Date"]).utcoffset() == timedelta(0)
+    message_id = message["Message-ID"]
+    assert message_id.startswith("<") and message_id.endswith(">") and "@" in message_id
+    assert message.get_content_type() == "text/plain"
+    assert message.get_content() == f"Hello bob,\n\nopen this link:\n\n{LINK}\n"
+    assert not message.defects
+    # RFC 5322: a blank line between header and body, no line over 998 characters. Lines end
+    # in LF here: Twisted's SMTP client turns LF into CRLF on the wire (a CRLF would double).
+    head, _, body = raw.partition(b"\n\n")
+    assert b"\r" not in raw
+    assert b"Subject: apid: confirm your account" in head.split(b"\n")
+    assert LINK.encode() in body
+    assert all(len(line) <= 998 for line in raw.splitlines())
+
+
+def test_each_message_gets_its_own_id():
+    ids = {parse(welcome().render(SENDER))["Message-ID"] for _ in range(20)}
+    assert len(ids) == 20
+
+
+def test_the_link_survives_whole():
+    """The link is found in the body as one unbroken string, as a mail reader shows it."""
+    message = parse(welcome().render(SENDER))
+    assert LINK in message.get_content().split()
+
+
+def test_non_ascii_text_is_encoded_and_comes_back():
+    message = parse(Message("bob@example.com", "Grüße von apid", "Héllo — ✓\n").render(SENDER))
+    assert message["Subject"] == "Grüße von apid"
+    assert message.get_content() == "Héllo — ✓\n"
+
+
+@pytest.mark.parametrize("to", [
+    "bob@example.com\r\nBcc: eve@evil.example",
+    "bob@example.com\nBcc: eve@evil.example",
+    "bob@example.com\rBcc: eve@evil.example",
+    "bob@example.com\r\n\r\nInjected body",
+])
+def test_header_injection_in_to_is_refused(to):
+    with pytest.raises(ValueError):
+        Message(to, "apid: confirm your account", "hello\n").render(SENDER)
+
+
+@pytest.mark.parametrize("subject", [
+    "hello\r\nBcc: eve@evil.example",
+    "hello\nBcc: eve@evil.example",
+    "hello\rX-Injected: 1",
+])
+def test_header_injection_in_subject_is_refused(subject):
+    with pytest.raises(ValueError):
+        Message("bob@example.com", subject, "hello\n").render(SENDER)
+
+
+def test_a_header_lookalike_in_the_body_stays_body():
+    raw = Message("bob@example.com", "hi", "Bcc: eve@evil.example\n\nmore\n").render(SENDER)
+    message = parse(raw)
+    assert message["Bcc"] is None
+    assert message.get_content() == "Bcc: eve@evil.example\n\nmore\n"
+
+
+# --- the file backend ------------------------------------------------------------------------
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder)) if folder.exists() else []
+
+
+def test_make_mailer_chooses_the_backend(tmp_path):
+    assert isinstance(make_mailer(config(tmp_path), Clock()), FileMailer)
+    assert isinstance(make_mailer(config(tmp_path, "smtp"), Clock()), SmtpMailer)
+
+
+@pytest_twisted.ensureDeferred
+async def test_file_mailer_writes_one_eml_per_message(tmp_path):
+    outbox = tmp_path / "var" / "outbox"  # created on first use
+    mailer = FileMailer(config(outbox))
+    result = await mailer.send(welcome("one@example.com"))
+    assert result is None
+    (first,) = names(outbox)
+    assert first.endswith(".eml") and not first.startswith(".")
+    message = parse((outbox / first).read_bytes())
+    assert message["To"] == "one@example.com"
+    assert message["From"] == SENDER
+    assert LINK in message.get_content()
+
+
+@pytest_twisted.ensureDeferred
+async def test_file_mailer_leaves_no_partial_files(tmp_path):
+    outbox = tmp_path / "outbox"
+    mailer = FileMailer(config(outbox))
+    recipients = [f"user{n}@example.com" for n in range(12)]
+    await defer.gatherResults([mailer.send(welcome(to)) for to in recipients])
+    files = names(outbox)
+    assert len(files) == len(recipients)
+    assert all(name.endswith(".eml") and not name.startswith(".") for name in files), files
+    assert sorted(parse((outbox / name).read_bytes())["To"] for name in files) == sorted(recipients)
+
+
+@pytest_twisted.ensureDeferred
+async def test_file_mailer_fails_without_writing_when_the_message_is_bad(tmp_path):
+    outbox = tmp_path / "outbox"
+    mailer = FileMailer(config(outbox))
+    with pytest.raises(ValueError):
+        await mailer.send(Message("bob@example.com\r\nBcc: eve@evil.example", "hi", "x\n"))
+    assert names(outbox) == []
+
+
+# --- the Outbox --------------------------------------------------------------------------------
+
+
+class FlakyMailer:
+    """Fails its first `failures` sends with a failed Deferred, then succeeds."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts: list[tuple[float, Message]] = []
+        self.delivered: list[Message] = []
+        self.clock: Clock | None = None
+
+    def send(self, message: Message) -> defer.Deferred[None]:
+        self.attempts.append((self.clock.seconds() if self.clock else 0.0, message))
+        if len(self.attempts) <= self.failures:
+            return defer.fail(ConnectionRefusedError("SMTP server down"))
+        self.delivered.append(message)
+        return defer.succeed(None)
+
+
+class RaisingMailer:
+    """Raises at once instead of returning a Deferred."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def send(self, message: Message) -> defer.Deferred[None]:
+        self.attempts += 1
+        raise RuntimeError("broken mailer")
+
+
+class SlowMailer:
+    """Answers only when the test says so."""
+
+    def __init__(self) -> None:
+        self.waiting: list[defer.Deferred[None]] = []
+
+    def send(self, message: Message) -> defer.Deferred[None]:
+        self.waiting.append(defer.Deferred())
+        return self.waiting[-1]
+
+
+@pytest.fixture
+def events():
+    caught: list[dict] = []
+    globalLogPublisher.addObserver(caught.append)
+    yield caught
+    globalLogPublisher.removeObserver(caught.append)
+
+
+def mail_events(events: list[dict], level: LogLevel) -> list[dict]:
+    return [e for e in events if e.get("log_namespace") == "apid.mail" and e.get("log_level") == level]
+
+
+def make(failures: int, delays=(2.0, 10.0, 60.0)) -> tuple[Outbox, FlakyMailer, Clock]:
+    clock = Clock()
+    mailer = FlakyMailer(failures)
+    mailer.clock = clock
+    return Outbox(mailer, clock, delays), mailer, clock
+
+
+def test_a_working_mailer_sends_at_once():
+    outbox, mailer, clock = make(0)
+    outbox.post(welcome())
+    assert [m for _, m in mailer.attempts] == [welcome()]
+    assert mailer.delivered == [welcome()]
+    assert not outbox.pending
+    assert clock.getDelayedCalls() == []
+
+
+def test_post_returns_before_the_send_finishes():
+    clock, mailer = Clock(), SlowMailer()
+    outbox = Outbox(mailer, clock, (1.0,))
+    assert outbox.post(welcome()) is None
+    assert len(outbox.pending) == 1
+    mailer.waiting[0].callback(None)
+    assert not outbox.pending
+
+
+def test_a_failing_send_is_retried_after_each_delay(events):
+    outbox, mailer, clock = make(2)
+    outbox.post(welcome())
+    assert len(mailer.attempts) == 1
+    clock.advance(1.999)
+    assert len(mailer.attempts) == 1
+    clock.advance(0.001)
+    assert len(mailer.attempts) == 2
+    clock.advance(9.999)
+    assert len(mailer.attempts) == 2
+    clock.advance(0.001)
+    assert len(mailer.attempts) == 3
+    assert [at for at, _ in mailer.attempts] == [0.0, 2.0, 12.0]
+    assert mailer.delivered == [welcome()]
+    assert not outbox.pending
+    assert clock.getDelayedCalls() == []
+    warnings = mail_events(events, LogLevel.warn)
+    assert [e["attempt"] for e in warnings] == [1, 2]
+    assert all("SMTP server down" in e["error"] for e in warnings)
+    assert mail_events(events, LogLevel.error) == []
+
+
+def test_it_gives_up_after_the_last_delay_and_logs(events):
+    outbox, mailer, clock = make(failures=100)
+    outbox.post(welcome())
+    clock.pump([2.0, 10.0, 60.0])
+    assert [at for at, _ in mailer.attempts] == [0.0, 2.0, 12.0, 72.0]
+    assert not outbox.pending
+    assert clock.getDelayedCalls() == []
+    clock.advance(86400)
+    assert len(mailer.attempts) == 4
+    assert mailer.delivered == []
+    assert len(mail_events(events, LogLevel.warn)) == 4
+    (given_up,) = mail_events(events, LogLevel.error)
+    assert given_up["attempt"] == 4
+    assert given_up["subject"] == welcome().subject
+
+
+def test_custom_delays_are_used():
+    outbox, mailer, clock = make(failures=100, delays=(0.5,))
+    outbox.post(welcome())
+    clock.advance(0.5)
+    clock.advance(1000)
+    assert [at for at, _ in mailer.attempts] == [0.0, 0.5]
+
+
+def test_no_delays_means_one_attempt(events):
+    outbox, mailer, clock = make(failures=1, delays=())
+    outbox.post(welcome())
+    assert len(mailer.attempts) == 1
+    assert not outbox.pending
+    assert len(mail_events(events, LogLevel.error)) == 1
+
+
+def test_messages_are_retried_independently():
+    outbox, mailer, clock = make(failures=1)
+    first, second = welcome("a@example.com"), welcome("b@example.com")
+    outbox.post(first)   # fails, retried at 2 s
+    outbox.post(second)  # goes through
+    assert mailer.delivered == [second]
+    assert len(outbox.pending) == 1
+    clock.advance(2)
+    assert mailer.delivered == [second, first]
+    assert not outbox.pending
+
+
+def test_post_never_raises_when_the_mailer_raises(events):
+    clock, mailer = Clock(), RaisingMailer()
+    outbox = Outbox(mailer, clock, (1.0, 1.0))
+    outbox.post(welcome())
+    clock.pump([1.0, 1.0, 1.0])
+    assert mailer.attempts == 3
+    assert not outbox.pending
+    assert len(mail_events(events, LogLevel.error)) == 1
+    assert all("broken mailer" in e["error"] for e in mail_events(events, LogLevel.warn))
+
+
+def test_post_never_raises_for_a_message_that_cannot_be_rendered(tmp_path, events):
+    """A header injection that got this far fails in the mailer, is logged, and sends nothing."""
+    clock = Clock()
+    outbox = Outbox(FileMailer(config(tmp_path / "outbox")), clock, (1.0,))
+    outbox.post(Message("bob@example.com\r\nBcc: eve@evil.example", "hi", "x\n"))
+    clock.advance(1.0)
+    assert not outbox.pending
+    assert names(tmp_path / "outbox") == []
+    assert len(mail_events(events, LogLevel.error)) == 1
