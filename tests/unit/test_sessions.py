@@ -21,7 +21,7 @@ from apid.auth.sessions import (
     Revocations,
     Rotation,
     deny,
-    revoke_family,
+    revoke_session,
     revoke_person,
     revoked_since,
     rotate,
@@ -95,8 +95,17 @@ def set_column(engine, secret: str, **values) -> None:
         update(refresh_token).where(refresh_token.c.token_hash == digest(secret)).values(**values)))
 
 
+def start(engine, person_id: int) -> str:
+    """A new login's first refresh token."""
+    secret, _session = run_write(engine, start_family, person_id, LIFETIME)
+    return secret
+
+
 def rotate_now(engine, secret: str, person_id: int, grace: int = GRACE):
-    return run_write(engine, rotate, secret, person_id, LIFETIME, grace)
+    """Rotate as /refreshToken does, with the session of the token's own login."""
+    row = run_read(engine, lambda c: c.execute(
+        select(refresh_token.c.family).where(refresh_token.c.token_hash == digest(secret))).first())
+    return run_write(engine, rotate, secret, person_id, row.family if row else None, LIFETIME, grace)
 
 
 def ago(**delta) -> datetime:
@@ -108,7 +117,7 @@ def ago(**delta) -> datetime:
 
 def test_start_family_stores_only_a_hash(engine, alice):
     before = datetime.now(timezone.utc)
-    secret = run_write(engine, start_family, alice, LIFETIME)
+    secret = start(engine, alice)
     assert len(secret) * 6 >= 128
     row = row_of(engine, secret)
     for column, value in row._mapping.items():
@@ -120,13 +129,13 @@ def test_start_family_stores_only_a_hash(engine, alice):
 
 
 def test_each_login_starts_its_own_family(engine, alice):
-    first = run_write(engine, start_family, alice, LIFETIME)
-    second = run_write(engine, start_family, alice, LIFETIME)
+    first = start(engine, alice)
+    second = start(engine, alice)
     assert row_of(engine, first).family != row_of(engine, second).family
 
 
 def test_rotation_returns_a_new_secret_and_marks_the_old_rotated(engine, alice):
-    old = run_write(engine, start_family, alice, LIFETIME)
+    old = start(engine, alice)
     outcome = rotate_now(engine, old, alice)
     assert outcome.status is Rotation.ROTATED
     assert outcome.secret and outcome.secret != old
@@ -138,7 +147,7 @@ def test_rotation_returns_a_new_secret_and_marks_the_old_rotated(engine, alice):
 
 
 def test_a_chain_of_rotations(engine, alice):
-    secret = run_write(engine, start_family, alice, LIFETIME)
+    secret = start(engine, alice)
     seen = {secret}
     for _ in range(5):
         outcome = rotate_now(engine, secret, alice)
@@ -151,7 +160,7 @@ def test_a_chain_of_rotations(engine, alice):
 
 
 def test_reuse_within_grace_gives_a_fresh_token_and_only_the_newest_stays_live(engine, alice):
-    first = run_write(engine, start_family, alice, LIFETIME)
+    first = start(engine, alice)
     second = rotate_now(engine, first, alice).secret
     # the client lost the answer and presents the first token again, within the grace window
     again = rotate_now(engine, first, alice)
@@ -165,7 +174,7 @@ def test_reuse_within_grace_gives_a_fresh_token_and_only_the_newest_stays_live(e
 
 
 def test_reuse_after_grace_revokes_the_whole_family(engine, alice):
-    first = run_write(engine, start_family, alice, LIFETIME)
+    first = start(engine, alice)
     second = rotate_now(engine, first, alice).secret
     third = rotate_now(engine, second, alice).secret
     set_column(engine, first, rotated_at=ago(seconds=GRACE + 5))
@@ -178,7 +187,7 @@ def test_reuse_after_grace_revokes_the_whole_family(engine, alice):
 
 
 def test_reuse_with_no_grace_revokes_at_once(engine, alice):
-    first = run_write(engine, start_family, alice, LIFETIME)
+    first = start(engine, alice)
     newest = rotate_now(engine, first, alice, grace=0).secret
     outcome = rotate_now(engine, first, alice, grace=0)
     assert outcome.status is Rotation.REUSED and outcome.secret is None
@@ -189,7 +198,7 @@ def test_reuse_with_no_grace_revokes_at_once(engine, alice):
 def test_reuse_of_a_token_rotated_within_grace_is_detected_after_grace(engine, alice):
     """A token that was live and got rotated by a within-grace reuse of its parent, presented
     later, is reuse too."""
-    first = run_write(engine, start_family, alice, LIFETIME)
+    first = start(engine, alice)
     second = rotate_now(engine, first, alice).secret
     newest = rotate_now(engine, first, alice).secret
     set_column(engine, second, rotated_at=ago(minutes=5))
@@ -198,8 +207,8 @@ def test_reuse_of_a_token_rotated_within_grace_is_detected_after_grace(engine, a
 
 
 def test_reuse_revokes_only_its_own_family(engine, alice):
-    stolen = run_write(engine, start_family, alice, LIFETIME)
-    other_device = run_write(engine, start_family, alice, LIFETIME)
+    stolen = start(engine, alice)
+    other_device = start(engine, alice)
     rotate_now(engine, stolen, alice)
     set_column(engine, stolen, rotated_at=ago(minutes=1))
     assert rotate_now(engine, stolen, alice).status is Rotation.REUSED
@@ -210,7 +219,7 @@ def test_reuse_revokes_only_its_own_family(engine, alice):
 
 
 def test_a_token_of_another_person_is_unknown_and_left_alone(engine, alice, bob):
-    secret = run_write(engine, start_family, alice, LIFETIME)
+    secret = start(engine, alice)
     assert rotate_now(engine, secret, bob).status is Rotation.UNKNOWN
     row = row_of(engine, secret)
     assert row.rotated_at is None and row.revoked_at is None
@@ -218,26 +227,26 @@ def test_a_token_of_another_person_is_unknown_and_left_alone(engine, alice, bob)
 
 
 def test_an_unknown_token_is_unknown(engine, alice):
-    run_write(engine, start_family, alice, LIFETIME)
+    start(engine, alice)
     for secret in ("", "nope", "x" * 43):
         outcome = rotate_now(engine, secret, alice)
         assert outcome.status is Rotation.UNKNOWN and outcome.secret is None
 
 
 def test_the_stored_hash_is_no_token(engine, alice):
-    secret = run_write(engine, start_family, alice, LIFETIME)
+    secret = start(engine, alice)
     assert rotate_now(engine, digest(secret), alice).status is Rotation.UNKNOWN
 
 
 def test_an_expired_token_is_unknown(engine, alice):
-    secret = run_write(engine, start_family, alice, LIFETIME)
+    secret = start(engine, alice)
     set_column(engine, secret, expires_at=ago(seconds=1))
     assert rotate_now(engine, secret, alice).status is Rotation.UNKNOWN
     assert row_of(engine, secret).rotated_at is None
 
 
 def test_an_expired_rotated_token_presented_again_is_unknown_not_reuse(engine, alice):
-    first = run_write(engine, start_family, alice, LIFETIME)
+    first = start(engine, alice)
     newest = rotate_now(engine, first, alice).secret
     set_column(engine, first, rotated_at=ago(days=20), expires_at=ago(days=6))
     assert rotate_now(engine, first, alice).status is Rotation.UNKNOWN
@@ -247,26 +256,33 @@ def test_an_expired_rotated_token_presented_again_is_unknown_not_reuse(engine, a
 # --- revoking --------------------------------------------------------------------------------------
 
 
-def test_revoke_family_ends_the_family(engine, alice):
-    first = run_write(engine, start_family, alice, LIFETIME)
+def test_revoke_session_ends_the_family(engine, alice):
+    first = start(engine, alice)
     newest = rotate_now(engine, first, alice).secret
-    other = run_write(engine, start_family, alice, LIFETIME)
-    assert run_write(engine, revoke_family, first, alice) is True
+    other = start(engine, alice)
+    run_write(engine, revoke_session, row_of(engine, first).family, alice)
     assert rotate_now(engine, newest, alice).status is Rotation.UNKNOWN
     assert all(row.revoked_at is not None for row in family_rows(engine, first))
     assert rotate_now(engine, other, alice).status is Rotation.ROTATED
 
 
-def test_revoke_family_of_another_person_does_nothing(engine, alice, bob):
-    secret = run_write(engine, start_family, alice, LIFETIME)
-    assert run_write(engine, revoke_family, secret, bob) is False
-    assert run_write(engine, revoke_family, "unknown", alice) is False
+def test_revoke_session_of_another_person_does_nothing(engine, alice, bob):
+    secret = start(engine, alice)
+    run_write(engine, revoke_session, row_of(engine, secret).family, bob)
     assert rotate_now(engine, secret, alice).status is Rotation.ROTATED
 
 
+def test_a_cookie_of_another_login_of_the_same_person_is_unknown(engine, alice):
+    """An access token names its login (`sid`); only that login's cookie refreshes it."""
+    first, second = start(engine, alice), start(engine, alice)
+    outcome = run_write(engine, rotate, first, alice, row_of(engine, second).family, LIFETIME, GRACE)
+    assert outcome.status is Rotation.UNKNOWN
+    assert row_of(engine, first).rotated_at is None
+
+
 def test_revoke_person_ends_every_family_and_sets_the_mark(engine, alice, bob):
-    families = [run_write(engine, start_family, alice, LIFETIME) for _ in range(3)]
-    bobs = run_write(engine, start_family, bob, LIFETIME)
+    families = [start(engine, alice) for _ in range(3)]
+    bobs = start(engine, bob)
     before = datetime.now(timezone.utc)
     moment = run_write(engine, revoke_person, alice)
     after = datetime.now(timezone.utc)

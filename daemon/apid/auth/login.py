@@ -3,7 +3,10 @@
 A login answers an access token (a JWT, in the body) and sets an HttpOnly, SameSite=Strict
 cookie holding an opaque refresh token. /refreshToken trades the cookie and the current
 access token (expired is fine, forged is not) for a new access token and a new cookie.
-/logout revokes the cookie's whole family and refuses the access token until it expires.
+/logout ends the login the access token belongs to (its `sid`: the refresh family), so every
+cookie of it is refused, and refuses the access token itself until it expires. Refreshing
+needs a cookie of the token's own login: an old, logged-out token cannot be traded with the
+cookie of another login.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from twisted.web.http import Request
 from apid.accounts import Accounts
 from apid.auth.endpoints import PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
-from apid.auth.sessions import Revocations, Rotation, revoke_family, rotate, start_family
+from apid.auth.sessions import Revocations, Rotation, revoke_session, rotate, start_family
 from apid.auth.tokens import Principal, TokenService
 from apid.config import JwtConfig
 from apid.http import bearer_token, read_json_body, write_json
@@ -72,8 +75,9 @@ class SessionEndpoints:
         if account is None:
             self._limiter.record("login", address, username)
             raise Unauthorized(WRONG_CREDENTIALS)
-        refresh_secret = await self._db.write(start_family, account.id, self._jwt.refresh_lifetime)
-        return self._answer_token(request, self._tokens.issue(account.id, account.username, account.roles), refresh_secret)
+        refresh_secret, session = await self._db.write(start_family, account.id, self._jwt.refresh_lifetime)
+        token = self._tokens.issue(account.id, account.username, account.roles, session)
+        return self._answer_token(request, token, refresh_secret)
 
     def _current_token(self, request: Request) -> Principal:
         token = bearer_token(request)
@@ -88,19 +92,19 @@ class SessionEndpoints:
         if principal.username != name or not cookie or self._revocations.refuses(principal):
             raise Unauthorized(NO_REFRESH)
         outcome = await self._db.write(
-            rotate, cookie.decode("ascii", "replace"), principal.user_id,
+            rotate, cookie.decode("ascii", "replace"), principal.user_id, principal.session,
             self._jwt.refresh_lifetime, self._jwt.refresh_grace,
         )
         account = await self._accounts.get(principal.user_id) if outcome.status is Rotation.ROTATED else None
         if account is None or not account.may_log_in:
             raise Unauthorized(NO_REFRESH)
-        return self._answer_token(request, self._tokens.issue(account.id, account.username, account.roles), outcome.secret)
+        token = self._tokens.issue(account.id, account.username, account.roles, principal.session)
+        return self._answer_token(request, token, outcome.secret)
 
     async def logout(self, request: Request, _principal: Principal | None) -> bytes:
         principal = self._current_token(request)
-        cookie = request.getCookie(REFRESH_COOKIE)
-        if cookie:
-            await self._db.write(revoke_family, cookie.decode("ascii", "replace"), principal.user_id)
+        if principal.session is not None:
+            await self._db.write(revoke_session, principal.session, principal.user_id)
         await self._revocations.deny_token(principal)
         self._set_cookie(request, "", 0)
         request.setResponseCode(204)

@@ -36,24 +36,34 @@ RESET_DONE = "Your password was changed. Please log in with the new password.\n"
 BAD_LINK = "this link is not valid: it is unknown, already used or expired"
 
 
+def duration(seconds: int) -> str:
+    """A lifetime in the largest whole unit that states it exactly: "24 hours", "90 seconds"."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
 def _person_by(connection: Connection, column: Any, value: str) -> Any:
     return connection.execute(select(person).where(func.lower(column) == value.lower())).first()
 
 
 def register_account(connection: Connection, username: str, email: str, password_hash: str,
-                     role: str, lifetime: int) -> tuple[str, str | None]:
-    """What registering these details means, as (outcome, validation id):
+                     role: str, lifetime: int) -> tuple[str, str | None, str]:
+    """What registering these details means, as (outcome, validation id, address to mail):
     "created" (a disabled account and a validation id), "again" (the same unvalidated
-    account: a fresh id), "email-taken" or "name-taken" (nothing created)."""
+    account: a fresh id), "email-taken" or "name-taken" (nothing created). Mail about an
+    existing account goes to the address on file, never to the spelling that was typed."""
     by_email = _person_by(connection, person.c.email, email)
     if by_email is not None:
         if not by_email.enabled and by_email.username.lower() == username.lower():
-            return "again", onetime.issue(connection, by_email.id, onetime.VALIDATE, lifetime)
-        return "email-taken", None
+            return "again", onetime.issue(connection, by_email.id, onetime.VALIDATE, lifetime), by_email.email
+        return "email-taken", None, by_email.email
     if _person_by(connection, person.c.username, username) is not None:
-        return "name-taken", None
+        return "name-taken", None, email
     account = insert_account(connection, username, email, password_hash, [role], enabled=False)
-    return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime)
+    return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime), email
 
 
 def enable_account(connection: Connection, secret: str) -> bool:
@@ -64,12 +74,13 @@ def enable_account(connection: Connection, secret: str) -> bool:
     return True
 
 
-def request_reset(connection: Connection, email: str, lifetime: int) -> str | None:
-    """A reset id for the enabled account with this email, replacing earlier ones; else None."""
+def request_reset(connection: Connection, email: str, lifetime: int) -> tuple[str, str] | None:
+    """A reset id for the enabled account with this email, replacing earlier ones, and the
+    address on file (mail goes there, never to the spelling that was typed); else None."""
     row = _person_by(connection, person.c.email, email)
     if row is None or not row.enabled:
         return None
-    return onetime.issue(connection, row.id, onetime.RESET, lifetime)
+    return onetime.issue(connection, row.id, onetime.RESET, lifetime), row.email
 
 
 def reset_password(connection: Connection, secret: str, password_hash: str) -> int | None:
@@ -132,17 +143,17 @@ class AccountEndpoints:
         self._limiter.check("register", client_address(request), email)
         self._limiter.record("register", client_address(request), email)
         password_hash = await self._passwords.hash(password)
-        outcome, secret = await self._db.write(
+        outcome, secret, address = await self._db.write(
             register_account, username, email, password_hash, self._user_role, self._config.validation_lifetime
         )
-        self._outbox.post(self._registration_mail(outcome, username, email, secret))
+        self._outbox.post(self._registration_mail(outcome, username, address, secret))
         return write_text(request, SENT)
 
     def _registration_mail(self, outcome: str, username: str, email: str, secret: str | None) -> Message:
         if secret is not None:
             return Message(email, f"{PRODUCT}: confirm your account", (
                 f"Hello {username},\n\nto confirm your {PRODUCT} account, open this link within "
-                f"{self._config.validation_lifetime // 3600} hours:\n\n{self._link(secret)}\n\n"
+                f"{duration(self._config.validation_lifetime)}:\n\n{self._link(secret)}\n\n"
                 "If you did not sign up, ignore this message.\n"))
         if outcome == "email-taken":
             return Message(email, f"{PRODUCT}: someone tried to sign up with your address", (
@@ -174,11 +185,12 @@ class AccountEndpoints:
         (email,) = fields_of(body, lambda: email_field(body), allowed=("email",))
         self._limiter.check("reset", client_address(request), email)
         self._limiter.record("reset", client_address(request), email)
-        secret = await self._db.write(request_reset, email, self._config.reset_lifetime)
-        if secret is not None:
-            self._outbox.post(Message(email, f"{PRODUCT}: reset your password", (
+        found = await self._db.write(request_reset, email, self._config.reset_lifetime)
+        if found is not None:
+            secret, address = found
+            self._outbox.post(Message(address, f"{PRODUCT}: reset your password", (
                 f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
-                f"{max(1, self._config.reset_lifetime // 60)} minutes:\n\n{self._link(secret)}\n\n"
+                f"{duration(self._config.reset_lifetime)}:\n\n{self._link(secret)}\n\n"
                 "If you did not ask for this, ignore this message: your password stays as it is.\n")))
         return write_text(request, SENT)
 

@@ -61,15 +61,19 @@ def _insert(connection: Connection, person_id: int, family: str, lifetime: int) 
     return secret
 
 
-def start_family(connection: Connection, person_id: int, lifetime: int) -> str:
-    """The first refresh token of a new login."""
-    return _insert(connection, person_id, uuid.uuid4().hex, lifetime)
+def start_family(connection: Connection, person_id: int, lifetime: int) -> tuple[str, str]:
+    """The first refresh token of a new login, and the login's family (its session id)."""
+    family = uuid.uuid4().hex
+    return _insert(connection, person_id, family, lifetime), family
 
 
-def rotate(connection: Connection, secret: str, person_id: int, lifetime: int, grace: int) -> RotationOutcome:
+def rotate(connection: Connection, secret: str, person_id: int, session: str | None,
+           lifetime: int, grace: int) -> RotationOutcome:
+    """Trade a refresh token of `session` (the login the access token belongs to) for the next."""
     row = connection.execute(select(refresh_token).where(refresh_token.c.token_hash == digest(secret))).first()
     moment = now()
-    if row is None or row.person_id != person_id or row.revoked_at is not None or _aware(row.expires_at) <= moment:
+    if (row is None or row.person_id != person_id or row.family != session
+            or row.revoked_at is not None or _aware(row.expires_at) <= moment):
         return RotationOutcome(Rotation.UNKNOWN)
     family = and_(refresh_token.c.family == row.family, refresh_token.c.revoked_at.is_(None))
     if row.rotated_at is not None and moment - _aware(row.rotated_at) > timedelta(seconds=grace):
@@ -85,16 +89,14 @@ def rotate(connection: Connection, secret: str, person_id: int, lifetime: int, g
     return RotationOutcome(Rotation.ROTATED, _insert(connection, person_id, row.family, lifetime))
 
 
-def revoke_family(connection: Connection, secret: str, person_id: int) -> bool:
-    row = connection.execute(select(refresh_token).where(refresh_token.c.token_hash == digest(secret))).first()
-    if row is None or row.person_id != person_id:
-        return False
+def revoke_session(connection: Connection, session: str, person_id: int) -> None:
+    """Every refresh token of one login of the account."""
     connection.execute(
         update(refresh_token)
-        .where(and_(refresh_token.c.family == row.family, refresh_token.c.revoked_at.is_(None)))
+        .where(and_(refresh_token.c.family == session, refresh_token.c.person_id == person_id,
+                    refresh_token.c.revoked_at.is_(None)))
         .values(revoked_at=now())
     )
-    return True
 
 
 def revoke_person(connection: Connection, person_id: int) -> datetime:

@@ -34,6 +34,7 @@ class Principal:
     token_id: str
     expires: int
     issued_at: float
+    session: str | None = None  # the login (refresh family) the token belongs to
 
 
 def load_secret(config: JwtConfig) -> bytes:
@@ -66,7 +67,7 @@ class TokenService:
         self._secret = secret
         self._clock = clock
 
-    def issue(self, user_id: int, username: str, roles: frozenset[str]) -> str:
+    def issue(self, user_id: int, username: str, roles: frozenset[str], session: str | None = None) -> str:
         now = self._clock()
         claims = {
             "iss": self._config.issuer,
@@ -80,6 +81,8 @@ class TokenService:
             "exp": int(now) + self._config.access_lifetime,
             "jti": uuid.uuid4().hex,
         }
+        if session is not None:
+            claims["sid"] = session
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM, headers={"typ": TOKEN_TYPE})
 
     def verify(self, token: str, *, allow_expired: bool = False) -> Principal:
@@ -123,4 +126,5 @@ class TokenService:
             token_id=str(claims["jti"]),
             expires=int(claims["exp"]),
             issued_at=float(claims["iat"]),
+            session=claims.get("sid") if isinstance(claims.get("sid"), str) else None,
         )
