@@ -29,3 +29,9 @@ def assert_problem(reply, status: int, instance: str | None = None) -> dict:
     if instance is not None:
         assert body["instance"] == instance
     return body
+
+
+def error_fields(body: dict) -> set[str]:
+    """The fields a 400 problem names in its `errors` list (which must not be empty)."""
+    assert isinstance(body.get("errors"), list) and body["errors"], body
+    return {error["field"] for error in body["errors"]}

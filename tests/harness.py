@@ -1,4 +1,5 @@
-"""Running the real `apid` for tests: a deployment folder, the daemon as a subprocess, HTTP.
+"""Running the real `apid` for tests: a deployment folder with accounts, the daemon as a
+subprocess, HTTP, and the person and team calls many modules make through it.
 
 The daemon runs in its own process (never in the test's reactor), listens on an ephemeral
 loopback port and is told apart by the port in its ready line.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import http.client
+import itertools
 import json
 import os
 import re
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 READY = re.compile(r"apid ready on http://127\.0\.0\.1:(\d+)")
 ADMIN = ("admin", "admin-password-1", "admin@example.com")
 USER = ("alice", "alice-password-1", "alice@example.com")
+ADMIN_ACCOUNT = (*ADMIN, "ROLE_ADMIN")
+USER_ACCOUNT = (*USER, "ROLE_USER")
+V = "/v0.1"
+_serial = itertools.count(1)
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -170,6 +178,76 @@ class Daemon:
         reply = self.request("POST", "/authenticate", {"username": username, "password": password})
         assert reply.status == 200, reply.body
         return reply.json["token"]
+
+
+def deployment_with_accounts(
+    root: Path,
+    *,
+    server: dict | None = None,
+    api: dict | None = None,
+    accounts: tuple[tuple[str, ...], ...] = (ADMIN_ACCOUNT, USER_ACCOUNT),
+) -> Deployment:
+    """A written deployment with accounts added, each (name, password, email, *roles):
+    by default the admin (ROLE_ADMIN) and the user (ROLE_USER)."""
+    deployment = Deployment(root, server=server or {}, api=api or {})
+    deployment.write()
+    for account in accounts:
+        deployment.add_user(*account)
+    return deployment
+
+
+@contextmanager
+def running_daemon(deployment: Deployment) -> Iterator[Daemon]:
+    """The daemon started on the deployment, stopped on leaving the block."""
+    daemon = Daemon(deployment).start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def person_fields(prefix: str = "person") -> dict:
+    """A username, password and email for a fresh account, numbered to be unique in the run."""
+    n = next(_serial)
+    return {"username": f"{prefix}{n}", "password": f"{prefix}-password-{n}", "email": f"{prefix}{n}@example.com"}
+
+
+def new_person(daemon: Daemon, admin_token: str, **extra) -> dict:
+    """Create a fresh account through the API; returns what was sent plus the new id."""
+    fields = {**person_fields(), **extra}
+    reply = daemon.request("POST", f"{V}/person/create", fields, token=admin_token)
+    assert reply.status == 200, reply.body
+    return {**fields, "id": reply.json["id"]}
+
+
+def show_person(daemon: Daemon, token: str, person_id: int) -> dict:
+    reply = daemon.request("GET", f"{V}/person/show/{person_id}", token=token)
+    assert reply.status == 200, reply.body
+    return reply.json
+
+
+def everyone(daemon: Daemon, admin_token: str) -> list[dict]:
+    """Every account, a page of 100 at a time."""
+    people: list[dict] = []
+    while True:
+        reply = daemon.request("GET", f"{V}/person/list?offset={len(people)}&max=100", token=admin_token)
+        assert reply.status == 200, reply.body
+        people += reply.json
+        if len(reply.json) < 100:
+            return people
+
+
+def person_named(daemon: Daemon, admin_token: str, name: str) -> dict | None:
+    return next((p for p in everyone(daemon, admin_token) if p["username"] == name), None)
+
+
+def create_team(daemon: Daemon, admin_token: str, name: str, leader_id: int, budget: float) -> dict:
+    """Create a team of the sample plugin through the API; returns the answer."""
+    reply = daemon.request(
+        "POST", f"{V}/team/create", {"name": name, "leaderId": leader_id, "budget": budget}, token=admin_token
+    )
+    assert reply.status == 200, reply.body
+    return reply.json
 
 
 def wait_for(predicate, timeout: float = 10, interval: float = 0.05) -> bool:

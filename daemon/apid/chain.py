@@ -4,8 +4,9 @@ The endpoint in the path is the first link; `chain.order` names the rest, in ord
 mapped to the field of its output that becomes the next link's `id` (the last maps to
 `return`). The whole chain is checked before any link runs: its shape (at most one non-safe
 method, placed where `type` says, matching the request's method), its length, and the
-caller's right to call every link. Then each link runs through the single-call pipeline on
-its own; a failing link stops the chain and its problem says where, and whether the
+caller's right to call every link (each link admitted on its own). Then each link runs the
+rest of the single-call pipeline on its own (its fields admitted and typed, its action, its
+output filtered); a failing link stops the chain and its problem says where, and whether the
 non-safe call had already run.
 """
 
@@ -164,13 +165,13 @@ class ChainRunner:
                 raise ChainRuleBroken(f"link {link.position}, {link.path}, is not an endpoint", rule="unknown-link",
                                       link={"position": link.position, "endpoint": link.path}) from None
         check_shape(chain, endpoints, method, self._limit)
-        for link in chain.links:
-            self._pipeline.admit(principal, self._request(link, target))
+        admitted = [self._pipeline.admit(principal, self._request(link, target)) for link in chain.links]
 
         outputs: list[Any] = []
         passed: list[str] | None = None
         non_safe_done = False
-        for link, endpoint in zip(chain.links, endpoints):
+        for link, admission in zip(chain.links, admitted):
+            endpoint = admission.endpoint
             call_text = dict(text) if link.position == 0 else {}
             if passed is not None:
                 call_text["id"] = passed
@@ -178,8 +179,9 @@ class ChainRunner:
             if passed is not None:
                 # the id handed on by the previous link names the record; the body cannot override it
                 call_body = {name: value for name, value in call_body.items() if name != "id"}
+            call = self._request(link, target, body=call_body, text=call_text)
             try:
-                output = (await self._pipeline.run(principal, self._request(link, target, body=call_body, text=call_text))).data
+                output = (await self._pipeline.execute(principal, admission, call)).data
             except Problem as problem:
                 problem.extensions.update(link={"position": link.position, "endpoint": link.path},
                                           nonSafeCallCompleted=non_safe_done)

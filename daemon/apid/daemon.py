@@ -132,6 +132,7 @@ async def start(reactor, config: Config) -> Running:
         await revocations.start()
         site = ApidSite(application.resource(), api.max_body_bytes, server.access_log)
         connections = WrappingFactory(site)
+        connections.noisy = False
         port = await serverFromString(reactor, with_backlog(server.listen)).listen(connections)
     except BaseException:
         revocations.stop()

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from harness import ADMIN, USER, Daemon, Deployment
+from harness import ADMIN, USER, Deployment, deployment_with_accounts, everyone, running_daemon
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory) -> Deployment:
-    deployment = Deployment(tmp_path_factory.mktemp("apid"))
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    return deployment
+    return deployment_with_accounts(tmp_path_factory.mktemp("apid"))
 
 
 @pytest.fixture(scope="module")
 def daemon(deployment):
-    running = Daemon(deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(deployment) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +32,11 @@ def user_token(daemon) -> str:
 def user_id(daemon, admin_token) -> int:
     people = daemon.request("GET", "/v0.1/person/list", token=admin_token).json
     return next(p["id"] for p in people if p["username"] == USER[0])
+
+
+@pytest.fixture
+def unchanged(daemon, admin_token):
+    """Asserts after the test that no account was created, changed or deleted."""
+    before = everyone(daemon, admin_token)
+    yield
+    assert everyone(daemon, admin_token) == before

@@ -39,7 +39,10 @@ from sqlalchemy import create_engine, update
 from apid.auth.onetime import digest
 from apid.store.tables import account_token
 from assertions import assert_problem
-from harness import ADMIN, USER, Daemon, Deployment, Response, wait_for
+from harness import (
+    ADMIN, ADMIN_ACCOUNT, USER, USER_ACCOUNT, Daemon, Deployment, Response, deployment_with_accounts, everyone,
+    person_named, running_daemon, wait_for,
+)
 
 BASE_URL = "https://api.example.test"
 HOME_URL = "https://app.example.test/home"
@@ -99,20 +102,6 @@ def whoami(daemon: Daemon, token: str) -> Response:
     """A private call (one's own account) with the token."""
     sub = jwt.decode(token, options={"verify_signature": False})["sub"]
     return daemon.request("GET", f"/v0.1/person/show/{sub}", token=token)
-
-
-def everyone(daemon: Daemon, admin_token: str) -> list[dict]:
-    people: list[dict] = []
-    while True:
-        page = daemon.request("GET", f"/v0.1/person/list?offset={len(people)}&max=100", token=admin_token)
-        assert page.status == 200, page.body
-        people += page.json
-        if len(page.json) < 100:
-            return people
-
-
-def person_named(daemon: Daemon, admin_token: str, name: str) -> dict | None:
-    return next((p for p in everyone(daemon, admin_token) if p["username"] == name), None)
 
 
 def request_from(daemon: Daemon, source: str, method: str, path: str, json_body: Any = None) -> Response:
@@ -208,15 +197,11 @@ def age_id(deployment: Deployment, secret: str) -> None:
 def deployment(tmp_path_factory) -> Deployment:
     """The deployment of this module's daemon (overrides conftest's): a distinct baseUrl,
     homeUrl and reset page, and abuse limits out of the way (tests of them use `limited`)."""
-    deployment = Deployment(
+    return deployment_with_accounts(
         tmp_path_factory.mktemp("accounts"),
         server={"baseUrl": BASE_URL, "homeUrl": HOME_URL, "accounts": {"resetUrl": RESET_PAGE}},
         api={"abuseLimits": {"login": UNLIMITED, "register": UNLIMITED, "reset": UNLIMITED}},
     )
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    return deployment
 
 
 @pytest.fixture
@@ -237,23 +222,18 @@ RHEA = ("rhea", "rhea-password-1", "rhea@example.com")
 
 @pytest.fixture(scope="module")
 def limited_deployment(tmp_path_factory) -> Deployment:
-    deployment = Deployment(
+    return deployment_with_accounts(
         tmp_path_factory.mktemp("limited"),
         server={"accounts": {"validationLifetime": 60, "resetLifetime": 60}},
         api={"abuseLimits": {"login": LIMITED_LOGIN, "register": LIMITED_REGISTER, "reset": LIMITED_RESET}},
+        accounts=(ADMIN_ACCOUNT, USER_ACCOUNT, (*RHEA, "ROLE_USER")),
     )
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    deployment.add_user(*RHEA, "ROLE_USER")
-    return deployment
 
 
 @pytest.fixture(scope="module")
 def limited(limited_deployment):
-    running = Daemon(limited_deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(limited_deployment) as running:
+        yield running
 
 
 # --- the journey --------------------------------------------------------------------------------

@@ -15,28 +15,8 @@ import uuid
 import jwt
 import pytest
 
-from assertions import assert_problem
-from harness import ADMIN, USER, Daemon, Deployment
-
-V = "/v0.1"
-def error_fields(body: dict) -> set[str]:
-    assert isinstance(body.get("errors"), list) and body["errors"], body
-    return {error["field"] for error in body["errors"]}
-
-
-def everyone(daemon, admin_token) -> list[dict]:
-    reply = daemon.request("GET", f"{V}/person/list?max=100", token=admin_token)
-    assert reply.status == 200, reply.body
-    return reply.json
-
-
-@pytest.fixture
-def unchanged(daemon, admin_token):
-    """Asserts after the test that no account was created, changed or deleted."""
-    before = everyone(daemon, admin_token)
-    yield
-    assert everyone(daemon, admin_token) == before
-
+from assertions import assert_problem, error_fields
+from harness import ADMIN, ADMIN_ACCOUNT, USER, V, Deployment, deployment_with_accounts, everyone, running_daemon
 
 def secret_of(deployment: Deployment) -> bytes:
     return (deployment.root / "var" / "jwt.secret").read_text(encoding="utf-8").strip().encode()
@@ -422,13 +402,11 @@ def test_authenticate_with_a_body_that_is_not_a_json_object(daemon, raw, content
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    deployment = Deployment(tmp_path_factory.mktemp("apid-small"), api={"maxBodyBytes": 2048})
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    running = Daemon(deployment).start()
-    running.token = running.login(ADMIN[0], ADMIN[1])
-    yield running
-    running.stop()
+    deployment = deployment_with_accounts(tmp_path_factory.mktemp("apid-small"), api={"maxBodyBytes": 2048},
+                                          accounts=(ADMIN_ACCOUNT,))
+    with running_daemon(deployment) as running:
+        running.token = running.login(ADMIN[0], ADMIN[1])
+        yield running
 
 
 def padded_create(name: str, size: int) -> bytes:
@@ -487,14 +465,9 @@ def test_an_authenticate_body_over_max_body_bytes_is_413(small):
 
 @pytest.fixture(scope="module")
 def fragile(tmp_path_factory):
-    deployment = Deployment(tmp_path_factory.mktemp("apid-fragile"))
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    running = Daemon(deployment).start()
-    running.token = running.login(ADMIN[0], ADMIN[1])
-    yield running
-    running.stop()
+    with running_daemon(deployment_with_accounts(tmp_path_factory.mktemp("apid-fragile"))) as running:
+        running.token = running.login(ADMIN[0], ADMIN[1])
+        yield running
 
 
 def rename_table(deployment: Deployment, old: str, new: str) -> None:

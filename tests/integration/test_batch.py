@@ -8,19 +8,19 @@ versions. Every write is checked by reading back what was stored through `/v` ca
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
 
 from assertions import ADMIN_FIELDS, PROBLEM_MEMBERS, USER_FIELDS, assert_json, assert_problem
-from harness import ADMIN, REPO, USER, Daemon, Deployment
+from harness import (
+    ADMIN, REPO, USER, V, create_team, deployment_with_accounts, everyone, new_person, person_fields, person_named,
+    running_daemon, show_person,
+)
 
-V = "/v0.1"
 B = "/b0.1"
 TEAM_V1_FIELDS = {"id", "name", "leaderId", "budget"}
 SAMPLE_TEAM_IOSTATE = REPO / "tests/sample_plugin/apid_sample/iostate/team.json"
-_serial = itertools.count(1)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -35,58 +35,13 @@ def assert_element_problem(error: dict, status: int, index: int, instance: str) 
     assert error["type"].startswith("urn:apid:problem:"), error
 
 
-def person_fields(prefix: str = "batch") -> dict:
-    n = next(_serial)
-    return {"username": f"{prefix}{n}", "password": f"{prefix}-password-{n}", "email": f"{prefix}{n}@example.com"}
-
-
-def new_person(daemon, admin_token) -> dict:
-    fields = person_fields("bperson")
-    reply = daemon.request("POST", f"{V}/person/create", fields, token=admin_token)
-    assert reply.status == 200, reply.body
-    return {**fields, "id": reply.json["id"]}
-
-
-def show(daemon, token, person_id) -> dict:
-    reply = daemon.request("GET", f"{V}/person/show/{person_id}", token=token)
-    assert reply.status == 200, reply.body
-    return reply.json
-
-
-def everyone(daemon, admin_token) -> list[dict]:
-    """Every account, a page of 100 at a time."""
-    people: list[dict] = []
-    while True:
-        reply = daemon.request("GET", f"{V}/person/list?offset={len(people)}&max=100", token=admin_token)
-        assert reply.status == 200, reply.body
-        people += reply.json
-        if len(reply.json) < 100:
-            return people
-
-
 def usernames(daemon, admin_token) -> set[str]:
     return {p["username"] for p in everyone(daemon, admin_token)}
 
 
-def by_username(daemon, admin_token, username: str) -> dict | None:
-    return next((p for p in everyone(daemon, admin_token) if p["username"] == username), None)
-
-
-@pytest.fixture
-def unchanged(daemon, admin_token):
-    """Asserts after the test that no account was created, changed or deleted."""
-    before = everyone(daemon, admin_token)
-    yield
-    assert everyone(daemon, admin_token) == before
-
-
 @pytest.fixture(scope="module")
 def team(daemon, admin_token, user_id) -> dict:
-    reply = daemon.request(
-        "POST", f"{V}/team/create", {"name": "Batchers", "leaderId": user_id, "budget": 99.5}, token=admin_token
-    )
-    assert reply.status == 200, reply.body
-    return reply.json
+    return create_team(daemon, admin_token, "Batchers", user_id, 99.5)
 
 
 # --- outputs: combine true, false, absent ----------------------------------------------------
@@ -102,8 +57,8 @@ def test_combine_true_answers_every_output_in_element_order(daemon, admin_token)
     body = assert_json(reply, 200)
     assert isinstance(body, list)
     assert [p["id"] for p in body] == [second["id"], 1, first["id"]]
-    assert body == [show(daemon, admin_token, second["id"]), show(daemon, admin_token, 1),
-                    show(daemon, admin_token, first["id"])]
+    assert body == [show_person(daemon, admin_token, second["id"]), show_person(daemon, admin_token, 1),
+                    show_person(daemon, admin_token, first["id"])]
     assert [p["username"] for p in body] == [second["username"], ADMIN[0], first["username"]]
     assert all(set(p) == ADMIN_FIELDS for p in body)
 
@@ -118,7 +73,7 @@ def test_without_combine_only_the_last_output_is_answered(daemon, admin_token, c
     reply = daemon.request("POST", f"{B}/person/show", body, token=admin_token)
     answer = assert_json(reply, 200)
     assert isinstance(answer, dict)
-    assert answer == show(daemon, admin_token, second["id"])
+    assert answer == show_person(daemon, admin_token, second["id"])
     assert answer["username"] == second["username"]
 
 
@@ -157,7 +112,7 @@ def test_a_batch_create_stores_every_element_in_order(daemon, admin_token):
     ids = [out["id"] for out in body]
     assert ids == sorted(ids) and len(set(ids)) == 3  # created one after another, in element order
     for out, sent in zip(body, elements):
-        stored = show(daemon, admin_token, out["id"])
+        stored = show_person(daemon, admin_token, out["id"])
         assert stored["username"] == sent["username"]
         assert stored["email"] == sent["email"]
         assert stored["roles"] == ["ROLE_USER"]
@@ -171,7 +126,7 @@ def test_a_batch_create_without_combine_answers_the_last_and_stores_all(daemon, 
     reply = daemon.request("POST", f"{B}/person/create", {"batch": elements}, token=admin_token)
     body = assert_json(reply, 200)
     assert set(body) == {"id", "version"}
-    stored = [by_username(daemon, admin_token, sent["username"]) for sent in elements]
+    stored = [person_named(daemon, admin_token, sent["username"]) for sent in elements]
     assert all(s is not None for s in stored), stored
     assert [s["email"] for s in stored] == [sent["email"] for sent in elements]
     ids = [s["id"] for s in stored]
@@ -190,8 +145,8 @@ def test_a_batch_update_changes_every_element(daemon, admin_token):
         token=admin_token,
     )
     assert assert_json(reply, 200) == [{"id": first["id"], "version": 1}, {"id": second["id"], "version": 1}]
-    assert show(daemon, admin_token, first["id"])["email"] == "b-up-1@example.com"
-    after = show(daemon, admin_token, second["id"])
+    assert show_person(daemon, admin_token, first["id"])["email"] == "b-up-1@example.com"
+    after = show_person(daemon, admin_token, second["id"])
     assert after["email"] == "b-up-2@example.com"
     assert after["accountLocked"] is True
 
@@ -207,7 +162,7 @@ def test_later_update_elements_see_earlier_ones(daemon, admin_token):
         token=admin_token,
     )
     assert assert_json(reply, 200) == [{"id": person["id"], "version": 1}, {"id": person["id"], "version": 2}]
-    stored = show(daemon, admin_token, person["id"])
+    stored = show_person(daemon, admin_token, person["id"])
     assert stored["email"] == "seq-2@example.com"
     assert stored["version"] == 2
 
@@ -236,7 +191,7 @@ def test_a_failing_show_element_gives_207_with_data_and_errors(daemon, admin_tok
     )
     body = assert_json(reply, 207)
     assert set(body) == {"data", "errors"}
-    expected = show(daemon, admin_token, person["id"])
+    expected = show_person(daemon, admin_token, person["id"])
     assert body["data"] == ([None, expected] if combine else expected)
     assert len(body["errors"]) == 1
     error = body["errors"][0]
@@ -251,7 +206,7 @@ def test_when_the_last_element_fails_data_holds_null_in_its_place(daemon, admin_
         "POST", f"{B}/person/show", {"batch": [{"id": 1}, {"id": 888888}], "combine": combine}, token=admin_token
     )
     body = assert_json(reply, 207)
-    assert body["data"] == ([show(daemon, admin_token, 1), None] if combine else None)
+    assert body["data"] == ([show_person(daemon, admin_token, 1), None] if combine else None)
     assert [e["index"] for e in body["errors"]] == [1]
     assert_element_problem(body["errors"][0], 404, 1, f"{B}/person/show")
 
@@ -265,8 +220,8 @@ def test_a_failing_create_element_does_not_stop_the_others(daemon, admin_token, 
         "POST", f"{B}/person/create", {"batch": [first, clash, third], "combine": combine}, token=admin_token
     )
     body = assert_json(reply, 207)
-    stored_first = by_username(daemon, admin_token, first["username"])
-    stored_third = by_username(daemon, admin_token, third["username"])
+    stored_first = person_named(daemon, admin_token, first["username"])
+    stored_third = person_named(daemon, admin_token, third["username"])
     assert stored_first is not None and stored_third is not None
     assert stored_first["email"] == first["email"]  # not the clashing element's email
     assert stored_third["email"] == third["email"]
@@ -284,7 +239,7 @@ def test_every_failing_element_is_reported(daemon, admin_token):
         {"batch": [{"id": 777771}, {"id": 1}, {"id": 777772}, {"id": "one"}], "combine": True}, token=admin_token,
     )
     body = assert_json(reply, 207)
-    assert body["data"] == [None, show(daemon, admin_token, 1), None, None]
+    assert body["data"] == [None, show_person(daemon, admin_token, 1), None, None]
     assert [(e["index"], e["status"]) for e in body["errors"]] == [(0, 404), (2, 404), (3, 400)]
     assert "777771" in body["errors"][0]["detail"]
     assert "777772" in body["errors"][1]["detail"]
@@ -305,7 +260,7 @@ def test_a_batch_whose_every_element_fails_is_still_207(daemon, admin_token, com
 
 
 def test_a_role_not_in_the_batch_list_is_403_before_any_element_runs(daemon, admin_token, user_token, user_id):
-    before = show(daemon, admin_token, user_id)
+    before = show_person(daemon, admin_token, user_id)
     reply = daemon.request(
         "POST", f"{B}/person/update",
         {"batch": [{"id": user_id, "email": "alice.batched@example.com"}]}, token=user_token,
@@ -313,7 +268,7 @@ def test_a_role_not_in_the_batch_list_is_403_before_any_element_runs(daemon, adm
     body = assert_problem(reply, 403, f"{B}/person/update")
     assert "batch" in body["detail"]
     assert "index" not in body
-    assert show(daemon, admin_token, user_id) == before
+    assert show_person(daemon, admin_token, user_id) == before
 
 
 def test_the_same_update_is_allowed_to_the_user_as_a_plain_call(daemon, admin_token, user_token, user_id):
@@ -321,7 +276,7 @@ def test_the_same_update_is_allowed_to_the_user_as_a_plain_call(daemon, admin_to
     reply = daemon.request("PUT", f"{V}/person/update/{user_id}", {"email": "alice.plain@example.com"},
                            token=user_token)
     assert reply.status == 200, reply.body
-    assert show(daemon, admin_token, user_id)["email"] == "alice.plain@example.com"
+    assert show_person(daemon, admin_token, user_id)["email"] == "alice.plain@example.com"
 
 
 def test_a_user_may_not_batch_create(daemon, admin_token, user_token):
@@ -355,15 +310,15 @@ def test_an_element_with_a_field_the_role_may_not_send_fails_alone(daemon, admin
     assert first["username"] in names and last["username"] in names
     assert locked["username"] not in names and unknown["username"] not in names
     assert body["data"][1] is None and body["data"][2] is None
-    assert body["data"][0]["id"] == by_username(daemon, admin_token, first["username"])["id"]
-    assert body["data"][3]["id"] == by_username(daemon, admin_token, last["username"])["id"]
+    assert body["data"][0]["id"] == person_named(daemon, admin_token, first["username"])["id"]
+    assert body["data"][3]["id"] == person_named(daemon, admin_token, last["username"])["id"]
 
 
 def test_an_administrator_element_may_send_admin_only_fields(daemon, admin_token):
     fields = {**person_fields(), "roles": ["ROLE_ADMIN"], "enabled": False}
     reply = daemon.request("POST", f"{B}/person/create", {"batch": [fields]}, token=admin_token)
     created = assert_json(reply, 200)
-    stored = show(daemon, admin_token, created["id"])
+    stored = show_person(daemon, admin_token, created["id"])
     assert stored["roles"] == ["ROLE_ADMIN"]
     assert stored["enabled"] is False
 
@@ -376,7 +331,7 @@ def test_a_user_batching_show_sees_only_its_fields_and_only_its_own_record(daemo
         token=user_token,
     )
     body = assert_json(reply, 207)
-    own = show(daemon, user_token, user_id)
+    own = show_person(daemon, user_token, user_id)
     assert set(own) == USER_FIELDS
     assert body["data"] == [own, None, None, own]
     assert set(body["data"][0]) == USER_FIELDS
@@ -535,16 +490,12 @@ def test_a_get_batch_without_a_token_is_401(daemon):
 def limited(tmp_path_factory):
     """batchLimit 3; its iostate/ overrides the sample plugin's team.json to give version 2 of
     team/show a BATCH list (a file in iostateDir with the same NAME overrides the shipped one)."""
-    deployment = Deployment(tmp_path_factory.mktemp("apid-batch-limit"), api={"batchLimit": 3})
-    deployment.write()
+    deployment = deployment_with_accounts(tmp_path_factory.mktemp("apid-batch-limit"), api={"batchLimit": 3})
     team_state = json.loads(SAMPLE_TEAM_IOSTATE.read_text())
     team_state["VERSION"]["2"]["URI"]["show"]["ROLES"] = {"BATCH": ["ROLE_ADMIN", "ROLE_USER"]}
     (deployment.root / "iostate" / "team.json").write_text(json.dumps(team_state))
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    running = Daemon(deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(deployment) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -573,7 +524,7 @@ def test_exactly_batch_limit_elements_run(limited, limited_admin):
     body = assert_json(reply, 200)
     assert len(body) == 3
     for out, sent in zip(body, elements):
-        assert show(limited, limited_admin, out["id"])["username"] == sent["username"]
+        assert show_person(limited, limited_admin, out["id"])["username"] == sent["username"]
 
 
 def test_batch_limit_applies_to_get_endpoints_too(limited, limited_admin):
@@ -583,10 +534,7 @@ def test_batch_limit_applies_to_get_endpoints_too(limited, limited_admin):
 
 @pytest.fixture(scope="module")
 def limited_team(limited, limited_admin) -> dict:
-    reply = limited.request("POST", f"{V}/team/create", {"name": "Versioned", "leaderId": 1, "budget": 7.0},
-                            token=limited_admin)
-    assert reply.status == 200, reply.body
-    return reply.json
+    return create_team(limited, limited_admin, "Versioned", 1, 7.0)
 
 
 @pytest.mark.parametrize("who", ["admin", "user"])

@@ -9,36 +9,10 @@ import itertools
 
 import pytest
 
-from assertions import assert_problem
-from harness import ADMIN, USER
+from assertions import ADMIN_FIELDS, USER_FIELDS, assert_problem
+from harness import ADMIN, USER, V, create_team, everyone, new_person, show_person
 
-V = "/v0.1"
-USER_FIELDS = {"id", "version", "username", "email"}
-ADMIN_FIELDS = USER_FIELDS | {
-    "enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated", "lastUpdated",
-}
 _serial = itertools.count(1)
-
-
-def new_person(daemon, admin_token, **extra) -> dict:
-    """Create a fresh account through the API; returns what was sent plus the new id."""
-    n = next(_serial)
-    fields = {"username": f"calls{n}", "password": f"calls-password-{n}", "email": f"calls{n}@example.com", **extra}
-    reply = daemon.request("POST", f"{V}/person/create", fields, token=admin_token)
-    assert reply.status == 200, reply.body
-    return {**fields, "id": reply.json["id"]}
-
-
-def show(daemon, token, person_id) -> dict:
-    reply = daemon.request("GET", f"{V}/person/show/{person_id}", token=token)
-    assert reply.status == 200, reply.body
-    return reply.json
-
-
-def everyone(daemon, admin_token) -> list[dict]:
-    reply = daemon.request("GET", f"{V}/person/list?max=100", token=admin_token)
-    assert reply.status == 200, reply.body
-    return reply.json
 
 
 # --- create / show / list / update / delete -------------------------------------------------
@@ -55,7 +29,7 @@ def test_create_answers_id_and_version_and_stores_the_account(daemon, admin_toke
     assert set(created.json) == {"id", "version"}
     assert created.json["version"] == 0
 
-    stored = show(daemon, admin_token, created.json["id"])
+    stored = show_person(daemon, admin_token, created.json["id"])
     assert stored["username"] == "carol"
     assert stored["email"] == "carol@example.com"
     assert stored["roles"] == ["ROLE_USER"]
@@ -63,12 +37,12 @@ def test_create_answers_id_and_version_and_stores_the_account(daemon, admin_toke
     assert "password" not in stored
     # The password was stored (hashed): the new account can log in with it.
     token = daemon.login("carol", "carol-password-1")
-    assert show(daemon, token, created.json["id"])["username"] == "carol"
+    assert show_person(daemon, token, created.json["id"])["username"] == "carol"
 
 
 def test_admin_may_set_roles_and_enabled_on_create(daemon, admin_token):
     person = new_person(daemon, admin_token, roles=["ROLE_ADMIN"], enabled=False)
-    stored = show(daemon, admin_token, person["id"])
+    stored = show_person(daemon, admin_token, person["id"])
     assert stored["roles"] == ["ROLE_ADMIN"]
     assert stored["enabled"] is False
     refused = daemon.request("POST", "/authenticate", {"username": person["username"], "password": person["password"]})
@@ -100,7 +74,7 @@ def test_update_changes_what_is_stored_and_raises_the_version(daemon, admin_toke
     assert reply.status == 200, reply.body
     assert reply.json == {"id": person["id"], "version": 1}
 
-    stored = show(daemon, admin_token, person["id"])
+    stored = show_person(daemon, admin_token, person["id"])
     assert stored["email"] == "changed@example.com"
     assert stored["accountLocked"] is True
     assert stored["version"] == 1
@@ -132,7 +106,7 @@ def test_delete_removes_the_account(daemon, admin_token):
 
 def test_an_administrator_cannot_delete_their_own_account(daemon, admin_token):
     assert_problem(daemon.request("DELETE", f"{V}/person/delete/1", token=admin_token), 409)
-    assert show(daemon, admin_token, 1)["username"] == ADMIN[0]
+    assert show_person(daemon, admin_token, 1)["username"] == ADMIN[0]
 
 
 def test_show_of_a_missing_id_is_404(daemon, admin_token):
@@ -183,8 +157,8 @@ def test_body_wins_over_the_path_id_on_update(daemon, admin_token):
     )
     assert reply.status == 200, reply.body
     assert reply.json["id"] == body_person["id"]
-    assert show(daemon, admin_token, body_person["id"])["email"] == "body-wins@example.com"
-    assert show(daemon, admin_token, path_person["id"])["email"] == path_person["email"]
+    assert show_person(daemon, admin_token, body_person["id"])["email"] == "body-wins@example.com"
+    assert show_person(daemon, admin_token, path_person["id"])["email"] == path_person["email"]
 
 
 def test_query_fields_are_typed_like_body_fields(daemon, admin_token):
@@ -205,15 +179,15 @@ def test_trailing_slash_is_accepted(daemon, admin_token, path):
 
 
 def test_a_user_sees_fewer_fields_than_an_administrator(daemon, admin_token, user_token, user_id):
-    as_user = show(daemon, user_token, user_id)
-    as_admin = show(daemon, admin_token, user_id)
+    as_user = show_person(daemon, user_token, user_id)
+    as_admin = show_person(daemon, admin_token, user_id)
     assert set(as_user) == USER_FIELDS
     assert set(as_admin) == ADMIN_FIELDS
     assert {k: as_admin[k] for k in USER_FIELDS} == as_user
 
 
 def test_a_user_may_show_their_own_record(daemon, user_token, user_id):
-    assert show(daemon, user_token, user_id)["username"] == USER[0]
+    assert show_person(daemon, user_token, user_id)["username"] == USER[0]
     by_query = daemon.request("GET", f"{V}/person/show?id={user_id}", token=user_token)
     assert by_query.status == 200
     assert by_query.json["id"] == user_id
@@ -225,31 +199,31 @@ def test_a_user_may_not_show_another_record(daemon, user_token):
 
 
 def test_a_user_may_update_their_own_email(daemon, admin_token, user_token, user_id):
-    before = show(daemon, admin_token, user_id)
+    before = show_person(daemon, admin_token, user_id)
     reply = daemon.request(
         "PUT", f"{V}/person/update/{user_id}", {"email": "alice.new@example.com"}, token=user_token
     )
     assert reply.status == 200, reply.body
-    after = show(daemon, admin_token, user_id)
+    after = show_person(daemon, admin_token, user_id)
     assert after["email"] == "alice.new@example.com"
     assert after["version"] == before["version"] + 1
     assert after["roles"] == before["roles"]
 
 
 def test_a_user_may_not_update_another_record(daemon, admin_token, user_token):
-    before = show(daemon, admin_token, 1)
+    before = show_person(daemon, admin_token, 1)
     reply = daemon.request("PUT", f"{V}/person/update/1", {"email": "stolen@example.com"}, token=user_token)
     assert_problem(reply, 403)
-    assert show(daemon, admin_token, 1) == before
+    assert show_person(daemon, admin_token, 1) == before
 
 
 def test_a_user_may_not_update_another_record_through_the_body_id(daemon, admin_token, user_token, user_id):
-    before = show(daemon, admin_token, 1)
+    before = show_person(daemon, admin_token, 1)
     reply = daemon.request(
         "PUT", f"{V}/person/update/{user_id}", {"id": 1, "email": "stolen@example.com"}, token=user_token
     )
     assert_problem(reply, 403)
-    assert show(daemon, admin_token, 1) == before
+    assert show_person(daemon, admin_token, 1) == before
 
 
 def test_a_user_may_not_list(daemon, user_token):
@@ -270,7 +244,7 @@ def test_a_user_may_not_create(daemon, admin_token, user_token):
 def test_a_user_may_not_delete(daemon, admin_token, user_token):
     person = new_person(daemon, admin_token)
     assert_problem(daemon.request("DELETE", f"{V}/person/delete/{person['id']}", token=user_token), 403)
-    assert show(daemon, admin_token, person["id"])["username"] == person["username"]
+    assert show_person(daemon, admin_token, person["id"])["username"] == person["username"]
 
 
 # --- conflicts ---------------------------------------------------------------------------------
@@ -289,19 +263,19 @@ def test_a_stale_version_is_a_409_and_keeps_the_newer_data(daemon, admin_token):
     )
     assert_problem(stale, 409)
 
-    stored = show(daemon, admin_token, person["id"])
+    stored = show_person(daemon, admin_token, person["id"])
     assert stored["email"] == "first@example.com"
     assert stored["version"] == 1
 
 
 def test_the_current_version_updates(daemon, admin_token):
     person = new_person(daemon, admin_token)
-    version = show(daemon, admin_token, person["id"])["version"]
+    version = show_person(daemon, admin_token, person["id"])["version"]
     reply = daemon.request(
         "PUT", f"{V}/person/update/{person['id']}", {"version": version, "enabled": False}, token=admin_token
     )
     assert reply.status == 200, reply.body
-    assert show(daemon, admin_token, person["id"])["enabled"] is False
+    assert show_person(daemon, admin_token, person["id"])["enabled"] is False
 
 
 @pytest.mark.parametrize("clash", ["username", "username-case", "email"])
@@ -325,12 +299,12 @@ def test_a_taken_username_or_email_on_create_is_409_and_creates_nothing(daemon, 
 def test_a_taken_username_on_update_is_409_and_changes_nothing(daemon, admin_token):
     first = new_person(daemon, admin_token)
     second = new_person(daemon, admin_token)
-    before = show(daemon, admin_token, second["id"])
+    before = show_person(daemon, admin_token, second["id"])
     reply = daemon.request(
         "PUT", f"{V}/person/update/{second['id']}", {"username": first["username"]}, token=admin_token
     )
     assert_problem(reply, 409)
-    assert show(daemon, admin_token, second["id"]) == before
+    assert show_person(daemon, admin_token, second["id"]) == before
 
 
 # --- API versions and the third-party plugin ------------------------------------------------
@@ -338,11 +312,7 @@ def test_a_taken_username_on_update_is_409_and_changes_nothing(daemon, admin_tok
 
 @pytest.fixture(scope="module")
 def team(daemon, admin_token, user_id) -> dict:
-    reply = daemon.request(
-        "POST", f"{V}/team/create", {"name": "Platform", "leaderId": user_id, "budget": 1250.5}, token=admin_token
-    )
-    assert reply.status == 200, reply.body
-    return reply.json
+    return create_team(daemon, admin_token, "Platform", user_id, 1250.5)
 
 
 def test_the_sample_plugin_creates_a_team(team, user_id):

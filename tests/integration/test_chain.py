@@ -14,10 +14,11 @@ import json
 
 import pytest
 
-from assertions import ADMIN_FIELDS, USER_FIELDS, assert_json, assert_problem
-from harness import ADMIN, Daemon, Deployment
+from assertions import ADMIN_FIELDS, USER_FIELDS, assert_json, assert_problem, error_fields
+from harness import (
+    ADMIN, ADMIN_ACCOUNT, V, create_team, deployment_with_accounts, everyone, new_person, running_daemon, show_person,
+)
 
-V = "/v0.1"
 C = "/c0.1"
 CHAIN_RULE = "urn:apid:problem:chain-rule"
 MISSING_LEADER = 99999
@@ -34,26 +35,8 @@ def assert_rule(reply, rule: str, instance: str | None = None) -> dict:
     return body
 
 
-def error_fields(body: dict) -> set[str]:
-    assert isinstance(body.get("errors"), list) and body["errors"], body
-    return {error["field"] for error in body["errors"]}
-
-
-def new_person(daemon, admin_token) -> dict:
-    n = next(_serial)
-    fields = {"username": f"chain{n}", "password": f"chain-password-{n}", "email": f"chain{n}@example.com"}
-    reply = daemon.request("POST", f"{V}/person/create", fields, token=admin_token)
-    assert reply.status == 200, reply.body
-    return {**fields, "id": reply.json["id"]}
-
-
 def new_team(daemon, admin_token, leader_id: int, budget: float = 10.0) -> dict:
-    reply = daemon.request(
-        "POST", f"{V}/team/create", {"name": f"team{next(_serial)}", "leaderId": leader_id, "budget": budget},
-        token=admin_token,
-    )
-    assert reply.status == 200, reply.body
-    return reply.json
+    return create_team(daemon, admin_token, f"team{next(_serial)}", leader_id, budget)
 
 
 def reply_text(body) -> str:
@@ -62,12 +45,6 @@ def reply_text(body) -> str:
 
 def team_name() -> str:
     return f"chained{next(_serial)}"
-
-
-def show(daemon, token, person_id) -> dict:
-    reply = daemon.request("GET", f"{V}/person/show/{person_id}", token=token)
-    assert reply.status == 200, reply.body
-    return reply.json
 
 
 def show_team(daemon, token, team_id) -> dict:
@@ -84,16 +61,6 @@ def teams(daemon, admin_token) -> list[dict]:
 
 def teams_named(daemon, admin_token, name: str) -> list[dict]:
     return [t for t in teams(daemon, admin_token) if t["name"] == name]
-
-
-def everyone(daemon, admin_token) -> list[dict]:
-    people: list[dict] = []
-    while True:
-        reply = daemon.request("GET", f"{V}/person/list?offset={len(people)}&max=100", token=admin_token)
-        assert reply.status == 200, reply.body
-        people += reply.json
-        if len(reply.json) < 100:
-            return people
 
 
 @pytest.fixture
@@ -148,7 +115,7 @@ def test_a_blankchain_with_combine_answers_every_link_in_order(daemon, admin_tok
     leader, team = led
     reply = daemon.request("GET", f"{C}/team/show/{team['id']}", leader_chain(combine=True), token=admin_token)
     body = assert_json(reply)
-    assert body == [show_team(daemon, admin_token, team["id"]), show(daemon, admin_token, leader["id"])]
+    assert body == [show_team(daemon, admin_token, team["id"]), show_person(daemon, admin_token, leader["id"])]
     assert body[0] == team
     assert body[1]["username"] == leader["username"]
     assert set(body[1]) == ADMIN_FIELDS
@@ -159,7 +126,7 @@ def test_a_blankchain_without_combine_answers_the_last_link(daemon, admin_token,
     leader, team = led
     extra = {} if combine == "absent" else {"combine": combine}
     reply = daemon.request("GET", f"{C}/team/show/{team['id']}", leader_chain(**extra), token=admin_token)
-    assert assert_json(reply) == show(daemon, admin_token, leader["id"])
+    assert assert_json(reply) == show_person(daemon, admin_token, leader["id"])
 
 
 def test_combine_accepts_the_string_true(daemon, admin_token, led):
@@ -195,7 +162,7 @@ def test_a_four_link_chain_passes_each_key_on(daemon, admin_token):
     body = assert_json(reply)
     assert len(body) == 4
     assert body[0] == second
-    assert body[1] == show(daemon, admin_token, leader["id"])
+    assert body[1] == show_person(daemon, admin_token, leader["id"])
     assert body[2] == {"id": first["id"], "name": first["name"], "leaderId": leader["id"]}
     assert body[3] == {"id": first["id"], "name": first["name"], "leaderId": leader["id"], "led": 2}
 
@@ -212,7 +179,7 @@ def test_a_postchain_updates_the_leader_and_answers_the_update(daemon, admin_tok
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("lead.new@example.com"),
                            token=admin_token)
     assert assert_json(reply) == {"id": leader["id"], "version": 1}
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == "lead.new@example.com"
     assert stored["version"] == 1
     assert stored["username"] == leader["username"]
@@ -224,7 +191,7 @@ def test_a_postchain_with_combine_answers_both_links(daemon, admin_token, led):
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("lead.both@example.com", combine=True),
                            token=admin_token)
     assert assert_json(reply) == [team, {"id": leader["id"], "version": 1}]
-    assert show(daemon, admin_token, leader["id"])["email"] == "lead.both@example.com"
+    assert show_person(daemon, admin_token, leader["id"])["email"] == "lead.both@example.com"
 
 
 def test_a_postchain_may_end_with_a_delete(daemon, admin_token, led):
@@ -245,7 +212,7 @@ def test_a_longer_postchain_passes_keys_to_the_non_safe_call(daemon, admin_token
     assert body[0] == team
     assert body[1]["id"] == leader["id"] and body[1]["email"] == leader["email"]  # shown before the update
     assert body[2] == {"id": leader["id"], "version": 1}
-    assert show(daemon, admin_token, leader["id"])["email"] == "three.links@example.com"
+    assert show_person(daemon, admin_token, leader["id"])["email"] == "three.links@example.com"
 
 
 def test_a_postchain_non_safe_call_gets_the_id_from_the_previous_link(daemon, admin_token, led):
@@ -255,14 +222,14 @@ def test_a_postchain_non_safe_call_gets_the_id_from_the_previous_link(daemon, ad
     body = {"id": bystander["id"], "email": "which.one@example.com",
             "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}}}
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
-    after = show(daemon, admin_token, bystander["id"])
+    after = show_person(daemon, admin_token, bystander["id"])
     assert after["email"] == bystander["email"] and after["version"] == 0, "the chain updated a person it never reached"
     if reply.status == 200:
         assert reply.json == {"id": leader["id"], "version": 1}
-        assert show(daemon, admin_token, leader["id"])["email"] == "which.one@example.com"
+        assert show_person(daemon, admin_token, leader["id"])["email"] == "which.one@example.com"
     else:
         assert_problem(reply, 400)
-        assert show(daemon, admin_token, leader["id"])["version"] == 0
+        assert show_person(daemon, admin_token, leader["id"])["version"] == 0
 
 
 # --- prechain -----------------------------------------------------------------------------------
@@ -276,7 +243,7 @@ def test_a_prechain_creates_the_team_and_answers_its_leader(daemon, admin_token)
     created, shown = assert_json(reply)
     assert created["name"] == name and created["leaderId"] == leader["id"]
     assert show_team(daemon, admin_token, created["id"]) == created
-    assert shown == show(daemon, admin_token, leader["id"])
+    assert shown == show_person(daemon, admin_token, leader["id"])
     assert teams_named(daemon, admin_token, name) == [{"id": created["id"], "name": name, "leaderId": leader["id"]}]
 
 
@@ -284,7 +251,7 @@ def test_a_prechain_without_combine_answers_the_last_link_and_still_creates(daem
     leader = new_person(daemon, admin_token)
     name = team_name()
     reply = daemon.request("POST", f"{C}/team/create", create_chain(name, leader["id"]), token=admin_token)
-    assert assert_json(reply) == show(daemon, admin_token, leader["id"])
+    assert assert_json(reply) == show_person(daemon, admin_token, leader["id"])
     stored = teams_named(daemon, admin_token, name)
     assert len(stored) == 1
     assert stored[0]["leaderId"] == leader["id"]
@@ -313,7 +280,7 @@ def test_two_non_safe_calls_are_422_and_nothing_runs(daemon, admin_token, led):
                       "order": {"person/update": "id", "person/delete": "return"}}}
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     assert_rule(reply, "one-non-safe-method", f"{C}/team/show/{team['id']}")
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -329,7 +296,7 @@ def test_a_postchain_whose_non_safe_call_is_not_last_is_422(daemon, admin_token,
             "chain": {"key": "id", "type": "postchain", "order": {"person/show": "return"}}}
     reply = daemon.request("PUT", f"{C}/person/update/{leader['id']}", body, token=admin_token)
     assert_rule(reply, "non-safe-method-position")
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -340,7 +307,7 @@ def test_a_postchain_whose_non_safe_call_is_in_the_middle_is_422(daemon, admin_t
                       "order": {"person/update": "id", "person/show": "return"}}}
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     assert_rule(reply, "non-safe-method-position")
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -359,7 +326,7 @@ def test_a_postchain_called_with_another_method_is_422_and_changes_nothing(daemo
                            token=admin_token)
     body = assert_rule(reply, "request-method")
     assert "PUT" in body["detail"]
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -383,7 +350,7 @@ def test_a_blankchain_with_a_non_safe_call_is_422_and_changes_nothing(daemon, ad
     if chain_type != "absent":
         body["chain"]["type"] = chain_type
     assert_rule(daemon.request("GET", f"{C}/team/show/{team['id']}", body, token=admin_token), "blankchain-safe-only")
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -421,7 +388,7 @@ def test_an_unknown_link_in_a_postchain_changes_nothing(daemon, admin_token, led
                       "order": {"person/nope": "id", "person/update": "return"}}}
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     assert assert_rule(reply, "unknown-link")["link"] == {"position": 1, "endpoint": "person/nope"}
-    assert show(daemon, admin_token, leader["id"])["email"] == leader["email"]
+    assert show_person(daemon, admin_token, leader["id"])["email"] == leader["email"]
 
 
 # --- 400: malformed chain objects -----------------------------------------------------------
@@ -467,7 +434,7 @@ def test_a_malformed_chain_object_is_400_and_changes_nothing(daemon, admin_token
     problem = assert_problem(reply, 400, f"{C}/team/show/{team['id']}")
     assert problem["type"] == "urn:apid:problem:bad-request"
     assert field in error_fields(problem)
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -486,7 +453,7 @@ def test_return_not_exactly_on_the_last_link_is_400_and_changes_nothing(daemon, 
     problem = assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token), 400)
     assert problem["type"] == "urn:apid:problem:bad-request"
     assert "return" in problem["detail"]
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -554,7 +521,7 @@ def test_a_postchain_non_safe_call_with_a_field_the_role_may_not_send_fails_at_i
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert problem["nonSafeCallCompleted"] is False
     assert error_fields(problem) == {"dateCreated"}
-    stored = show(daemon, admin_token, leader["id"])
+    stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
@@ -615,7 +582,7 @@ def test_a_key_missing_before_a_postchain_update_changes_nothing(daemon, admin_t
             "chain": {"key": "captain", "type": "postchain", "order": {"person/update": "return"}}}
     problem = assert_rule(daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token), "missing-key")
     assert problem["nonSafeCallCompleted"] is False
-    assert show(daemon, admin_token, leader["id"])["email"] == leader["email"]
+    assert show_person(daemon, admin_token, leader["id"])["email"] == leader["email"]
 
 
 # --- ROLE_USER: a chain reaches only what the role reaches directly ---------------------------
@@ -626,7 +593,7 @@ def test_a_user_chain_to_their_own_record_sees_only_their_fields(daemon, user_to
     team_out, person_out = assert_json(reply)
     assert team_out == show_team(daemon, user_token, user_team["id"])
     assert team_out == {"id": user_team["id"], "name": user_team["name"], "leaderId": user_id}
-    assert person_out == show(daemon, user_token, user_id)
+    assert person_out == show_person(daemon, user_token, user_id)
     assert set(person_out) == USER_FIELDS
 
 
@@ -636,39 +603,39 @@ def test_a_user_chain_to_another_person_is_403_at_that_link(daemon, admin_token,
     problem = assert_problem(daemon.request("GET", path, leader_chain(combine=True), token=user_token), 403, path)
     assert problem["link"] == {"position": 1, "endpoint": "person/show"}
     assert problem["nonSafeCallCompleted"] is False
-    admin = show(daemon, admin_token, 1)
+    admin = show_person(daemon, admin_token, 1)
     assert admin["email"] not in reply_text(problem) and ADMIN[0] not in reply_text(problem)
 
 
 def test_a_user_postchain_may_not_update_another_person(daemon, admin_token, user_token, admin_team):
-    before = show(daemon, admin_token, 1)
+    before = show_person(daemon, admin_token, 1)
     reply = daemon.request("PUT", f"{C}/team/show/{admin_team['id']}", update_chain("taken@example.com"),
                            token=user_token)
     problem = assert_problem(reply, 403)
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert problem["nonSafeCallCompleted"] is False
-    assert show(daemon, admin_token, 1) == before
+    assert show_person(daemon, admin_token, 1) == before
 
 
 def test_a_user_postchain_may_update_their_own_email(daemon, admin_token, user_token, user_id, user_team):
-    before = show(daemon, admin_token, user_id)
+    before = show_person(daemon, admin_token, user_id)
     reply = daemon.request("PUT", f"{C}/team/show/{user_team['id']}", update_chain("alice.chained@example.com"),
                            token=user_token)
     assert assert_json(reply) == {"id": user_id, "version": before["version"] + 1}
-    after = show(daemon, admin_token, user_id)
+    after = show_person(daemon, admin_token, user_id)
     assert after["email"] == "alice.chained@example.com"
     assert after["roles"] == before["roles"]
 
 
 def test_a_user_postchain_may_not_send_fields_the_role_may_not_send(daemon, admin_token, user_token, user_id,
                                                                    user_team):
-    before = show(daemon, admin_token, user_id)
+    before = show_person(daemon, admin_token, user_id)
     body = {"roles": ["ROLE_ADMIN"], "username": "alice-admin",
             "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}}}
     problem = assert_problem(daemon.request("PUT", f"{C}/team/show/{user_team['id']}", body, token=user_token), 400)
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert error_fields(problem) == {"roles", "username"}
-    assert show(daemon, admin_token, user_id) == before
+    assert show_person(daemon, admin_token, user_id) == before
 
 
 def test_a_user_cannot_pass_on_a_field_the_role_may_not_see(daemon, admin_token, user_token, user_team):
@@ -689,13 +656,13 @@ def test_a_user_cannot_pass_on_a_field_the_role_may_not_see(daemon, admin_token,
 def test_a_user_chain_with_a_link_the_role_may_not_call_is_403_before_any_link_runs(daemon, admin_token, user_token,
                                                                                     user_id):
     """The first link alone would succeed (the user may update their own email)."""
-    before = show(daemon, admin_token, user_id)
+    before = show_person(daemon, admin_token, user_id)
     body = {"email": "alice.listed@example.com",
             "chain": {"key": "id", "type": "prechain", "order": {"person/list": "return"}}}
     problem = assert_problem(daemon.request("PUT", f"{C}/person/update/{user_id}", body, token=user_token), 403)
     assert "person/list" in problem["detail"]
     assert "nonSafeCallCompleted" not in problem  # refused up front, not by a link that ran
-    assert show(daemon, admin_token, user_id) == before
+    assert show_person(daemon, admin_token, user_id) == before
 
 
 def test_a_user_get_chain_with_a_link_the_role_may_not_call_is_403_up_front(daemon, user_token, user_team):
@@ -711,7 +678,7 @@ def test_a_user_postchain_ending_in_delete_is_403_and_deletes_nothing(daemon, ad
     problem = assert_problem(daemon.request("DELETE", f"{C}/team/show/{team['id']}", chain, token=user_token), 403)
     assert "person/delete" in problem["detail"]
     assert "nonSafeCallCompleted" not in problem  # refused up front, not by a link that ran
-    assert show(daemon, admin_token, leader["id"])["username"] == leader["username"]
+    assert show_person(daemon, admin_token, leader["id"])["username"] == leader["username"]
 
 
 def test_a_user_prechain_creating_a_team_is_403_and_creates_nothing(daemon, user_token, user_id, nothing_changes):
@@ -771,7 +738,7 @@ def test_a_postchain_without_a_token_is_401_and_changes_nothing(daemon, admin_to
     assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("anon@example.com")), 401)
     assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("anon@example.com"),
                                   token="not-a-jwt"), 401)
-    assert show(daemon, admin_token, leader["id"])["email"] == leader["email"]
+    assert show_person(daemon, admin_token, leader["id"])["email"] == leader["email"]
 
 
 def test_a_prechain_without_a_token_creates_nothing(daemon, admin_token, nothing_changes):
@@ -783,12 +750,10 @@ def test_a_prechain_without_a_token_creates_nothing(daemon, admin_token, nothing
 
 @pytest.fixture(scope="module")
 def short(tmp_path_factory):
-    deployment = Deployment(tmp_path_factory.mktemp("apid-chain-limit"), api={"chainLimit": 2})
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    running = Daemon(deployment).start()
-    yield running
-    running.stop()
+    deployment = deployment_with_accounts(tmp_path_factory.mktemp("apid-chain-limit"), api={"chainLimit": 2},
+                                          accounts=(ADMIN_ACCOUNT,))
+    with running_daemon(deployment) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from harness import ADMIN, READY, REPO, USER, Daemon, Deployment
-
-V = "/v0.1"
+from harness import (
+    ADMIN, ADMIN_ACCOUNT, READY, REPO, USER, USER_ACCOUNT, V, Daemon, Deployment, deployment_with_accounts,
+    running_daemon,
+)
 
 
 class RecordingDaemon(Daemon):
@@ -231,9 +232,7 @@ def test_routes_on_broken_iostate_fails_with_one_line_naming_the_role(tmp_path):
 
 
 def test_the_jwt_secret_is_created_0600_and_survives_a_restart(tmp_path):
-    deployment = Deployment(tmp_path)
-    deployment.write()
-    deployment.add_user(*USER, "ROLE_USER")
+    deployment = deployment_with_accounts(tmp_path, accounts=(USER_ACCOUNT,))
     secret_file = tmp_path / "var" / "jwt.secret"
     assert not secret_file.exists()
 
@@ -264,13 +263,9 @@ def test_the_jwt_secret_is_created_0600_and_survives_a_restart(tmp_path):
 
 @pytest.fixture
 def draining(tmp_path):
-    deployment = Deployment(tmp_path)
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    daemon = Daemon(deployment).start()
-    daemon.token = daemon.login(ADMIN[0], ADMIN[1])
-    yield daemon
-    daemon.stop()
+    with running_daemon(deployment_with_accounts(tmp_path, accounts=(ADMIN_ACCOUNT,))) as daemon:
+        daemon.token = daemon.login(ADMIN[0], ADMIN[1])
+        yield daemon
 
 
 def test_sigterm_lets_a_request_in_flight_finish_and_exits_zero(draining):

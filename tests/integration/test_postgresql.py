@@ -8,7 +8,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select
 
 from apid.store.tables import metadata, person, person_role, role
-from harness import ADMIN, USER, Daemon, Deployment
+from harness import ADMIN, Deployment, deployment_with_accounts, running_daemon
 from postgres import PostgresServer
 
 pytestmark = pytest.mark.postgresql
@@ -23,18 +23,13 @@ def postgres():
 
 @pytest.fixture(scope="module")
 def pg_deployment(tmp_path_factory, postgres) -> Deployment:
-    deployment = Deployment(tmp_path_factory.mktemp("apid-pg"), server={"database": {"url": postgres.url}})
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    return deployment
+    return deployment_with_accounts(tmp_path_factory.mktemp("apid-pg"), server={"database": {"url": postgres.url}})
 
 
 @pytest.fixture(scope="module")
 def pg_daemon(pg_deployment):
-    running = Daemon(pg_deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(pg_deployment) as running:
+        yield running
 
 
 def test_migrate_creates_the_schema_and_is_idempotent(pg_deployment, postgres):

@@ -8,18 +8,13 @@ import signal
 
 import pytest
 
-from harness import ADMIN, USER, Daemon, Deployment, wait_for
+from harness import ADMIN, USER, Daemon, deployment_with_accounts, running_daemon, wait_for
 
 
 @pytest.fixture()
 def reloading(tmp_path):
-    deployment = Deployment(tmp_path)
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    daemon = Daemon(deployment).start()
-    yield daemon
-    daemon.stop()
+    with running_daemon(deployment_with_accounts(tmp_path)) as daemon:
+        yield daemon
 
 
 def _edit_person(daemon: Daemon, change) -> None:

@@ -23,7 +23,10 @@ import pytest
 import yaml
 
 from apid import config as apid_config
-from harness import ADMIN, REPO, USER, Daemon, Deployment, Response, wait_for
+from harness import (
+    ADMIN, REPO, USER, USER_ACCOUNT, Daemon, Deployment, Response, deployment_with_accounts, running_daemon,
+    wait_for,
+)
 
 REFRESH_LIFETIME_DEFAULT = 14 * 86400
 
@@ -120,20 +123,16 @@ def wait_until_expired(daemon: Daemon, token: str) -> None:
 
 @pytest.fixture(scope="module")
 def short_deployment(tmp_path_factory) -> Deployment:
-    deployment = Deployment(tmp_path_factory.mktemp("short"), server={
+    return deployment_with_accounts(tmp_path_factory.mktemp("short"), server={
         "secureCookies": False,
         "jwt": {"accessLifetime": 1, "leeway": 0, "refreshGrace": 1, "refreshLifetime": 120},
-    })
-    deployment.write()
-    deployment.add_user(*USER, "ROLE_USER")
-    return deployment
+    }, accounts=(USER_ACCOUNT,))
 
 
 @pytest.fixture(scope="module")
 def short(short_deployment):
-    running = Daemon(short_deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(short_deployment) as running:
+        yield running
 
 
 def repository_reserved_uris() -> list[str]:
@@ -142,26 +141,20 @@ def repository_reserved_uris() -> list[str]:
 
 @pytest.fixture(scope="module")
 def shared_deployment(tmp_path_factory) -> Deployment:
-    deployment = Deployment(tmp_path_factory.mktemp("shared"),
-                            api={"reservedUris": [*repository_reserved_uris(), "/teamCount"]})
-    deployment.write()
-    deployment.add_user(*ADMIN, "ROLE_ADMIN")
-    deployment.add_user(*USER, "ROLE_USER")
-    return deployment
+    return deployment_with_accounts(tmp_path_factory.mktemp("shared"),
+                                    api={"reservedUris": [*repository_reserved_uris(), "/teamCount"]})
 
 
 @pytest.fixture(scope="module")
 def daemon_a(shared_deployment):
-    running = Daemon(shared_deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(shared_deployment) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def daemon_b(shared_deployment, daemon_a):
-    running = Daemon(shared_deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(shared_deployment) as running:
+        yield running
 
 
 # --- refusals -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 aiosmtpd = pytest.importorskip("aiosmtpd.controller")
 
 from assertions import assert_problem  # noqa: E402
-from harness import Daemon, Deployment, wait_for  # noqa: E402
+from harness import Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for  # noqa: E402
 
 from apid.auth.registration import SENT  # noqa: E402
 
@@ -70,8 +70,8 @@ class SmtpServer:
         self.controller.stop()
 
 
-def deployment_for(root, smtp_port: int) -> Deployment:
-    deployment = Deployment(root, server={
+def deployment_for(root, smtp_port: int, accounts: tuple[tuple[str, ...], ...] = ()) -> Deployment:
+    return deployment_with_accounts(root, server={
         "baseUrl": BASE_URL,
         "homeUrl": HOME_URL,
         "mail": {
@@ -79,9 +79,7 @@ def deployment_for(root, smtp_port: int) -> Deployment:
             "from": SENDER,
             "smtp": {"host": "127.0.0.1", "port": smtp_port, "starttls": False},
         },
-    })
-    deployment.write()
-    return deployment
+    }, accounts=accounts)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +91,14 @@ def smtp():
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, smtp) -> Deployment:
-    deployment = deployment_for(tmp_path_factory.mktemp("apid-smtp"), smtp.port)
-    deployment.add_user("carol", "carol-password-1", "carol@example.com", "ROLE_USER")
-    return deployment
+    return deployment_for(tmp_path_factory.mktemp("apid-smtp"), smtp.port,
+                          accounts=(("carol", "carol-password-1", "carol@example.com", "ROLE_USER"),))
 
 
 @pytest.fixture(scope="module")
 def daemon(deployment):
-    running = Daemon(deployment).start()
-    yield running
-    running.stop()
+    with running_daemon(deployment) as running:
+        yield running
 
 
 def register(daemon: Daemon, username: str, email: str, password: str = PASSWORD):

@@ -12,36 +12,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select, update
 
-from apid.accounts import insert_account
 from apid.auth.onetime import RESET, VALIDATE, LiveId, consume, find_live, issue
-from apid.store.database import make_engine, run_read, run_write
-from apid.store.migrate import upgrade
+from apid.store.database import run_read, run_write
 from apid.store.tables import account_token
 
 HOUR = 3600
 URLSAFE = re.compile(r"[A-Za-z0-9_-]+")
-
-
-@pytest.fixture
-def engine(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
-    upgrade(engine)
-    yield engine
-    engine.dispose()
-
-
-def add_person(engine, name: str) -> int:
-    return run_write(engine, insert_account, name, f"{name}@example.com", "not-a-real-hash", ["ROLE_USER"]).id
-
-
-@pytest.fixture
-def alice(engine) -> int:
-    return add_person(engine, "alice")
-
-
-@pytest.fixture
-def bob(engine) -> int:
-    return add_person(engine, "bob")
 
 
 def rows(engine) -> list:

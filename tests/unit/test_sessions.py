@@ -16,7 +16,6 @@ from sqlalchemy import select, update
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
-from apid.accounts import insert_account
 from apid.auth.sessions import (
     Revocations,
     Rotation,
@@ -29,38 +28,10 @@ from apid.auth.sessions import (
 )
 from apid.auth.tokens import Principal
 from apid.store.database import Database, make_engine, run_read, run_write
-from apid.store.migrate import upgrade
 from apid.store.tables import person, refresh_token, revoked_token
 
 LIFETIME = 14 * 86400
 GRACE = 10
-
-
-@pytest.fixture
-def url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'apid.db'}"
-
-
-@pytest.fixture
-def engine(url):
-    engine = make_engine(url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
-
-
-def add_person(engine, name: str) -> int:
-    return run_write(engine, insert_account, name, f"{name}@example.com", "not-a-real-hash", ["ROLE_USER"]).id
-
-
-@pytest.fixture
-def alice(engine) -> int:
-    return add_person(engine, "alice")
-
-
-@pytest.fixture
-def bob(engine) -> int:
-    return add_person(engine, "bob")
 
 
 def aware(moment: datetime | None) -> datetime | None:
