@@ -35,6 +35,7 @@ from apid.auth.tokens import TokenService, load_secret
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
 from apid.config import Config
+from apid.cors import Cors
 from apid.http import ApidSite
 from apid.mail import Outbox, make_mailer
 from apid.pipeline import Pipeline
@@ -130,7 +131,7 @@ async def start(reactor, config: Config) -> Running:
     passwords.start()
     try:
         await revocations.start()
-        site = ApidSite(application.resource(), api.max_body_bytes, server.access_log)
+        site = ApidSite(Cors(application.resource(), api.allowed_origins), api.max_body_bytes, server.access_log)
         connections = WrappingFactory(site)
         connections.noisy = False
         port = await serverFromString(reactor, with_backlog(server.listen)).listen(connections)

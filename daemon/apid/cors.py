@@ -1,0 +1,48 @@
+"""CORS for browser clients: only the origins in `cors.allowedOrigins` get CORS headers.
+
+Wraps the whole site, so a preflight (OPTIONS with Access-Control-Request-Method) is
+answered here and never reaches authentication, and every answer to an allowed origin
+carries the headers a browser needs to read it, credentials (the refresh cookie) included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from twisted.web.http import Request
+from twisted.web.resource import IResource, Resource
+
+ALLOWED_METHODS = b"GET, POST, PUT, DELETE"
+ALLOWED_HEADERS = b"Authorization, Content-Type, X-LINK_RELATIONS, X-LINK-RELATIONS"
+EXPOSED_HEADERS = b"Link, RateLimit, RateLimit-Policy, Retry-After"
+PREFLIGHT_MAX_AGE = b"600"
+
+
+class Cors(Resource):
+    isLeaf = True
+
+    def __init__(self, inner: IResource, allowed_origins: Iterable[str]) -> None:
+        super().__init__()
+        self._inner = inner
+        self._allowed = frozenset(origin.encode("ascii") for origin in allowed_origins)
+
+    def render(self, request: Request) -> bytes:
+        origin = request.getHeader(b"origin")
+        if origin is None:
+            return self._inner.render(request)
+        request.setHeader(b"Vary", b"Origin")
+        allowed = origin in self._allowed
+        preflight = request.method == b"OPTIONS" and request.getHeader(b"access-control-request-method")
+        if allowed:
+            request.setHeader(b"Access-Control-Allow-Origin", origin)
+            request.setHeader(b"Access-Control-Allow-Credentials", b"true")
+        if preflight:
+            if allowed:
+                request.setHeader(b"Access-Control-Allow-Methods", ALLOWED_METHODS)
+                request.setHeader(b"Access-Control-Allow-Headers", ALLOWED_HEADERS)
+                request.setHeader(b"Access-Control-Max-Age", PREFLIGHT_MAX_AGE)
+            request.setResponseCode(204)
+            return b""
+        if allowed:
+            request.setHeader(b"Access-Control-Expose-Headers", EXPOSED_HEADERS)
+        return self._inner.render(request)
