@@ -18,11 +18,12 @@ from twisted.web.http import Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
 
 from apid.auth.endpoints import PublicRoute
-from apid.batch import BatchRunner
-from apid.chain import ChainRunner
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import Principal, TokenService
+from apid.batch import BatchRunner
+from apid.chain import ChainRunner
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
+from apid.links import link_header, wanted as wanted_links
 from apid.pipeline import CallRequest, Pipeline
 from apid.plugin import Caller, Controller, RouteCall
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
@@ -128,6 +129,11 @@ class Application:
             text=text,
         )
         result = await self._pipeline.run(principal, call)
+        if wanted_links(request):
+            request.setHeader(b"Link", link_header(
+                self._pipeline.rules(), result.endpoint, result.data, principal.roles, self.version,
+                target.api_version, request.uri.decode("utf-8", "replace"),
+            ).encode("utf-8"))
         return write_json(request, result.data)
 
     def _nothing(self, request: Request) -> bytes:

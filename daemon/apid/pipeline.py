@@ -164,6 +164,10 @@ class Pipeline:
         check_method(endpoint, request.method)
         return Admission(state=state, endpoint=endpoint, granted=authorize(endpoint, principal, purpose))
 
+    def rules(self) -> RuleSet:
+        """The rule set in force now."""
+        return self._rules()
+
     def endpoint(self, request: CallRequest) -> Endpoint:
         return resolve(self._rules(), request)[1]
 

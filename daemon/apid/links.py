@@ -1,0 +1,73 @@
+"""Link relations (RFC 8288): the calls related to an answer, in a `Link` header, on request.
+
+Asked for with the request header `X-LINK_RELATIONS` (or `X-LINK-RELATIONS`, since proxies
+such as nginx drop headers with underscores). The links are worked out from the IO State for
+the caller's roles only, so they never show an endpoint the caller cannot call:
+- `self`: the call itself;
+- the controller's other actions, with the record's id where the action takes it;
+- for each FKEY field in the answer, the referenced controller's GET actions with that id.
+Relation types other than `self` are extension URIs, `urn:apid:rel:<controller>/<action>`,
+and every link carries its HTTP method as the `method` parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from twisted.web.http import Request
+
+from apid.iostate import ControllerState, Endpoint, RuleSet
+from apid.routing import call_path
+
+REQUEST_HEADERS = (b"x-link_relations", b"x-link-relations")
+REL_BASE = "urn:apid:rel:"
+
+
+def wanted(request: Request) -> bool:
+    return any(request.getHeader(name) is not None for name in REQUEST_HEADERS)
+
+
+def _link(path: str, rel: str, method: str) -> str:
+    return f'<{path}>; rel="{rel}"; method="{method}"'
+
+
+def _takes(endpoint: Endpoint, field: str, roles: frozenset[str]) -> bool:
+    granted = endpoint.granted(roles)
+    return bool(granted) and field in endpoint.request_fields(granted)
+
+
+def _primary_key(state: ControllerState) -> str | None:
+    return next((name for name, spec in state.values.items() if spec.key == "PKEY"), None)
+
+
+def _actions(state: ControllerState, version: str, app: str, api: str | None, roles: frozenset[str],
+             record_id: Any, skip: str | None = None, only_safe: bool = False) -> Iterator[str]:
+    """Links to the actions of one controller version that the roles may call."""
+    key = _primary_key(state)
+    for action, endpoint in state.versions[version].endpoints.items():
+        if action == skip or not endpoint.granted(roles) or (only_safe and not endpoint.is_safe):
+            continue
+        path = call_path("v", app, api, state.name, action)
+        if record_id is not None and key is not None and _takes(endpoint, key, roles):
+            path += "/" + quote(str(record_id), safe="")
+        elif only_safe:
+            continue
+        yield _link(path, f"{REL_BASE}{state.name}/{action}", endpoint.method)
+
+
+def link_header(rules: RuleSet, endpoint: Endpoint, data: Any, roles: frozenset[str], app: str,
+                api: str | None, self_path: str) -> str:
+    """The `Link` header value for the answer `data` of a call of `endpoint`."""
+    state = rules.controller(endpoint.controller)
+    record = data if isinstance(data, Mapping) else {}
+    key = _primary_key(state)
+    links = [_link(self_path, "self", endpoint.method)]
+    links += _actions(state, endpoint.api_version, app, api, roles, record.get(key) if key else None,
+                      skip=endpoint.action)
+    for name, spec in state.values.items():
+        target = rules.controller(spec.reference) if spec.key == "FKEY" else None
+        if target is not None and record.get(name) is not None:
+            links += _actions(target, target.current_stable, app, None, roles, record[name], only_safe=True)
+    return ", ".join(links)
