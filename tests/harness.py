@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -248,6 +249,13 @@ def create_team(daemon: Daemon, admin_token: str, name: str, leader_id: int, bud
     )
     assert reply.status == 200, reply.body
     return reply.json
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (at the moment of asking)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float = 10, interval: float = 0.05) -> bool:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from harness import free_port
 
 
 def _bin(name: str) -> str:
@@ -20,12 +21,6 @@ def _bin(name: str) -> str:
     if not found:
         raise RuntimeError(f"PostgreSQL's {name} is not installed (Debian package postgresql)")
     return found[-1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PostgresServer:

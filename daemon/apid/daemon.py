@@ -38,6 +38,7 @@ from apid.config import Config
 from apid.cors import Cors
 from apid.http import ApidSite
 from apid.mail import Outbox, make_mailer
+from apid.ping import PeerPinger
 from apid.pipeline import Pipeline
 from apid.plugin import Services
 from apid.iostate import IOStateError
@@ -79,6 +80,7 @@ class Running:
     rule_book: RuleBook
     revocations: Revocations
     outbox: Outbox
+    pinger: PeerPinger
 
 
 def describe(port: IListeningPort) -> str:
@@ -103,7 +105,8 @@ async def start(reactor, config: Config) -> Running:
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
     accounts = Accounts(reactor, db, passwords)
-    services = Services(db=db, accounts=accounts, security=api.security)
+    pinger = PeerPinger(reactor, server.servers)
+    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
     revocations = Revocations(reactor, db)
@@ -141,7 +144,7 @@ async def start(reactor, config: Config) -> Running:
         passwords.stop()
         raise
     return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
-                   rule_book=rule_book, revocations=revocations, outbox=outbox)
+                   rule_book=rule_book, revocations=revocations, outbox=outbox, pinger=pinger)
 
 
 async def reload_rules(rule_book: RuleBook) -> None:
@@ -174,6 +177,7 @@ async def stop(reactor, running: Running) -> None:
     await until(lambda: not running.connections.protocols)
     await until(lambda: not running.outbox.pending)
     running.revocations.stop()
+    await running.pinger.close()
     running.db.stop()
     running.passwords.stop()
     log.info("apid stopped")

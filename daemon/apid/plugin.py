@@ -25,6 +25,7 @@ from apid.problems import (
 if TYPE_CHECKING:
     from apid.accounts import Accounts
     from apid.config import SecurityConfig
+    from apid.ping import PeerPinger
     from apid.iostate import Endpoint
     from apid.store.database import Database
 
@@ -73,11 +74,13 @@ class Caller:
 
 @dataclass(frozen=True)
 class Services:
-    """What the daemon lends a controller: the database, the accounts, the role settings."""
+    """What the daemon lends a controller: the database, the accounts, the role settings, and
+    the pinger of the peer servers (for the first-party `server` controller)."""
 
     db: Database
     accounts: Accounts
     security: SecurityConfig
+    pinger: PeerPinger
 
 
 @dataclass(frozen=True)

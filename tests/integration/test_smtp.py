@@ -9,7 +9,6 @@ subprocess (tests/harness.py)."""
 from __future__ import annotations
 
 import queue
-import socket
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -21,7 +20,7 @@ import pytest
 aiosmtpd = pytest.importorskip("aiosmtpd.controller")
 
 from assertions import assert_problem  # noqa: E402
-from harness import Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for  # noqa: E402
+from harness import Daemon, Deployment, deployment_with_accounts, free_port, running_daemon, wait_for  # noqa: E402
 
 from apid.auth.registration import SENT  # noqa: E402
 
@@ -29,13 +28,6 @@ SENDER = "apid <apid@example.com>"
 BASE_URL = "http://apid.test:8080"
 HOME_URL = "http://apid.test/home"
 PASSWORD = "correct-horse-battery"
-
-
-def free_port() -> int:
-    """A port nothing listens on now (aiosmtpd's Controller cannot take port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Sink:

@@ -1,0 +1,16 @@
+"""The `server` controller: the state of the API servers of the deployment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apid.plugin import Call, Controller, action
+
+
+class ServerController(Controller):
+    name = "server"
+
+    @action
+    async def pingServers(self, call: Call) -> dict[str, Any]:
+        """Every peer of `servers` (service_server.yml) asked at once for its /health."""
+        return await self.services.pinger.ping_all()
