@@ -28,6 +28,7 @@ from apid.pipeline import CallRequest, Pipeline
 from apid.plugin import Caller, Controller, RouteCall
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
 from apid.routing import parse_target
+from apid.throttle import RateLimiter
 
 log = Logger(namespace="apid.app")
 
@@ -51,6 +52,7 @@ class Application:
         batch: BatchRunner,
         chain: ChainRunner,
         public_routes: Iterable[PublicRoute],
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.version = version
         self._reserved = reserved_uris
@@ -59,6 +61,7 @@ class Application:
         self._pipeline = pipeline
         self._batch = batch
         self._chain = chain
+        self._rate_limiter = rate_limiter
         self.klein = Klein()
         self._add_routes(public_routes)
 
@@ -109,6 +112,10 @@ class Application:
         target = parse_target(self.version, prefix, controller, action, id)
         principal = self.authenticate(request)
         body = read_json_body(request)
+        if self._rate_limiter is not None:
+            fields = await self._rate_limiter.charge(principal, request_cost(target.kind, body))
+            for name, value in fields.items():
+                request.setHeader(name.encode("ascii"), value.encode("ascii"))
         method = request.method.decode("ascii")
         text = query_fields(request)
         if target.id is not None:
@@ -158,6 +165,16 @@ class Application:
         log.failure("unexpected error answering {path}", failure=failure, path=request.path.decode("utf-8", "replace"))
         return write_problem(request, InternalError("the request failed; the error was logged"))
 
+
+
+def request_cost(kind: str, body: Mapping[str, Any]) -> int:
+    """How many requests a call counts as: a batch one per element, a chain one per link."""
+    if kind == "b" and isinstance(body.get("batch"), list):
+        return max(1, len(body["batch"]))
+    chain = body.get("chain")
+    if kind == "c" and isinstance(chain, dict) and isinstance(chain.get("order"), dict):
+        return 1 + len(chain["order"])
+    return 1
 
 
 def plugin_routes(controllers: Mapping[str, Controller], superuser_role: str) -> list[PublicRoute]:

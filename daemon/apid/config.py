@@ -83,6 +83,7 @@ class ServerConfig:
     database_pool_size: int
     migrate_on_start: bool
     redis_url: str | None
+    redis_fail_open: bool
     mail: MailConfig
     jwt: JwtConfig
     servers: tuple[PeerServer, ...]
@@ -340,7 +341,10 @@ def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]
 def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
     section = node.mapping(SERVER_KEYS)
     database = section["database"].mapping(("url", "poolSize", "migrate")) if "database" in section else {}
-    redis = section["redis"].mapping(("url",)) if "redis" in section else {}
+    redis = section["redis"].mapping(("url", "onFailure")) if "redis" in section else {}
+    on_failure = _get(redis, "onFailure", _Node.string, "open")
+    if on_failure not in ("open", "closed"):
+        raise redis["onFailure"].fail(f"must be open or closed, got {on_failure!r}")
     ping_timeout = _get(section, "pingTimeout", _Node.number, 2.0)
     servers = section["servers"] if "servers" in section else None
     if servers is not None and not isinstance(servers.value, list):
@@ -362,6 +366,7 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
         database_pool_size=_get(database, "poolSize", lambda n: n.integer(minimum=1), 4),
         migrate_on_start=_get(database, "migrate", _Node.boolean, True),
         redis_url=_overridden(env, "APID_REDIS_URL", _get(redis, "url", _Node.string, None)),
+        redis_fail_open=on_failure == "open",
         mail=_mail(section.get("mail"), root),
         jwt=_jwt(section.get("jwt"), root),
         servers=tuple(

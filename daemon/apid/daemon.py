@@ -14,7 +14,9 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+import txredisapi
 from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort
@@ -44,6 +46,7 @@ from apid.plugin import Services
 from apid.iostate import IOStateError
 from apid.plugins import PluginError, RuleBook, load_all
 from apid.store.database import Database, make_engine
+from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
 from apid.store.migrate import ensure_sqlite_folder, upgrade
 
 log = Logger(namespace="apid.daemon")
@@ -81,6 +84,7 @@ class Running:
     revocations: Revocations
     outbox: Outbox
     pinger: PeerPinger
+    redis: txredisapi.ConnectionHandler | None
 
 
 def describe(port: IListeningPort) -> str:
@@ -120,6 +124,7 @@ async def start(reactor, config: Config) -> Running:
                           server.home_url, api.security.user_role).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
+    rate_limiter, redis = rate_limiting(reactor, config)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
@@ -129,6 +134,7 @@ async def start(reactor, config: Config) -> Running:
         batch=BatchRunner(pipeline, api.batch_limit),
         chain=ChainRunner(pipeline, api.chain_limit),
         public_routes=public_routes,
+        rate_limiter=rate_limiter,
     )
     db.start()
     passwords.start()
@@ -144,7 +150,27 @@ async def start(reactor, config: Config) -> Running:
         passwords.stop()
         raise
     return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
-                   rule_book=rule_book, revocations=revocations, outbox=outbox, pinger=pinger)
+                   rule_book=rule_book, revocations=revocations, outbox=outbox, pinger=pinger, redis=redis)
+
+
+def redis_pool(url: str) -> txredisapi.ConnectionHandler:
+    """A lazily connecting pool for redis://host:port/db (numbers stay strings)."""
+    parts = urlsplit(url)
+    return txredisapi.lazyConnectionPool(
+        host=parts.hostname or "127.0.0.1", port=parts.port or 6379,
+        dbid=int(parts.path.strip("/") or 0), password=parts.password,
+        poolsize=4, convertNumbers=False, connectTimeout=2, replyTimeout=2,
+    )
+
+
+def rate_limiting(reactor, config: Config) -> tuple[RateLimiter | None, txredisapi.ConnectionHandler | None]:
+    """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set."""
+    if not config.server.api_throttle:
+        return None, None
+    redis = redis_pool(config.server.redis_url) if config.server.redis_url else None
+    store = RedisCounters(redis) if redis is not None else MemoryCounters(reactor)
+    throttle = config.api.throttle
+    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open), redis
 
 
 async def reload_rules(rule_book: RuleBook) -> None:
@@ -178,6 +204,8 @@ async def stop(reactor, running: Running) -> None:
     await until(lambda: not running.outbox.pending)
     running.revocations.stop()
     await running.pinger.close()
+    if running.redis is not None:
+        await running.redis.disconnect()
     running.db.stop()
     running.passwords.stop()
     log.info("apid stopped")

@@ -1,0 +1,160 @@
+"""Per-role rate limiting (SPEC "Limits"): requests per user over the day, then a lock.
+
+The limit of a user is the largest `throttle.rateLimit` among their roles that have one; a
+user with no such role is not limited. Each request costs one, a batch one per element and a
+chain one per link, all charged before anything runs. The request that reaches the limit
+still runs and locks the user for `throttle.expires` seconds; while locked, and for a batch
+or chain that would cross the limit, the answer is 429 with Retry-After. After the lock the
+count starts over. Every answer to a limited user carries the IETF `RateLimit-Policy` and
+`RateLimit` fields (draft-ietf-httpapi-ratelimit-headers), named after the role's rule.
+
+Counts live in a `CounterStore`: in this process (one daemon) or in Redis (several processes
+or daemons), where one Lua script makes each charge atomic, so counting is exact under load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import txredisapi
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from apid.auth.tokens import Principal
+from apid.problems import ServiceUnavailable, TooManyRequests
+
+log = Logger(namespace="apid.throttle")
+
+DAY = 86400
+
+
+@dataclass(frozen=True)
+class Charge:
+    """The outcome of charging `amount` requests: allowed or not, what is left, and when."""
+
+    allowed: bool
+    remaining: int
+    reset: float  # seconds until the count starts over (or the lock ends)
+
+
+class CounterStore(Protocol):
+    def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]: ...
+
+
+class MemoryCounters:
+    """Counts in this process, on the reactor's clock (exact: the reactor runs one thing at a time)."""
+
+    def __init__(self, clock: IReactorTime) -> None:
+        self._clock = clock
+        self._counts: dict[str, tuple[int, float]] = {}  # user -> (count, window end)
+        self._locks: dict[str, float] = {}  # user -> lock end
+
+    def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
+        now = self._clock.seconds()
+        locked_until = self._locks.get(user, 0.0)
+        if locked_until > now:
+            return succeed(Charge(False, 0, locked_until - now))
+        count, ends = self._counts.get(user, (0, now + window))
+        if ends <= now:
+            count, ends = 0, now + window
+        if count + amount > limit:
+            return succeed(Charge(False, limit - count, ends - now))
+        count += amount
+        if count >= limit:
+            self._locks[user] = now + lock
+            self._counts.pop(user, None)
+            return succeed(Charge(True, 0, float(lock)))
+        self._counts[user] = (count, ends)
+        return succeed(Charge(True, limit - count, ends - now))
+
+
+# KEYS: count, lock. ARGV: amount, limit, window, lock seconds.
+# Returns {allowed (0/1), remaining, milliseconds to reset}.
+CHARGE_SCRIPT = """
+local locked = redis.call('PTTL', KEYS[2])
+if locked > 0 then return {0, 0, locked} end
+local amount, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local count = tonumber(redis.call('GET', KEYS[1]) or '0')
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then ttl = tonumber(ARGV[3]) * 1000 end
+if count + amount > limit then return {0, limit - count, ttl} end
+count = redis.call('INCRBY', KEYS[1], amount)
+if count == amount then redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 1000) end
+if count >= limit then
+  redis.call('SET', KEYS[2], '1', 'EX', tonumber(ARGV[4]))
+  redis.call('DEL', KEYS[1])
+  return {1, 0, tonumber(ARGV[4]) * 1000}
+end
+return {1, limit - count, ttl}
+"""
+
+
+class RedisCounters:
+    """Counts in Redis, shared by every process and daemon that uses the same server."""
+
+    def __init__(self, pool: txredisapi.ConnectionHandler, prefix: str = "apid:throttle:") -> None:
+        self._pool = pool
+        self._prefix = prefix
+
+    async def _charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Charge:
+        keys = [f"{self._prefix}count:{user}", f"{self._prefix}lock:{user}"]
+        allowed, remaining, reset_ms = await self._pool.eval(
+            CHARGE_SCRIPT, keys=keys, args=[amount, limit, window, lock])
+        return Charge(bool(int(allowed)), int(remaining), int(reset_ms) / 1000)
+
+    def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
+        return Deferred.fromCoroutine(self._charge(user, amount, limit, window, lock))
+
+
+@dataclass(frozen=True)
+class Rule:
+    policy: str  # the role whose rule applies: the policy's name in the RateLimit fields
+    limit: int
+
+
+class RateLimiter:
+    def __init__(self, store: CounterStore, rate_limits: Mapping[str, int], expires: int,
+                 fail_open: bool = True) -> None:
+        self._store = store
+        self._limits = rate_limits
+        self._expires = expires
+        self._fail_open = fail_open
+
+    def rule(self, roles: frozenset[str]) -> Rule | None:
+        """The largest rateLimit among the roles that have one; None when none has."""
+        ruled = [(limit, role) for role, limit in self._limits.items() if role in roles]
+        if not ruled:
+            return None
+        limit, role = max(ruled)
+        return Rule(policy=role, limit=limit)
+
+    async def charge(self, principal: Principal, amount: int) -> dict[str, str]:
+        """Charge the user `amount` requests; the RateLimit fields to answer with, or a 429."""
+        rule = self.rule(principal.roles)
+        if rule is None:
+            return {}
+        try:
+            charge = await self._store.charge(str(principal.user_id), amount, rule.limit, DAY, self._expires)
+        except Exception as error:
+            log.error("rate limit store unreachable ({error}); failing {mode}", error=str(error),
+                      mode="open" if self._fail_open else "closed")
+            if self._fail_open:
+                return {}
+            raise ServiceUnavailable("rate limiting is unavailable; try again shortly",
+                                     headers={"Retry-After": "5"}) from None
+        reset = max(1, math.ceil(charge.reset))
+        fields = {
+            "RateLimit-Policy": f'"{rule.policy}";q={rule.limit};w={DAY}',
+            "RateLimit": f'"{rule.policy}";r={max(0, charge.remaining)};t={reset}',
+        }
+        if not charge.allowed:
+            raise TooManyRequests(
+                f"the request limit of {rule.limit} a day is used up; try again in {reset} seconds",
+                headers={**fields, "Retry-After": str(reset)},
+                violatedPolicies=[rule.policy],
+            )
+        return fields
