@@ -168,7 +168,7 @@ def rate_limiting(reactor, config: Config) -> tuple[RateLimiter | None, txredisa
     if not config.server.api_throttle:
         return None, None
     redis = redis_pool(config.server.redis_url) if config.server.redis_url else None
-    store = RedisCounters(redis) if redis is not None else MemoryCounters(reactor)
+    store = RedisCounters(redis, reactor) if redis is not None else MemoryCounters(reactor)
     throttle = config.api.throttle
     return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open), redis
 

@@ -94,10 +94,18 @@ return {1, limit - count, ttl}
 
 
 class RedisCounters:
-    """Counts in Redis, shared by every process and daemon that uses the same server."""
+    """Counts in Redis, shared by every process and daemon that uses the same server.
 
-    def __init__(self, pool: txredisapi.ConnectionHandler, prefix: str = "apid:throttle:") -> None:
+    A pool that cannot reach Redis holds commands until it can; each charge is bounded by
+    `timeout` so that an unreachable Redis fails the charge (and the limiter fails open or
+    closed as configured) instead of holding the request.
+    """
+
+    def __init__(self, pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float = 2.0,
+                 prefix: str = "apid:throttle:") -> None:
         self._pool = pool
+        self._clock = clock
+        self._timeout = timeout
         self._prefix = prefix
 
     async def _charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Charge:
@@ -107,7 +115,8 @@ class RedisCounters:
         return Charge(bool(int(allowed)), int(remaining), int(reset_ms) / 1000)
 
     def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
-        return Deferred.fromCoroutine(self._charge(user, amount, limit, window, lock))
+        charging = Deferred.fromCoroutine(self._charge(user, amount, limit, window, lock))
+        return charging.addTimeout(self._timeout, self._clock)
 
 
 @dataclass(frozen=True)
