@@ -98,12 +98,12 @@ def describe(port: IListeningPort) -> str:
 async def start(reactor, config: Config) -> Running:
     """Bring everything up and listen; raises (and leaves nothing running) if any step fails."""
     server, api = config.server, config.api
-    secret = load_secret(server.jwt)
+    secret = await deferToThread(load_secret, server.jwt)
     engine = make_engine(server.database_url, server.database_pool_size)
     if server.migrate_on_start:
         ensure_sqlite_folder(server.database_url)
         await deferToThread(upgrade, engine)
-    bound = load_all(api.iostate_dir, api.security)
+    bound = await deferToThread(load_all, api.iostate_dir, api.security)
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
 
     db = Database(reactor, engine, server.database_pool_size)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from apid.problems import NotFound
 
-KINDS = {"v": "call", "b": "batch", "c": "chain"}
 PREFIX = re.compile(r"(?P<kind>[vbc])(?P<app>[0-9]+\.[0-9]+)(?:-(?P<api>[A-Za-z0-9_.]+))?")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
