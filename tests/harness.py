@@ -251,6 +251,14 @@ def create_team(daemon: Daemon, admin_token: str, name: str, leader_id: int, bud
     return reply.json
 
 
+def burst(daemon: Daemon, token: str, count: int) -> None:
+    """`count` team/create calls in batches of 100 (each a webhook event where hooks listen)."""
+    for start in range(0, count, 100):
+        batch = [{"name": f"team {n}", "leaderId": 1} for n in range(start, min(count, start + 100))]
+        reply = daemon.request("POST", "/b0.1/team/create", {"batch": batch}, token=token)
+        assert reply.status == 200, reply.body
+
+
 def free_port() -> int:
     """A loopback port nothing listens on (at the moment of asking)."""
     with socket.socket() as sock:

@@ -1,4 +1,4 @@
-"""The `apid` command: serve, migrate, user add, iostate check, routes.
+"""The `apid` command: serve, migrate, user add, hook add|list|disable, iostate check, routes.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
 is wrong; every failure prints one line saying what and where.
@@ -33,6 +33,21 @@ def _engine(config: Config):
     return engine
 
 
+def _rules(config: Config):
+    """The IO State rules with the installed plugins; a broken file or plugin ends the command."""
+    from apid.iostate import IOStateError
+    from apid.plugins import PluginError, load_all
+
+    try:
+        return load_all(config.api.iostate_dir, config.api.security).rules
+    except (IOStateError, PluginError) as exc:
+        raise CommandFailed(str(exc)) from None
+
+
+class CommandFailed(Exception):
+    """The work of a command failed; `main` prints the message and exits with status 1."""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
@@ -64,7 +79,6 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     from apid.accounts import check_credentials, insert_account
     from apid.auth.passwords import hash_password
     from apid.iostate.types import value_type
-    from apid.problems import Problem
     from apid.store.database import run_write
 
     config = _load(args)
@@ -79,15 +93,55 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"apid: {args.email!r} is not an email address", file=sys.stderr)
         return 2
-    try:
-        check_credentials(args.name, password)
-        engine = _engine(config)
-        account = run_write(engine, insert_account, args.name, args.email, hash_password(password), args.role)
-    except Problem as problem:
-        reasons = "; ".join(f"{e['field']} {e['reason']}" for e in problem.extensions.get("errors", []))
-        print(f"apid: {reasons or problem.detail}", file=sys.stderr)
-        return 1
+    check_credentials(args.name, password)
+    account = run_write(_engine(config), insert_account, args.name, args.email, hash_password(password), args.role)
     print(f"apid: created user {account.username} (id {account.id}) with roles {', '.join(sorted(account.roles))}")
+    return 0
+
+
+def cmd_hook_add(args: argparse.Namespace) -> int:
+    from apid.accounts import find_login
+    from apid.hooks.service import check_hook
+    from apid.hooks.signing import new_secret
+    from apid.hooks.store import insert_hook
+    from apid.store.database import run_read, run_write
+
+    config = _load(args)
+    rules = _rules(config)
+    engine = _engine(config)
+    found = run_read(engine, find_login, args.user)
+    if found is None:
+        raise CommandFailed(f"no user named {args.user!r}")
+    owner = found[0]
+    values = check_hook(args.url, args.service, owner.roles, config.api.allowed_origins, rules)
+    secret = new_secret()
+    created = run_write(engine, insert_hook, owner.id, values["url"], values["service"], secret)
+    print(f"apid: created hook {created.id} for {owner.username}: {created.service} -> {created.url}")
+    print(f"secret: {secret}")
+    print("(shown once: keep it to verify the webhook-signature header)")
+    return 0
+
+
+def cmd_hook_list(args: argparse.Namespace) -> int:
+    from apid.hooks.store import list_hooks
+    from apid.store.database import run_read
+
+    engine = _engine(_load(args))
+    offset = 0
+    while page := run_read(engine, list_hooks, None, offset, 500):
+        for item in page:
+            state = "enabled" if item.is_enabled else f"disabled ({item.disabled_reason or 'no reason given'})"
+            print(f"{item.id}\tuser {item.user_id}\t{item.service}\t{item.url}\tattempts {item.attempts}\t{state}")
+        offset += len(page)
+    return 0
+
+
+def cmd_hook_disable(args: argparse.Namespace) -> int:
+    from apid.hooks.store import change_hook, enable_values
+    from apid.store.database import run_write
+
+    run_write(_engine(_load(args)), change_hook, args.id, None, enable_values(False), None)
+    print(f"apid: hook {args.id} disabled; its messages wait until it is enabled again")
     return 0
 
 
@@ -108,16 +162,10 @@ def cmd_iostate_check(args: argparse.Namespace) -> int:
 
 
 def cmd_routes(args: argparse.Namespace) -> int:
-    from apid.iostate import IOStateError
-    from apid.plugins import PluginError, dump_routes, load_all
+    from apid.plugins import dump_routes
 
     config = _load(args)
-    try:
-        rules = load_all(config.api.iostate_dir, config.api.security).rules
-    except (IOStateError, PluginError) as exc:
-        print(f"apid: {exc}", file=sys.stderr)
-        return 1
-    for line in dump_routes(rules, config.api.version):
+    for line in dump_routes(_rules(config), config.api.version):
         print(line)
     return 0
 
@@ -146,6 +194,17 @@ def parser() -> argparse.ArgumentParser:
     add.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     add.set_defaults(run=cmd_user_add)
 
+    hook = commands.add_parser("hook", help="manage webhooks").add_subparsers(dest="hook_command", required=True)
+    hook_add = hook.add_parser("add", parents=[common], help="subscribe a URL to a controller's or endpoint's changes")
+    hook_add.add_argument("--user", required=True, help="the owner's username: the events carry what this user may see")
+    hook_add.add_argument("--url", required=True, help="where events are POSTed (its origin must be in cors.allowedOrigins)")
+    hook_add.add_argument("--service", required=True, help="a controller (person) or one endpoint (person/create)")
+    hook_add.set_defaults(run=cmd_hook_add)
+    hook.add_parser("list", parents=[common], help="every hook with its state").set_defaults(run=cmd_hook_list)
+    hook_disable = hook.add_parser("disable", parents=[common], help="stop deliveries to a hook")
+    hook_disable.add_argument("id", type=int)
+    hook_disable.set_defaults(run=cmd_hook_disable)
+
     iostate = commands.add_parser("iostate", help="IO State files").add_subparsers(dest="iostate_command", required=True)
     check = iostate.add_parser("check", parents=[common], help="validate a folder of IO State files")
     check.add_argument("directory", nargs="?", help="folder to check (default: the configured iostateDir)")
@@ -156,12 +215,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from apid.problems import Problem
+
     args = parser().parse_args(argv)
     try:
         return args.run(args)
     except ConfigError as exc:
         print(f"apid: configuration error: {exc}", file=sys.stderr)
         return 2
+    except CommandFailed as exc:
+        print(f"apid: {exc}", file=sys.stderr)
+        return 1
+    except Problem as problem:  # the same checks as the API's, reported on one line
+        reasons = "; ".join(f"{e['field']} {e['reason']}" for e in problem.extensions.get("errors", []))
+        print(f"apid: {reasons or problem.detail}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -70,9 +70,25 @@ class AccountsConfig:
 
 
 @dataclass(frozen=True)
+class WebhooksConfig:
+    """How hooks are delivered: `timeout` bounds a whole delivery, `per_host` the deliveries
+    in flight to one host, `retry_base`..`retry_max` the backoff after a failure, `lease`
+    how long a claimed delivery is this daemon's before another may take it over."""
+
+    timeout: float
+    per_host: int
+    retry_base: float
+    retry_max: float
+    lease: float
+    poll: float
+    retention_days: int
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     environment: str
     webhook_active: bool
+    webhooks: WebhooksConfig
     api_throttle: bool
     listen: str
     base_url: str
@@ -318,8 +334,32 @@ def _accounts(node: _Node | None, base_url: str) -> AccountsConfig:
     )
 
 
+def _webhooks(node: _Node | None) -> WebhooksConfig:
+    keys = ("timeout", "perHost", "retryBase", "retryMax", "lease", "poll", "retentionDays")
+    section = node.mapping(keys) if node else {}
+    timeout = _get(section, "timeout", _Node.number, 10.0)
+    lease = _get(section, "lease", _Node.number, 60.0)
+    if lease < 3 * timeout:
+        # a delivery may wait for its host's slot behind others: the lease must outlast that
+        raise (section.get("lease") or section["timeout"]).fail(
+            f"webhooks.lease ({lease:g} s) must be at least three times webhooks.timeout ({timeout:g} s)")
+    retry_base = _get(section, "retryBase", _Node.number, 5.0)
+    retry_max = _get(section, "retryMax", _Node.number, 3600.0)
+    if retry_max < retry_base:
+        raise section["retryMax"].fail(f"must be at least retryBase ({retry_base:g} s)")
+    return WebhooksConfig(
+        timeout=timeout,
+        per_host=_get(section, "perHost", lambda n: n.integer(minimum=1), 8),
+        retry_base=retry_base,
+        retry_max=retry_max,
+        lease=lease,
+        poll=_get(section, "poll", _Node.number, 1.0),
+        retention_days=_get(section, "retentionDays", lambda n: n.integer(minimum=1), 30),
+    )
+
+
 SERVER_KEYS = (
-    "webhookActive", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
+    "webhookActive", "webhooks", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
     "mail", "jwt", "servers", "pingTimeout", "accessLog",
 )
 
@@ -354,6 +394,7 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
     return ServerConfig(
         environment=environment,
         webhook_active=_get(section, "webhookActive", _Node.boolean, False),
+        webhooks=_webhooks(section.get("webhooks")),
         api_throttle=_get(section, "apiThrottle", _Node.boolean, False),
         listen=_overridden(env, "APID_LISTEN", _get(section, "listen", _Node.string, "tcp:8080:interface=127.0.0.1")),
         base_url=base_url,

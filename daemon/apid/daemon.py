@@ -38,10 +38,14 @@ from apid.batch import BatchRunner
 from apid.chain import ChainRunner
 from apid.config import Config
 from apid.cors import Cors
+from apid.hooks.delivery import Deliverer
+from apid.hooks.events import EventRecorder
+from apid.hooks.service import Hooks
+from apid.hooks.worker import DeliveryWorker
 from apid.http import ApidSite
 from apid.mail import Outbox, make_mailer
 from apid.ping import PeerPinger
-from apid.pipeline import Pipeline
+from apid.pipeline import Pipeline, filter_output
 from apid.plugin import Services
 from apid.iostate import IOStateError
 from apid.plugins import PluginError, RuleBook, load_all
@@ -85,6 +89,7 @@ class Running:
     outbox: Outbox
     pinger: PeerPinger
     redis: txredisapi.ConnectionHandler | None
+    deliveries: DeliveryWorker | None
 
 
 def describe(port: IListeningPort) -> str:
@@ -110,13 +115,16 @@ async def start(reactor, config: Config) -> Running:
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
     accounts = Accounts(reactor, db, passwords)
     pinger = PeerPinger(reactor, server.servers)
-    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger)
+    deliveries = webhook_delivery(reactor, config, db)
+    hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, deliveries.wake if deliveries else None)
+    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
     revocations = Revocations(reactor, db)
     limiter = AbuseLimiter(reactor, api.abuse)
     outbox = Outbox(make_mailer(server.mail, reactor), reactor)
-    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role)
+    events = EventRecorder(reactor, db, filter_output, deliveries.wake) if deliveries else None
+    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events)
     public_routes = [
         *ServiceEndpoints(api.version).routes(),
         *SessionEndpoints(accounts, tokens, db, revocations, limiter, server.jwt, server.secure_cookies).routes(),
@@ -149,8 +157,20 @@ async def start(reactor, config: Config) -> Running:
         db.stop()
         passwords.stop()
         raise
+    if deliveries is not None:
+        deliveries.start()
     return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
-                   rule_book=rule_book, revocations=revocations, outbox=outbox, pinger=pinger, redis=redis)
+                   rule_book=rule_book, revocations=revocations, outbox=outbox, pinger=pinger, redis=redis,
+                   deliveries=deliveries)
+
+
+def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | None:
+    """The delivery worker when webhookActive is on; without it nothing is recorded or sent."""
+    if not config.server.webhook_active:
+        return None
+    settings = config.server.webhooks
+    deliverer = Deliverer(reactor, config.api.allowed_origins, settings.timeout, settings.per_host)
+    return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
 
 
 def redis_pool(url: str) -> txredisapi.ConnectionHandler:
@@ -202,6 +222,8 @@ async def stop(reactor, running: Running) -> None:
         connection.transport.loseConnection()  # writes what is buffered, then closes
     await until(lambda: not running.connections.protocols)
     await until(lambda: not running.outbox.pending)
+    if running.deliveries is not None:
+        await running.deliveries.stop(deadline)
     running.revocations.stop()
     await running.pinger.close()
     if running.redis is not None:

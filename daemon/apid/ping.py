@@ -16,17 +16,17 @@ import treq
 from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults
 from twisted.internet.interfaces import IReactorTime
-from twisted.web.client import Agent, HTTPConnectionPool, ResponseNeverReceived
+from twisted.web.client import Agent, ResponseNeverReceived
 
 from apid.config import PeerServer
+from apid.outbound import connection_pool
 
 
 class PeerPinger:
     def __init__(self, reactor: IReactorTime, peers: Iterable[PeerServer]) -> None:
         self._reactor = reactor
         self._peers = tuple(peers)
-        self._pool = HTTPConnectionPool(reactor, persistent=True)
-        self._pool.maxPersistentPerHost = 1
+        self._pool = connection_pool(reactor, per_host=1)
         self._client = HTTPClient(Agent(reactor, pool=self._pool))
 
     def close(self) -> Deferred[None]:

@@ -12,7 +12,7 @@ import enum
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
@@ -23,6 +23,12 @@ from apid.plugin import Call, Caller, Controller
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem
 
 log = Logger(namespace="apid.pipeline")
+
+
+class Events(Protocol):
+    """Where a successful non-safe call of a hookable endpoint reports its output."""
+
+    async def record(self, endpoint: Endpoint, output: Any) -> None: ...
 
 
 class Purpose(enum.Enum):
@@ -150,10 +156,12 @@ class Pipeline:
         rules: Callable[[], RuleSet],
         controllers: Mapping[str, Controller],
         superuser_role: str,
+        events: Events | None = None,
     ) -> None:
         self._rules = rules
         self._controllers = controllers
         self._superuser_role = superuser_role
+        self._events = events  # None when webhookActive is false
 
     def admit(
         self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT
@@ -195,4 +203,6 @@ class Pipeline:
         except Exception:
             log.failure("controller {endpoint} raised", endpoint=endpoint.path)
             raise InternalError(f"{endpoint.path} failed; the error was logged") from None
+        if self._events is not None and endpoint.hook_roles and not endpoint.is_safe:
+            await self._events.record(endpoint, output)
         return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))

@@ -25,6 +25,7 @@ from apid.problems import (
 if TYPE_CHECKING:
     from apid.accounts import Accounts
     from apid.config import SecurityConfig
+    from apid.hooks.service import Hooks
     from apid.ping import PeerPinger
     from apid.iostate import Endpoint
     from apid.store.database import Database
@@ -74,13 +75,15 @@ class Caller:
 
 @dataclass(frozen=True)
 class Services:
-    """What the daemon lends a controller: the database, the accounts, the role settings, and
-    the pinger of the peer servers (for the first-party `server` controller)."""
+    """What the daemon lends a controller: the database, the accounts, the role settings, the
+    pinger of the peer servers and the hooks (for the first-party `server` and `hook`
+    controllers)."""
 
     db: Database
     accounts: Accounts
     security: SecurityConfig
     pinger: PeerPinger
+    hooks: Hooks
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,16 @@ class Call:
                 [{"field": name, "reason": "is required"} for name in missing],
                 detail=f"required fields missing: {', '.join(missing)}",
             )
+
+    def page(self, default: int = 20, maximum: int = 100) -> tuple[int, int]:
+        """(offset, limit) from the `offset` and `max` fields, for actions that list records."""
+        offset = self.fields.get("offset")
+        limit = self.fields.get("max")
+        offset = 0 if offset is None else offset
+        limit = default if limit is None else limit
+        if offset < 0 or not 1 <= limit <= maximum:
+            raise InvalidFields([{"field": "max", "reason": f"max must be 1 to {maximum}, offset at least 0"}])
+        return offset, limit
 
 
 @dataclass(frozen=True)

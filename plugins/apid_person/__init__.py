@@ -10,8 +10,6 @@ from typing import Any
 
 from apid.plugin import Call, Conflict, Controller, Forbidden, InvalidFields, NotFound, action
 
-PAGE_SIZE = 20
-MAX_PAGE_SIZE = 100
 # Request field -> account attribute, for the fields an update may change.
 CHANGEABLE = ("username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired")
 
@@ -59,13 +57,7 @@ class PersonController(Controller):
 
     @action
     async def list(self, call: Call) -> list[dict[str, Any]]:
-        offset = call.fields.get("offset")
-        limit = call.fields.get("max")
-        offset = 0 if offset is None else offset
-        limit = PAGE_SIZE if limit is None else limit
-        if offset < 0 or not 1 <= limit <= MAX_PAGE_SIZE:
-            raise InvalidFields([{"field": "max", "reason": f"max must be 1 to {MAX_PAGE_SIZE}, offset at least 0"}])
-        return [account.to_dict() for account in await self.services.accounts.list(offset, limit)]
+        return [account.to_dict() for account in await self.services.accounts.list(*call.page())]
 
     @action
     async def update(self, call: Call) -> dict[str, Any]:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select
 
 from apid.store.tables import metadata, person, person_role, role
-from harness import ADMIN, Deployment, deployment_with_accounts, running_daemon
+from harness import ADMIN, Deployment, burst, deployment_with_accounts, running_daemon
 from postgres import PostgresServer
+from receiver import Receiver
 
 pytestmark = pytest.mark.postgresql
 
@@ -78,3 +81,33 @@ def test_person_crud_is_stored_in_postgresql(pg_daemon, postgres):
     with engine.connect() as connection:
         assert connection.execute(select(person).where(person.c.id == person_id)).first() is None
         assert connection.execute(select(person_role).where(person_role.c.person_id == person_id)).first() is None
+
+
+def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres, pg_deployment):
+    receiver = Receiver()
+    deployment = Deployment(tmp_path, server={"database": {"url": postgres.url}, "webhookActive": True,
+                                              "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2}},
+                            api={"cors": {"allowedOrigins": [receiver.origin]}})
+    deployment.write()
+    engine = create_engine(postgres.url)
+    with engine.begin() as connection:
+        admin_id = connection.execute(select(person.c.id).where(person.c.username == ADMIN[0])).scalar_one()
+        connection.exec_driver_sql(  # the specification's insert
+            "insert into hook (attempts, date_created, format, last_modified, user_id, is_enabled, url, service) "
+            f"values (0, now(), 'JSON', now(), {admin_id}, true, '{receiver.origin}/pg', 'team')")
+    try:
+        with running_daemon(deployment) as first, running_daemon(deployment) as second:
+            for daemon in (first, second):
+                burst(daemon, daemon.login(*ADMIN[:2]), 100)
+            deadline = time.monotonic() + 30
+            while len(receiver.received) < 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+        ids = [r.headers["webhook-id"] for r in receiver.received]
+        assert len(ids) == len(set(ids)) == 200
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql(
+                "select state, count(*) from hook_message group by state").all() == [("delivered", 200)]
+    finally:
+        receiver.close()
+        engine.dispose()

@@ -425,3 +425,28 @@ def test_file_that_is_not_utf8_is_refused_naming_it(config_dir):
     with pytest.raises(ConfigError) as info:
         load_api(path, config_dir.parent)
     assert str(path) in str(info.value)
+
+
+# --- webhooks ---------------------------------------------------------------------------------
+
+def test_webhook_delivery_defaults(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    path = write(config_dir, SERVER_FILE, data)
+    hooks = load_server(path, "development", config_dir.parent, NO_ENV).webhooks
+    assert (hooks.timeout, hooks.per_host, hooks.retry_base, hooks.retry_max, hooks.lease, hooks.poll,
+            hooks.retention_days) == (10.0, 8, 5.0, 3600.0, 60.0, 1.0, 30)
+
+
+@pytest.mark.parametrize("webhooks, key, reason", [
+    ({"lease": 20}, "webhooks.lease", "at least three times webhooks.timeout"),
+    ({"timeout": 30}, "webhooks.timeout", "at least three times webhooks.timeout"),
+    ({"retryBase": 10, "retryMax": 5}, "webhooks.retryMax", "at least retryBase"),
+    ({"perHost": 0}, "webhooks.perHost", "at least 1"),
+    ({"timeout": "soon"}, "webhooks.timeout", "expected a number"),
+    ({"retries": 3}, "webhooks.retries", "unknown key"),
+])
+def test_webhook_settings_are_checked(config_dir, webhooks, key, reason):
+    data = repo_yaml(SERVER_FILE)
+    data["test"]["webhooks"] = webhooks
+    message = server_error(config_dir, data)  # a mistake in another environment stops this one too
+    assert "test.webhooks" in message and key.split(".")[1] in message and reason in message

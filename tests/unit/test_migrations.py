@@ -18,4 +18,5 @@ def test_migrations_match_the_tables(tmp_path):
         differences = compare_metadata(MigrationContext.configure(connection), metadata)
     assert differences == []
     assert set(inspect(engine).get_table_names()) == {
-        "alembic_version", "person", "role", "person_role", "hook", "account_token", "refresh_token", "revoked_token"}
+        "alembic_version", "person", "role", "person_role", "hook", "hook_message", "hook_attempt", "account_token",
+        "refresh_token", "revoked_token"}

@@ -9,7 +9,9 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -74,6 +76,45 @@ hook = Table(
     Column("url", Text, nullable=False),
     Column("service", String(255), nullable=False),
     Column("secret", String(255), nullable=True),
+    # What the spec does not list, each with a default so that a hand-inserted row works:
+    # the secret replaced by the last rotation, still signing until it expires (epoch seconds);
+    Column("previous_secret", String(255), nullable=True),
+    Column("previous_secret_expires", Float, nullable=True),
+    # no delivery to this hook before this moment (backoff, Retry-After, a probe in flight);
+    Column("retry_at", Float, nullable=True),
+    # why delivery disabled the hook.
+    Column("disabled_reason", Text, nullable=True),
+)
+
+# The delivery outbox: one message of one event for one hook, written before the call that
+# caused it answers. `lease_owner`/`lease_until` say which daemon is delivering it.
+hook_message = Table(
+    "hook_message",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("hook_id", Integer, ForeignKey("hook.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("type", String(255), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("tries", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", Float, nullable=False),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", Float, nullable=True),
+    Column("delivered_at", Float, nullable=True),
+    Index("ix_hook_message_state_created_at", "state", "created_at"),
+)
+
+# The delivery log: every attempt to deliver a message.
+hook_attempt = Table(
+    "hook_attempt",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("message_id", String(40), ForeignKey("hook_message.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("hook_id", Integer, ForeignKey("hook.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("attempted_at", Float, nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("duration_ms", Float, nullable=False),
+    Column("error", Text, nullable=True),
 )
 
 # Emailed one-time ids (account validation, password reset): only their SHA-256 is kept.

@@ -1,0 +1,1 @@
+"""Webhooks: events recorded after data changes, and their signed, durable delivery."""

@@ -1,0 +1,159 @@
+"""The delivery worker: claims due messages, delivers them, records the outcomes.
+
+It runs in every daemon when `webhookActive` is true. It claims when woken (an event was
+recorded, a hook re-enabled, a message requeued) and every `poll` seconds (messages of other
+daemons, backoff that has run out, leases left by a crashed daemon), up to `CAPACITY` held in
+memory and at most twice `per_host` per host. Outcomes are written in batches: one
+transaction settles every attempt that finished while the previous one was being written.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from apid.config import WebhooksConfig
+from apid.hooks.delivery import Deliverer
+from apid.hooks.store import Attempt, Claimed, claim, purge, release, settle
+from apid.store.database import Database
+
+log = Logger(namespace="apid.hooks")
+
+CAPACITY = 512
+PURGE_EVERY = 3600.0
+
+
+def backoff(base: float, ceiling: float, failures: int, rng: Callable[[], float] = random.random) -> float:
+    """Seconds before the next try after `failures` consecutive failures: `base` doubled per
+    failure, capped at `ceiling`, then spread by full jitter over its upper half so that
+    receivers coming back are not met by every sender at the same moment."""
+    delay = min(ceiling, base * 2 ** (failures - 1))
+    return delay / 2 + rng() * delay / 2
+
+
+class DeliveryWorker:
+    def __init__(self, reactor: IReactorTime, db: Database, deliverer: Deliverer, config: WebhooksConfig,
+                 max_attempts: int) -> None:
+        self._reactor = reactor
+        self._db = db
+        self._deliverer = deliverer
+        self._config = config
+        self._max_attempts = max_attempts
+        self.owner = f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._held: dict[str, Claimed] = {}  # leased, not yet settled
+        self._finished: list[Attempt] = []
+        self._claiming = False
+        self._claim_again = False
+        self._settling: Deferred[None] | None = None
+        self._poll_call: IDelayedCall | None = None
+        self._stopping = False
+        self._last_purge = 0.0
+
+    def start(self) -> None:
+        self._schedule_poll(0)
+
+    def wake(self) -> None:
+        """Claim now: something became deliverable in this daemon."""
+        if self._stopping:
+            return
+        if self._claiming:
+            self._claim_again = True
+            return
+        ensureDeferred(self._claim())
+
+    def _schedule_poll(self, delay: float) -> None:
+        if not self._stopping:
+            self._poll_call = self._reactor.callLater(delay, self._poll)
+
+    def _poll(self) -> None:
+        self.wake()
+        if time.time() - self._last_purge > PURGE_EVERY:
+            self._last_purge = time.time()
+            ensureDeferred(self._purge())
+        self._schedule_poll(self._config.poll)
+
+    def _room(self, host: str) -> int:
+        return max(0, 2 * self._config.per_host - self._deliverer.busy(host))
+
+    async def _claim(self) -> None:
+        self._claiming = True
+        try:
+            while not self._stopping:
+                self._claim_again = False
+                room = CAPACITY - len(self._held)
+                if room <= 0:
+                    break
+                claimed = await self._db.write(
+                    claim, self.owner, time.time(), self._config.lease, room, self._room
+                )
+                for message in claimed:
+                    self._held[message.id] = message
+                    ensureDeferred(self._deliver(message))
+                if not self._claim_again and len(claimed) < room:
+                    break
+        except Exception:
+            log.failure("claiming webhook deliveries failed; trying again at the next poll")
+        finally:
+            self._claiming = False
+
+    async def _deliver(self, message: Claimed) -> None:
+        try:
+            attempt = await self._deliverer.deliver(message)
+        except Exception:
+            log.failure("delivering {id} failed unexpectedly; its lease will expire", id=message.id)
+            return
+        self._finished.append(attempt)
+        if self._settling is None:
+            self._settling = ensureDeferred(self._settle())
+
+    async def _settle(self) -> None:
+        try:
+            while self._finished:
+                batch, self._finished = self._finished, []
+                try:
+                    disabled = await self._db.write(
+                        settle, self.owner, batch, self._max_attempts, self._backoff, time.time()
+                    )
+                except Exception:
+                    log.failure("recording {n} webhook attempts failed; their leases will expire", n=len(batch))
+                else:
+                    for hook_id in disabled:
+                        log.warn("webhook {hook} disabled after its deliveries failed", hook=hook_id)
+                for attempt in batch:
+                    self._held.pop(attempt.message_id, None)
+        finally:
+            self._settling = None
+        self.wake()
+
+    def _backoff(self, failures: int) -> float:
+        return backoff(self._config.retry_base, self._config.retry_max, failures)
+
+    async def _purge(self) -> None:
+        try:
+            await self._db.write(purge, time.time() - self._config.retention_days * 86400)
+        except Exception:
+            log.failure("forgetting old webhook messages failed")
+
+    async def stop(self, deadline: float) -> None:
+        """Stop claiming; let deliveries in flight finish until `deadline` (reactor time),
+        record them, and hand back the leases of the rest so that another daemon (or this
+        one, restarted) delivers them without waiting for the lease to run out."""
+        self._stopping = True
+        if self._poll_call is not None and self._poll_call.active():
+            self._poll_call.cancel()
+        while self._held and self._reactor.seconds() < deadline:
+            await deferLater(self._reactor, 0.05, lambda: None)
+        try:
+            await self._db.write(release, self.owner, list(self._held))
+        except Exception:
+            log.failure("handing back webhook leases failed; they expire in {s} s", s=self._config.lease)
+        await self._deliverer.close()

@@ -1,0 +1,158 @@
+"""Claiming and settling deliveries against a migrated SQLite database."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, update
+
+from apid.hooks.store import (
+    Attempt, NewMessage, Outcome, claim, insert_hook, insert_message, purge, release, requeue, settle,
+)
+from apid.problems import NotFound
+from apid.store.database import run_read, run_write
+from apid.store.tables import hook, hook_attempt, hook_message
+
+NOW = 1_800_000_000.0
+LEASE = 30.0
+MAX_ATTEMPTS = 3
+
+
+def unlimited(_host: str) -> int:
+    return 1000
+
+
+@pytest.fixture
+def hook_id(engine, alice) -> int:
+    return run_write(engine, insert_hook, alice, "http://127.0.0.1:9000/in", "person", "whsec_" + "A" * 44).id
+
+
+def add_messages(engine, hook_id: int, count: int, start: float = NOW) -> list[str]:
+    ids = [f"msg_{hook_id}_{start}_{n}" for n in range(count)]
+    for n, mid in enumerate(ids):
+        run_write(engine, insert_message, NewMessage(mid, hook_id, "person/create", "{}"), start + n)
+    return ids
+
+
+def take(engine, owner: str = "a", now: float = NOW, limit: int = 100, room=unlimited) -> list[str]:
+    return [m.id for m in run_write(engine, claim, owner, now, LEASE, limit, room)]
+
+
+def attempt(mid: str, hook_id: int, outcome: Outcome, **extra) -> Attempt:
+    return Attempt(mid, hook_id, outcome, NOW, 5.0, **extra)
+
+
+def settle_now(engine, attempts, owner: str = "a", now: float = NOW) -> list[int]:
+    return run_write(engine, settle, owner, attempts, MAX_ATTEMPTS, lambda n: 10.0 * n, now)
+
+
+def hook_state(engine, hook_id: int):
+    return run_read(engine, lambda c: c.execute(select(hook).where(hook.c.id == hook_id)).one())
+
+
+def message_state(engine, mid: str):
+    return run_read(engine, lambda c: c.execute(select(hook_message).where(hook_message.c.id == mid)).one())
+
+
+def test_a_claim_leases_oldest_first_and_nobody_else_gets_them_until_the_lease_ends(engine, hook_id):
+    ids = add_messages(engine, hook_id, 3)
+    assert take(engine, "a", limit=2) == ids[:2]
+    assert take(engine, "b") == ids[2:]
+    assert take(engine, "c", now=NOW + LEASE - 1) == []
+    assert take(engine, "c", now=NOW + LEASE + 1) == ids  # the leases ran out: a crashed daemon's work
+
+
+def test_a_claim_respects_the_room_per_host(engine, hook_id):
+    add_messages(engine, hook_id, 5)
+    assert len(take(engine, room=lambda host: 2 if host == "http://127.0.0.1:9000" else 0)) == 2
+
+
+def test_a_claim_gives_a_hook_without_secret_one_and_keeps_it(engine, alice):
+    plain = run_write(engine, insert_hook, alice, "http://127.0.0.1:9000/in", "person", "x").id
+    run_write(engine, lambda c: c.execute(update(hook).where(hook.c.id == plain).values(secret=None)))
+    add_messages(engine, plain, 2)
+    claimed = run_write(engine, claim, "a", NOW, LEASE, 10, unlimited)
+    assert claimed[0].secrets == claimed[1].secrets
+    assert claimed[0].secrets[0].startswith("whsec_") and hook_state(engine, plain).secret == claimed[0].secrets[0]
+
+
+def test_success_marks_delivered_releases_the_lease_and_resets_the_count(engine, hook_id):
+    run_write(engine, lambda c: c.execute(update(hook).where(hook.c.id == hook_id).values(attempts=2)))
+    [mid] = add_messages(engine, hook_id, 1)
+    take(engine)
+    settle_now(engine, [attempt(mid, hook_id, Outcome.DELIVERED, status_code=200)])
+    message = message_state(engine, mid)
+    assert (message.state, message.tries, message.lease_owner, message.delivered_at) == ("delivered", 1, None, NOW)
+    assert (hook_state(engine, hook_id).attempts, hook_state(engine, hook_id).retry_at) == (0, None)
+
+
+def test_failures_back_off_and_disable_the_hook_at_max_attempts(engine, hook_id):
+    [mid] = add_messages(engine, hook_id, 1)
+    for count in range(1, MAX_ATTEMPTS + 1):
+        now = NOW + count * 100
+        assert take(engine, now=now) == [mid]
+        disabled = settle_now(engine, [attempt(mid, hook_id, Outcome.FAILED, status_code=500, error="HTTP 500")], now=now)
+        state = hook_state(engine, hook_id)
+        assert state.attempts == count
+        if count < MAX_ATTEMPTS:
+            assert disabled == [] and state.is_enabled and state.retry_at == now + 10.0 * count
+            assert take(engine, now=now + 10.0 * count - 1) == []  # backing off
+    assert disabled == [hook_id] and not state.is_enabled and "3 consecutive failed deliveries" in state.disabled_reason
+    assert message_state(engine, mid).state == "pending" and take(engine, now=NOW + 10_000) == []
+
+
+def test_a_failing_hook_is_probed_with_one_message_at_a_time(engine, hook_id):
+    first, *rest = add_messages(engine, hook_id, 4)
+    take(engine)
+    settle_now(engine, [attempt(first, hook_id, Outcome.FAILED, error="down")])
+    retry_at = hook_state(engine, hook_id).retry_at
+    assert take(engine, now=retry_at) == [first]  # one probe, not four attempts
+    assert take(engine, "b", now=retry_at + 1) == []  # the probe holds the hook for other daemons too
+
+
+def test_410_and_a_refused_url_disable_at_once_and_keep_the_message(engine, hook_id):
+    for outcome, reason in ((Outcome.GONE, "410 Gone"), (Outcome.REFUSED, "not contacted: not allowed")):
+        run_write(engine, lambda c: c.execute(update(hook).where(hook.c.id == hook_id).values(is_enabled=True)))
+        [mid] = add_messages(engine, hook_id, 1, start=NOW + len(reason))
+        take(engine)
+        assert settle_now(engine, [attempt(mid, hook_id, outcome, error=reason)]) == [hook_id]
+        state = hook_state(engine, hook_id)
+        assert (state.is_enabled, state.attempts, state.disabled_reason) == (False, 0, reason)
+        assert message_state(engine, mid).state == "pending"
+
+
+def test_a_deferral_waits_as_asked_without_counting(engine, hook_id):
+    [mid] = add_messages(engine, hook_id, 1)
+    take(engine)
+    settle_now(engine, [attempt(mid, hook_id, Outcome.DEFERRED, status_code=429, retry_after=120.0)])
+    state = hook_state(engine, hook_id)
+    assert (state.attempts, state.retry_at, state.is_enabled) == (0, NOW + 120.0, True)
+
+
+def test_settling_a_deleted_hooks_message_records_nothing(engine, hook_id):
+    [mid] = add_messages(engine, hook_id, 1)
+    take(engine)
+    run_write(engine, lambda c: c.execute(hook_message.delete()))
+    assert settle_now(engine, [attempt(mid, hook_id, Outcome.DELIVERED)]) == []
+    assert run_read(engine, lambda c: c.execute(select(hook_attempt)).all()) == []
+
+
+def test_release_hands_back_only_our_own_leases(engine, hook_id):
+    ids = add_messages(engine, hook_id, 2)
+    take(engine, "a", limit=1)
+    take(engine, "b", limit=1)
+    run_write(engine, release, "a", ids)
+    assert take(engine, "c") == ids[:1]
+
+
+def test_requeue_and_purge(engine, hook_id, bob):
+    [mid] = add_messages(engine, hook_id, 1)
+    take(engine)
+    settle_now(engine, [attempt(mid, hook_id, Outcome.DELIVERED)])
+    with pytest.raises(NotFound):
+        run_write(engine, requeue, hook_id, bob, mid)  # not bob's hook
+    assert run_write(engine, requeue, hook_id, None, mid)["state"] == "pending"
+    assert take(engine, now=NOW + 1) == [mid]
+    settle_now(engine, [attempt(mid, hook_id, Outcome.DELIVERED)])
+    assert run_write(engine, purge, NOW - 1) == 0
+    assert run_write(engine, purge, NOW + 1) == 1
+    assert run_read(engine, lambda c: c.execute(select(hook_attempt)).all()) == []
