@@ -38,6 +38,7 @@ class Received:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the body leaves at once, not after the client's delayed ACK
 
     def log_message(self, *_: Any) -> None:
         pass

@@ -174,17 +174,22 @@ def test_an_owner_without_a_hook_role_of_the_endpoint_receives_nothing(daemon, a
     assert database.execute("select count(*) from hook_message where hook_id = ?", (user_hook,)).fetchone()[0] == 0
 
 
-def test_safe_calls_and_unsubscribed_endpoints_make_no_events(daemon, admin_token, receiver, database, path):
-    hook_id = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path, "person/delete")
+def test_safe_calls_make_no_events_and_a_hook_gets_only_its_endpoint(daemon, admin_token, receiver, database, path):
+    everything = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path + "-all", "person")
+    deletes = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path + "-delete", "person/delete")
     person = new_person(daemon, admin_token)
-    assert daemon.request("GET", f"{V}/person/show/{person['id']}", token=admin_token).status == 200
+    assert daemon.request("GET", f"{V}/person/show/{person['id']}", token=admin_token).status == 200  # HOOK, but GET
     update_person(daemon, admin_token, person["id"], email="other@example.com")
     assert daemon.request("DELETE", f"{V}/person/delete/{person['id']}", token=admin_token).status == 200
 
-    [event] = arrivals(receiver, path, 1)
-    assert event.json["type"] == "person/delete"
-    assert event.json["data"] == {"id": person["id"]}
-    assert database.execute("select count(*) from hook_message where hook_id = ?", (hook_id,)).fetchone()[0] == 1
+    all_events = arrivals(receiver, path + "-all", 3)
+    assert sorted(e.json["type"] for e in all_events) == ["person/create", "person/delete", "person/update"]
+    [deleted] = arrivals(receiver, path + "-delete", 1)
+    assert (deleted.json["type"], deleted.json["data"]) == ("person/delete", {"id": person["id"]})
+    time.sleep(0.3)
+    counts = dict(database.execute("select hook_id, count(*) from hook_message where hook_id in (?, ?) group by hook_id",
+                                   (everything, deletes)).fetchall())
+    assert counts == {everything: 3, deletes: 1}
 
 
 def test_a_failed_call_makes_no_event(daemon, admin_token, receiver, database, path):
@@ -383,6 +388,22 @@ def test_delete_removes_the_hook_with_its_messages(daemon, admin_token, receiver
     for table in ("hook_message", "hook_attempt"):
         assert wait_until(lambda: database.execute(
             f"select count(*) from {table} where hook_id = ?", (hook["id"],)).fetchone()[0] == 0)
+
+
+def test_events_that_cannot_be_recorded_answer_500_saying_the_change_was_made(tmp_path, receiver):
+    deployment = deployment_with_accounts(tmp_path, server={"webhookActive": True, "webhooks": SETTINGS},
+                                          api={"cors": {"allowedOrigins": [receiver.origin]}})
+    database = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None)
+    insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + "/broken", "person")
+    with running_daemon(deployment) as daemon:
+        token = daemon.login(*ADMIN[:2])
+        database.execute("drop table hook_attempt")
+        database.execute("drop table hook_message")  # the outbox is gone: recording fails
+        fields = {"username": "recorded", "password": "recorded-password-1", "email": "recorded@example.com"}
+        reply = daemon.request("POST", f"{V}/person/create", fields, token=token)
+        assert reply.status == 500
+        assert "was carried out, but its webhook events could not be recorded" in reply.json["detail"]
+        assert account_id(database, "recorded")  # the change itself stands, as the answer says
 
 
 # --- switched off, crash safety, several daemons, the command line ---------------------------

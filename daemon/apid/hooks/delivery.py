@@ -56,6 +56,18 @@ class Deliverer:
         self._pool = connection_pool(reactor, per_host)
         self._client = HTTPClient(Agent(reactor, connectTimeout=timeout, pool=self._pool))
         self._slots: dict[str, DeferredSemaphore] = {}
+        self._refusals: dict[str, str | None] = {}  # url -> why it may not be contacted
+
+    def _refusal(self, url: str) -> str | None:
+        """Why `url` may not be contacted, or None; the answer for a URL cannot change while
+        the daemon runs (allowedOrigins is read at start), so it is worked out once per URL."""
+        if url not in self._refusals:
+            try:
+                check_url(url, self._allowed)
+                self._refusals[url] = None
+            except UrlRefused as refused:
+                self._refusals[url] = f"not contacted: {refused}"
+        return self._refusals[url]
 
     def close(self) -> Deferred[None]:
         return self._pool.closeCachedConnections()
@@ -78,17 +90,16 @@ class Deliverer:
                 del self._slots[message.host]
 
     async def _attempt(self, message: Claimed) -> Attempt:
-        started = self._reactor.seconds()
+        started, started_at = self._reactor.seconds(), time.time()
 
         def attempt(outcome: Outcome, status: int | None = None, error: str | None = None,
                     wait: float | None = None) -> Attempt:
-            return Attempt(message.id, message.hook_id, outcome, time.time(),
+            return Attempt(message.id, message.hook_id, outcome, started_at,
                            (self._reactor.seconds() - started) * 1000, status, error, wait)
 
-        try:
-            check_url(message.url, self._allowed)
-        except UrlRefused as refused:
-            return attempt(Outcome.REFUSED, error=f"not contacted: {refused}")
+        refusal = self._refusal(message.url)
+        if refusal is not None:
+            return attempt(Outcome.REFUSED, error=refusal)
         exchange = Deferred.fromCoroutine(self._post(message))
         # cancelling the request surfaces as whatever the connection saw; say what it was
         exchange.addTimeout(self._timeout, self._reactor, onTimeoutCancel=lambda *_: Failure(TimeoutError()))
@@ -126,6 +137,7 @@ class Deliverer:
                 "webhook-signature": signature_header(list(message.secrets), message.id, timestamp, message.payload),
             },
             allow_redirects=False,
+            unbuffered=True,  # the body is read below, within the timeout and the size limit
         )
         received = 0
 

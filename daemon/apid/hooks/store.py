@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, insert, or_, select, update
 
 from apid.hooks.signing import new_secret
 from apid.hooks.urls import UrlRefused, origin
@@ -153,23 +153,25 @@ class Claimed:
     id: str
     hook_id: int
     url: str
+    host: str  # the key deliveries are counted under for the per-host limit
     secrets: tuple[str, ...]
     payload: bytes
 
-    @property
-    def host(self) -> str:
-        """The key deliveries are counted under for the per-host limit."""
-        try:
-            scheme, host, port = origin(self.url)
-        except UrlRefused:
-            return self.url
-        return f"{scheme}://{host}:{port}"
+
+def host_key(url: str) -> str:
+    try:
+        scheme, host, port = origin(url)
+    except UrlRefused:
+        return url
+    return f"{scheme}://{host}:{port}"
 
 
+# Small columns only: most candidates of a busy host are passed over, so their payloads are
+# read only for the messages taken.
 _CANDIDATES = (
     select(
-        hook_message.c.id, hook_message.c.hook_id, hook_message.c.payload, hook.c.url, hook.c.secret,
-        hook.c.previous_secret, hook.c.previous_secret_expires, hook.c.attempts,
+        hook_message.c.id, hook_message.c.hook_id, hook.c.url, hook.c.secret, hook.c.previous_secret,
+        hook.c.previous_secret_expires, hook.c.attempts,
     )
     .join(hook, hook.c.id == hook_message.c.hook_id)
     .where(
@@ -182,6 +184,8 @@ _CANDIDATES = (
     .limit(bindparam("limit"))
     .with_for_update(skip_locked=True, of=hook_message)
 )
+_PAYLOADS = select(hook_message.c.id, hook_message.c.payload).where(
+    hook_message.c.id.in_(bindparam("ids", expanding=True)))
 
 
 def claim(
@@ -199,38 +203,41 @@ def claim(
     backoff step, not one per waiting message; `retry_at` holds the probe's place meanwhile,
     for other daemons too.
     """
-    rows = connection.execute(_CANDIDATES, {"now": now, "limit": limit}).all()
-    taken: list[Claimed] = []
-    per_host: dict[str, int] = {}
-    probed: set[int] = set()
+    hosts: dict[int, str] = {}
+    left: dict[str, int] = {}
+    secrets: dict[int, tuple[str, ...]] = {}
     fresh_secrets: dict[int, str] = {}
-    for row in rows:
-        if row.attempts > 0:
-            if row.hook_id in probed:
-                continue
-            probed.add(row.hook_id)
-        secret = row.secret or fresh_secrets.get(row.hook_id)
-        if secret is None:
-            secret = fresh_secrets[row.hook_id] = new_secret()
-        secrets = (secret,)
-        if row.previous_secret and (row.previous_secret_expires or 0) > now:
-            secrets += (row.previous_secret,)
-        message = Claimed(row.id, row.hook_id, row.url, secrets, row.payload.encode("utf-8"))
-        count = per_host.get(message.host, 0)
-        if count >= room(message.host):
+    probed: set[int] = set()
+    chosen: list[tuple[str, int, str]] = []
+    for row in connection.execute(_CANDIDATES, {"now": now, "limit": limit}):
+        if row.hook_id in probed:
             continue
-        per_host[message.host] = count + 1
-        taken.append(message)
+        host = hosts.get(row.hook_id) or hosts.setdefault(row.hook_id, host_key(row.url))
+        if left.setdefault(host, room(host)) <= 0:
+            continue
+        left[host] -= 1
+        if row.attempts > 0:
+            probed.add(row.hook_id)
+        if row.hook_id not in secrets:
+            current = row.secret or fresh_secrets.setdefault(row.hook_id, new_secret())
+            previous = row.previous_secret if (row.previous_secret_expires or 0) > now else None
+            secrets[row.hook_id] = (current, previous) if previous else (current,)
+        chosen.append((row.id, row.hook_id, row.url))
+    if not chosen:
+        return []
     for hook_id, secret in fresh_secrets.items():
         connection.execute(update(hook).where(hook.c.id == hook_id, hook.c.secret.is_(None)).values(secret=secret))
     if probed:
         connection.execute(update(hook).where(hook.c.id.in_(probed)).values(retry_at=now + lease))
-    if taken:
-        connection.execute(
-            update(hook_message).where(hook_message.c.id.in_([m.id for m in taken]))
-            .values(lease_owner=owner, lease_until=now + lease)
-        )
-    return taken
+    ids = [message_id for message_id, _, _ in chosen]
+    connection.execute(
+        update(hook_message).where(hook_message.c.id.in_(ids)).values(lease_owner=owner, lease_until=now + lease)
+    )
+    payloads = dict(connection.execute(_PAYLOADS, {"ids": ids}).all())
+    return [
+        Claimed(message_id, hook_id, url, hosts[hook_id], secrets[hook_id], payloads[message_id].encode("utf-8"))
+        for message_id, hook_id, url in chosen
+    ]
 
 
 class Outcome(enum.Enum):
@@ -327,6 +334,16 @@ def _settle_hooks(
             change.update(last_modified=_now(), version=hook.c.version + 1)
         connection.execute(update(hook).where(hook.c.id == hook_id).values(**change))
     return disabled
+
+
+def renew(connection: Connection, owner: str, message_ids: Iterable[str], until: float) -> None:
+    """Extend our leases of messages still waiting or in flight here."""
+    ids = list(message_ids)
+    if ids:
+        connection.execute(
+            update(hook_message).where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
+            .values(lease_until=until)
+        )
 
 
 def release(connection: Connection, owner: str, message_ids: Iterable[str]) -> None:
@@ -454,7 +471,3 @@ def requeue(connection: Connection, hook_id: int, user_id: int | None, message_i
     if not done:
         raise NotFound(f"hook {hook_id} has no message {message_id!r}")
     return {"messageId": message_id, "hookId": hook_id, "state": PENDING, "hookEnabled": owned.is_enabled}
-
-
-def pending_count(connection: Connection) -> int:
-    return connection.execute(select(func.count()).where(hook_message.c.state == PENDING)).scalar_one()

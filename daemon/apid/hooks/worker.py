@@ -3,8 +3,10 @@
 It runs in every daemon when `webhookActive` is true. It claims when woken (an event was
 recorded, a hook re-enabled, a message requeued) and every `poll` seconds (messages of other
 daemons, backoff that has run out, leases left by a crashed daemon), up to `CAPACITY` held in
-memory and at most twice `per_host` per host. Outcomes are written in batches: one
-transaction settles every attempt that finished while the previous one was being written.
+memory and `HOLD_PER_SLOT` times `per_host` per host, so that deliveries never wait for the
+database. Leases of held messages are renewed while they wait or are in flight, so only a
+daemon that died loses them. Outcomes are written in batches: one transaction settles every
+attempt that finished while the previous one was being written.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from twisted.logger import Logger
 
 from apid.config import WebhooksConfig
 from apid.hooks.delivery import Deliverer
-from apid.hooks.store import Attempt, Claimed, claim, purge, release, settle
+from apid.hooks.store import Attempt, Claimed, claim, purge, release, renew, settle
 from apid.store.database import Database
 
 log = Logger(namespace="apid.hooks")
 
-CAPACITY = 512
+CAPACITY = 1024
+HOLD_PER_SLOT = 8
+CLAIM_AT_MOST = 256  # candidates read per claim: a busy host's are passed over
 PURGE_EVERY = 3600.0
 
 
@@ -57,6 +61,7 @@ class DeliveryWorker:
         self._poll_call: IDelayedCall | None = None
         self._stopping = False
         self._last_purge = 0.0
+        self._last_renewal = time.time()
 
     def start(self) -> None:
         self._schedule_poll(0)
@@ -76,20 +81,24 @@ class DeliveryWorker:
 
     def _poll(self) -> None:
         self.wake()
-        if time.time() - self._last_purge > PURGE_EVERY:
-            self._last_purge = time.time()
-            ensureDeferred(self._purge())
+        now = time.time()
+        if now - self._last_renewal > self._config.lease / 3:
+            self._last_renewal = now
+            ensureDeferred(self._chore(renew, self.owner, list(self._held), now + self._config.lease))
+        if now - self._last_purge > PURGE_EVERY:
+            self._last_purge = now
+            ensureDeferred(self._chore(purge, now - self._config.retention_days * 86400))
         self._schedule_poll(self._config.poll)
 
     def _room(self, host: str) -> int:
-        return max(0, 2 * self._config.per_host - self._deliverer.busy(host))
+        return max(0, HOLD_PER_SLOT * self._config.per_host - self._deliverer.busy(host))
 
     async def _claim(self) -> None:
         self._claiming = True
         try:
             while not self._stopping:
                 self._claim_again = False
-                room = CAPACITY - len(self._held)
+                room = min(CLAIM_AT_MOST, CAPACITY - len(self._held))
                 if room <= 0:
                     break
                 claimed = await self._db.write(
@@ -137,11 +146,12 @@ class DeliveryWorker:
     def _backoff(self, failures: int) -> float:
         return backoff(self._config.retry_base, self._config.retry_max, failures)
 
-    async def _purge(self) -> None:
+    async def _chore(self, work: Callable[..., object], *args: object) -> None:
+        """Lease renewal and purging: a failure is logged and tried again next time."""
         try:
-            await self._db.write(purge, time.time() - self._config.retention_days * 86400)
+            await self._db.write(work, *args)
         except Exception:
-            log.failure("forgetting old webhook messages failed")
+            log.failure("webhook upkeep ({work}) failed", work=work.__name__)
 
     async def stop(self, deadline: float) -> None:
         """Stop claiming; let deliveries in flight finish until `deadline` (reactor time),
