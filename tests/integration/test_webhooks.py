@@ -447,6 +447,27 @@ def test_kill_9_during_a_burst_loses_no_event(tmp_path, receiver, path):
             "select count(*) from hook_message where state = 'delivered'").fetchone()[0] == 200)
 
 
+def test_a_stopping_daemon_finishes_deliveries_in_flight_and_hands_back_the_rest(tmp_path, receiver, path):
+    script(receiver, path, Answer(200, delay=0.3))
+    deployment = deployment_with_accounts(
+        tmp_path, server={"webhookActive": True, "webhooks": {**SETTINGS, "perHost": 2, "lease": 60}},
+        api={"cors": {"allowedOrigins": [receiver.origin]}},
+    )
+    database = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None)
+    insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path, "team")
+    with running_daemon(deployment) as daemon:
+        burst(daemon, daemon.login(*ADMIN[:2]), 40)
+        arrivals(receiver, path, 2)
+        assert daemon.stop() == 0
+    delivered = {r.headers["webhook-id"] for r in arrivals(receiver, path, 0, 0)}
+    states = dict(database.execute("select id, state from hook_message").fetchall())
+    assert {mid for mid, state in states.items() if state == "delivered"} == delivered  # in flight: finished, recorded
+    assert 0 < len(delivered) < 40
+    assert database.execute("select count(*) from hook_message where lease_owner is not null").fetchone()[0] == 0
+    with running_daemon(deployment):  # the lease is 60 s: only handed-back messages go out at once
+        assert wait_until(lambda: len({r.headers["webhook-id"] for r in arrivals(receiver, path, 0, 0)}) == 40, 30)
+
+
 def test_two_daemons_on_one_database_deliver_each_event_once(tmp_path, receiver, path):
     deployment = deployment_with_accounts(
         tmp_path, server={"webhookActive": True, "webhooks": SETTINGS},
