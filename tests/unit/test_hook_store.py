@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select, update
 
 from apid.hooks.store import (
-    Attempt, NewMessage, Outcome, claim, insert_hook, insert_message, purge, release, requeue, settle,
+    Attempt, NewMessage, Outcome, claim, insert_hook, insert_messages, purge, release, requeue, settle,
 )
 from apid.problems import NotFound
 from apid.store.database import run_read, run_write
@@ -29,7 +29,7 @@ def hook_id(engine, alice) -> int:
 def add_messages(engine, hook_id: int, count: int, start: float = NOW) -> list[str]:
     ids = [f"msg_{hook_id}_{start}_{n}" for n in range(count)]
     for n, mid in enumerate(ids):
-        run_write(engine, insert_message, NewMessage(mid, hook_id, "person/create", "{}"), start + n)
+        run_write(engine, insert_messages, [NewMessage(mid, hook_id, "person/create", "{}")], start + n)
     return ids
 
 

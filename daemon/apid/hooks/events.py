@@ -20,7 +20,7 @@ from apid.http import dumps
 from apid.iostate import Endpoint
 from apid.problems import InternalError
 from apid.store.database import Database
-from apid.hooks.store import NewMessage, Subscriber, record_messages
+from apid.hooks.store import NewMessage, insert_messages, subscribers
 
 log = Logger(namespace="apid.hooks")
 
@@ -51,22 +51,23 @@ class EventRecorder:
         self._wake = wake
 
     async def record(self, endpoint: Endpoint, output: Any) -> None:
+        """Look the subscribers up (a read: most calls have none), then write their messages."""
         now = self._reactor.seconds()
         type_ = endpoint.path
-
-        def build(subscriber: Subscriber) -> NewMessage | None:
-            if not endpoint.hook_roles & subscriber.roles:
-                return None
-            data = self._filter(output, endpoint.response_fields(endpoint.granted(subscriber.roles)))
-            mid = message_id()
-            return NewMessage(mid, subscriber.hook_id, type_, payload(mid, type_, now, data))
-
         try:
-            written = await self._db.write(record_messages, endpoint.controller, endpoint.action, build, now)
+            found = await self._db.read(subscribers, endpoint.controller, endpoint.action)
+            messages = []
+            for subscriber in found:
+                if endpoint.hook_roles & subscriber.roles:
+                    data = self._filter(output, endpoint.response_fields(endpoint.granted(subscriber.roles)))
+                    mid = message_id()
+                    messages.append(NewMessage(mid, subscriber.hook_id, type_, payload(mid, type_, now, data)))
+            if messages:
+                await self._db.write(insert_messages, messages, now)
         except Exception:
             log.failure("the webhook events of {endpoint} could not be recorded", endpoint=type_)
             raise InternalError(
                 f"{type_} was carried out, but its webhook events could not be recorded; the error was logged"
             ) from None
-        if written:
+        if messages:
             self._wake()

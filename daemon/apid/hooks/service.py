@@ -20,7 +20,7 @@ from apid.hooks.store import (
     delete_hook,
     enable_values,
     insert_hook,
-    insert_message,
+    insert_messages,
     list_attempts,
     list_hooks,
     owned_hook,
@@ -143,7 +143,7 @@ class Hooks:
         def queue(connection: Any) -> dict[str, Any]:
             owned = owned_hook(connection, hook_id, self._scope(caller))
             body = payload(mid, PING_TYPE, now, {"hookId": hook_id, "service": owned.service})
-            insert_message(connection, NewMessage(mid, hook_id, PING_TYPE, body), now)
+            insert_messages(connection, [NewMessage(mid, hook_id, PING_TYPE, body)], now)
             return {"messageId": mid, "hookId": hook_id, "state": "pending", "hookEnabled": owned.is_enabled}
 
         queued = await self._db.write(queue)

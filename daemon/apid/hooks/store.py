@@ -119,29 +119,12 @@ class NewMessage:
     payload: str
 
 
-def record_messages(
-    connection: Connection,
-    controller: str,
-    action: str,
-    build: Callable[[Subscriber], NewMessage | None],
-    now: float,
-) -> int:
-    """One pending message per subscriber `build` accepts; how many were written."""
-    messages = [m for m in map(build, subscribers(connection, controller, action)) if m is not None]
-    if messages:
-        connection.execute(insert(hook_message), [
-            {"id": m.id, "hook_id": m.hook_id, "type": m.type, "payload": m.payload,
-             "state": PENDING, "tries": 0, "created_at": now}
-            for m in messages
-        ])
-    return len(messages)
-
-
-def insert_message(connection: Connection, message: NewMessage, now: float) -> None:
-    connection.execute(insert(hook_message).values(
-        id=message.id, hook_id=message.hook_id, type=message.type, payload=message.payload,
-        state=PENDING, tries=0, created_at=now,
-    ))
+def insert_messages(connection: Connection, messages: list[NewMessage], now: float) -> None:
+    connection.execute(insert(hook_message), [
+        {"id": m.id, "hook_id": m.hook_id, "type": m.type, "payload": m.payload,
+         "state": PENDING, "tries": 0, "created_at": now}
+        for m in messages
+    ])
 
 
 # --- claiming and settling deliveries --------------------------------------------------------
