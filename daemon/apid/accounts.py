@@ -102,9 +102,14 @@ def _now() -> datetime:
 
 
 # Built once: SQLAlchemy then reuses their compiled form instead of rebuilding them per call.
-# A person with their roles in one statement: a row per role (or one row with no role).
+# A person with their roles in one statement: a row per role (or one row with no role), with
+# the columns an Account holds (never the password hash).
 _PEOPLE_WITH_ROLES = (
-    select(person, role.c.authority)
+    select(
+        person.c.id, person.c.version, person.c.username, person.c.email, person.c.enabled,
+        person.c.account_locked, person.c.account_expired, person.c.password_expired,
+        person.c.date_created, person.c.last_updated, role.c.authority,
+    )
     .outerjoin(person_role, person_role.c.person_id == person.c.id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
 )
@@ -173,12 +178,15 @@ def get_account(connection: Connection, account_id: int) -> Account | None:
 
 
 def get_accounts(connection: Connection, account_ids: list[int]) -> dict[int, Account]:
+    if len(account_ids) == 1:
+        return _accounts_with_roles(connection.execute(_PERSON_WITH_ROLES_BY_ID, {"id": account_ids[0]}))
+    return _accounts_with_roles(connection.execute(_PEOPLE_WITH_ROLES_BY_IDS, {"ids": account_ids}))
+
+
+def _accounts_with_roles(result: Iterable[Any]) -> dict[int, Account]:
+    """The accounts in rows of `_PEOPLE_WITH_ROLES`, by id."""
     rows: dict[int, Any] = {}
     roles: dict[int, set[str]] = {}
-    if len(account_ids) == 1:
-        result = connection.execute(_PERSON_WITH_ROLES_BY_ID, {"id": account_ids[0]})
-    else:
-        result = connection.execute(_PEOPLE_WITH_ROLES_BY_IDS, {"ids": account_ids})
     for row in result:
         rows.setdefault(row.id, row)
         held = roles.setdefault(row.id, set())
@@ -262,13 +270,21 @@ class Accounts:
     def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords) -> None:
         self._db = db
         self._passwords = passwords
-        self._by_id: Coalescer[int, Account] = Coalescer(reactor, lambda ids: db.read(get_accounts, ids))
+        self._person_by_id = db.prepare(_PERSON_WITH_ROLES_BY_ID)
+        self._by_id: Coalescer[int, Account] = Coalescer(reactor, self._fetch)
 
     check = staticmethod(check_credentials)
 
     def get(self, account_id: int) -> Deferred[Account | None]:
         """One account; gets made together are served by one query."""
         return self._by_id.get(account_id)
+
+    def _fetch(self, ids: list[int]) -> Deferred[dict[int, Account]]:
+        """One id (a single call, a chain link) is the common case and the one prepared read;
+        the ids of a batch are one query."""
+        if len(ids) == 1:
+            return self._db.select(self._person_by_id, id=ids[0]).addCallback(_accounts_with_roles)
+        return self._db.read(get_accounts, ids)
 
     def list(self, offset: int, limit: int) -> Deferred[list[Account]]:
         return self._db.read(list_accounts, offset, limit)
