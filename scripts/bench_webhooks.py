@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Webhook delivery benchmarks, used by scripts/bench (section `webhooks`) or alone:
 
     .venv/bin/python scripts/bench_webhooks.py [--messages 5000] [--rate 200] [--seconds 10]
@@ -6,7 +5,7 @@
 - rate:    a backlog of pending messages (as after a receiver's outage: written while the
            daemon was down) delivered by one daemon pinned to CPU 0 to a local receiver on
            loopback; messages per second from the first arrival to the last.
-- latency: events at a steady rate (team/create calls on one keep-alive connection, one
+- latency: events at a steady rate (team/create calls from 4 keep-alive connections, one
            subscribed hook), the time from each call's response to its message's arrival.
 """
 
@@ -21,6 +20,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from harness import ADMIN, Daemon, Deployment  # noqa: E402
 from receiver import Receiver  # noqa: E402
 
 HOOKS = 10
+SENDERS = 4  # calls in flight at once, so that the rate holds even when one call is slow
 SETTINGS = {"accessLog": False, "webhookActive": True}
 
 
@@ -98,6 +99,22 @@ def receiver_wait(receiver: Receiver, count: int, timeout: float) -> list:
     return sorted(receiver.received, key=lambda r: r.at)
 
 
+def _send(port: int, token: str, numbers: range, rate: int, start: float, answered: dict[str, float]) -> None:
+    """Call team/create for each of `numbers`, call n at `start + n / rate`."""
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    for n in numbers:
+        pause = start + n / rate - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        name = f"event {n}"
+        connection.request("POST", "/v0.1/team/create", json.dumps({"name": name, "leaderId": 1}),
+                           {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        reply = connection.getresponse()
+        reply.read()
+        answered[name] = time.time()
+        assert reply.status == 200, reply.status
+
+
 def delivery_latency(rate: int, seconds: int) -> dict:
     """Calls at `rate` per second for `seconds`; response-to-arrival time of each event."""
     receiver = Receiver()
@@ -107,21 +124,15 @@ def delivery_latency(rate: int, seconds: int) -> dict:
         daemon = _started(deployment)
         try:
             token = daemon.login(*ADMIN[:2])
-            connection = http.client.HTTPConnection("127.0.0.1", daemon.port)
             answered: dict[str, float] = {}
             count = rate * seconds
             start = time.monotonic()
-            for n in range(count):
-                pause = start + n / rate - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)
-                name = f"event {n}"
-                connection.request("POST", "/v0.1/team/create", json.dumps({"name": name, "leaderId": 1}),
-                                   {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-                reply = connection.getresponse()
-                reply.read()
-                answered[name] = time.time()
-                assert reply.status == 200, reply.status
+            senders = [threading.Thread(target=_send, args=(daemon.port, token, range(k, count, SENDERS), rate, start,
+                                                            answered)) for k in range(SENDERS)]
+            for sender in senders:
+                sender.start()
+            for sender in senders:
+                sender.join()
             elapsed = time.monotonic() - start
             received = receiver_wait(receiver, count, timeout=60)
         finally:

@@ -16,10 +16,10 @@ import treq
 from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults
 from twisted.internet.interfaces import IReactorTime
-from twisted.web.client import Agent, ResponseNeverReceived
+from twisted.web.client import ResponseNeverReceived
 
 from apid.config import PeerServer
-from apid.outbound import connection_pool
+from apid.outbound import agent, connection_pool
 
 
 class PeerPinger:
@@ -27,7 +27,7 @@ class PeerPinger:
         self._reactor = reactor
         self._peers = tuple(peers)
         self._pool = connection_pool(reactor, per_host=1)
-        self._client = HTTPClient(Agent(reactor, pool=self._pool))
+        self._client = HTTPClient(agent(reactor, self._pool))  # each ping is bounded as a whole below
 
     def close(self) -> Deferred[None]:
         return self._pool.closeCachedConnections()

@@ -17,13 +17,13 @@ from treq.content import collect
 from twisted.internet.defer import Deferred, DeferredSemaphore, TimeoutError
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, ResponseNeverReceived
+from twisted.web.client import ResponseNeverReceived
 from twisted.web.iweb import IResponse
 
 from apid.hooks.signing import signature_header
 from apid.hooks.store import Attempt, Claimed, Outcome
 from apid.hooks.urls import UrlRefused, check_url
-from apid.outbound import connection_pool
+from apid.outbound import agent, connection_pool
 
 BODY_LIMIT = 64 * 1024
 THROTTLING = (429, 503)
@@ -54,7 +54,7 @@ class Deliverer:
         self._timeout = timeout
         self._per_host = per_host
         self._pool = connection_pool(reactor, per_host)
-        self._client = HTTPClient(Agent(reactor, connectTimeout=timeout, pool=self._pool))
+        self._client = HTTPClient(agent(reactor, self._pool, timeout))
         self._slots: dict[str, DeferredSemaphore] = {}
         self._refusals: dict[str, str | None] = {}  # url -> why it may not be contacted
 

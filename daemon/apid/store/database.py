@@ -103,17 +103,31 @@ class PreparedSelect:
 
 
 class Database:
-    """Runs units of work in the database thread pool and hands back Deferreds."""
+    """Runs units of work in the database thread pool and hands back Deferreds.
+
+    On SQLite every write goes to one writer thread of its own. SQLite has one writer at a
+    time; writers in several threads of the process would wait for each other in SQLite's
+    busy handler, which sleeps 1, 2, 5, 10... ms between tries instead of waking when the lock
+    is free, so concurrent writes (webhook events, claims, settlements, sessions) stalled for
+    milliseconds. Queued for one thread, they run back to back. Readers are never blocked by
+    the writer in WAL mode; other processes still meet busy_timeout.
+    """
 
     def __init__(self, reactor: IReactorThreads, engine: Engine, threads: int) -> None:
         self.engine = engine
         self._reactor = reactor
         self._pool = ThreadPool(minthreads=1, maxthreads=threads, name="apid-db")
+        single_writer = engine.dialect.name == "sqlite"
+        self._writer = ThreadPool(minthreads=1, maxthreads=1, name="apid-db-writer") if single_writer else self._pool
 
     def start(self) -> None:
         self._pool.start()
+        if self._writer is not self._pool:
+            self._writer.start()
 
     def stop(self) -> None:
+        if self._writer is not self._pool:
+            self._writer.stop()
         self._pool.stop()
         self.engine.dispose()
 
@@ -130,4 +144,4 @@ class Database:
 
     def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` in a write transaction; an exception rolls it back."""
-        return deferToThreadPool(self._reactor, self._pool, run_write, self.engine, work, *args)
+        return deferToThreadPool(self._reactor, self._writer, run_write, self.engine, work, *args)
