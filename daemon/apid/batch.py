@@ -82,10 +82,10 @@ class BatchRunner:
         if admitted.endpoint.is_safe:
             # All start now and run together; their outcomes are then collected in order, an
             # element already finished read at once (no DeferredList bookkeeping per element).
-            running = [ensureDeferred(self._pipeline.execute(principal, admitted, call)) for call in calls]
+            running = [ensureDeferred(self._pipeline.execute(admitted, call)) for call in calls]
             outcomes = [await _outcome(element) for element in running]
         else:
-            outcomes = [await _outcome(self._pipeline.execute(principal, admitted, call)) for call in calls]
+            outcomes = [await _outcome(self._pipeline.execute(admitted, call)) for call in calls]
         return summarise(outcomes, batch.combine, instance)
 
 

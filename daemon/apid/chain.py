@@ -181,7 +181,7 @@ class ChainRunner:
                 call_body = {name: value for name, value in call_body.items() if name != "id"}
             call = self._request(link, target, body=call_body, text=call_text)
             try:
-                output = (await self._pipeline.execute(principal, admission, call)).data
+                output = (await self._pipeline.execute(admission, call)).data
             except Problem as problem:
                 problem.extensions.update(link={"position": link.position, "endpoint": link.path},
                                           nonSafeCallCompleted=non_safe_done)

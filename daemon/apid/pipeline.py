@@ -52,9 +52,12 @@ class CallRequest:
 
 @dataclass(frozen=True)
 class Admission:
+    """What admitting a caller to an endpoint decided: the same for every element of a batch."""
+
     state: ControllerState
     endpoint: Endpoint
     granted: frozenset[str]
+    caller: Caller
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,14 @@ class Pipeline:
         run them for every element or link before any of them runs."""
         state, endpoint = resolve(self._rules(), request)
         check_method(endpoint, request.method)
-        return Admission(state=state, endpoint=endpoint, granted=authorize(endpoint, principal, purpose))
+        granted = authorize(endpoint, principal, purpose)
+        caller = Caller(
+            id=principal.user_id,
+            username=principal.username,
+            roles=granted,
+            is_superuser=self._superuser_role in granted,
+        )
+        return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller)
 
     def rules(self) -> RuleSet:
         """The rule set in force now."""
@@ -180,20 +190,14 @@ class Pipeline:
         return resolve(self._rules(), request)[1]
 
     async def run(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> CallResult:
-        return await self.execute(principal, self.admit(principal, request, purpose), request)
+        return await self.execute(self.admit(principal, request, purpose), request)
 
-    async def execute(self, principal: Principal, admitted: Admission, request: CallRequest) -> CallResult:
+    async def execute(self, admitted: Admission, request: CallRequest) -> CallResult:
         """The steps that depend on one call's fields: admit them, run the action, filter
         its output. A batch admits its endpoint once and executes each element here."""
         endpoint, granted = admitted.endpoint, admitted.granted
-        fields = admit_fields(admitted.state, endpoint, granted, request)
-        caller = Caller(
-            id=principal.user_id,
-            username=principal.username,
-            roles=granted,
-            is_superuser=self._superuser_role in granted,
-        )
-        call = Call(endpoint=endpoint, fields=fields, caller=caller)
+        call = Call(endpoint=endpoint, fields=admit_fields(admitted.state, endpoint, granted, request),
+                    caller=admitted.caller)
         try:
             output = getattr(self._controllers[endpoint.controller], endpoint.action)(call)
             if isinstance(output, Deferred) or inspect.isawaitable(output):
