@@ -124,6 +124,10 @@ class Rule:
     policy: str  # the role whose rule applies: the policy's name in the RateLimit fields
     limit: int
 
+    @property
+    def policy_field(self) -> str:
+        return f'"{self.policy}";q={self.limit};w={DAY}'
+
 
 class RateLimiter:
     def __init__(self, store: CounterStore, rate_limits: Mapping[str, int], expires: int,
@@ -132,14 +136,17 @@ class RateLimiter:
         self._limits = rate_limits
         self._expires = expires
         self._fail_open = fail_open
+        self._known: dict[frozenset[str], Rule | None] = {}  # every request asks; few role sets exist
 
     def rule(self, roles: frozenset[str]) -> Rule | None:
         """The largest rateLimit among the roles that have one; None when none has."""
-        ruled = [(limit, role) for role, limit in self._limits.items() if role in roles]
-        if not ruled:
-            return None
-        limit, role = max(ruled)
-        return Rule(policy=role, limit=limit)
+        if roles not in self._known:
+            ruled = [(limit, role) for role, limit in self._limits.items() if role in roles]
+            self._known[roles] = None
+            if ruled:
+                limit, role = max(ruled)
+                self._known[roles] = Rule(policy=role, limit=limit)
+        return self._known[roles]
 
     async def charge(self, principal: Principal, amount: int) -> dict[str, str]:
         """Charge the user `amount` requests; the RateLimit fields to answer with, or a 429."""
@@ -157,7 +164,7 @@ class RateLimiter:
                                      headers={"Retry-After": "5"}) from None
         reset = max(1, math.ceil(charge.reset))
         fields = {
-            "RateLimit-Policy": f'"{rule.policy}";q={rule.limit};w={DAY}',
+            "RateLimit-Policy": rule.policy_field,
             "RateLimit": f'"{rule.policy}";r={max(0, charge.remaining)};t={reset}',
         }
         if not charge.allowed:
