@@ -72,12 +72,14 @@ class AccountsConfig:
 @dataclass(frozen=True)
 class WebhooksConfig:
     """How hooks are delivered: `timeout` bounds a whole delivery, `per_host` the deliveries
-    in flight to one host, `retry_base`..`retry_max` the backoff after a failure, `lease`
+    in flight to one host, `retry_base` x `retry_factor`^n up to `retry_max` the backoff after
+    a failure, `lease`
     how long a claimed delivery is this daemon's before another may take it over."""
 
     timeout: float
     per_host: int
     retry_base: float
+    retry_factor: float
     retry_max: float
     lease: float
     poll: float
@@ -335,7 +337,7 @@ def _accounts(node: _Node | None, base_url: str) -> AccountsConfig:
 
 
 def _webhooks(node: _Node | None) -> WebhooksConfig:
-    keys = ("timeout", "perHost", "retryBase", "retryMax", "lease", "poll", "retentionDays")
+    keys = ("timeout", "perHost", "retryBase", "retryFactor", "retryMax", "lease", "poll", "retentionDays")
     section = node.mapping(keys) if node else {}
     timeout = _get(section, "timeout", _Node.number, 10.0)
     lease = _get(section, "lease", _Node.number, 60.0)
@@ -351,6 +353,7 @@ def _webhooks(node: _Node | None) -> WebhooksConfig:
         timeout=timeout,
         per_host=_get(section, "perHost", lambda n: n.integer(minimum=1), 8),
         retry_base=retry_base,
+        retry_factor=_get(section, "retryFactor", lambda n: n.number(minimum=1.0), 6.0),
         retry_max=retry_max,
         lease=lease,
         poll=_get(section, "poll", _Node.number, 1.0),

@@ -20,7 +20,7 @@ from harness import ADMIN, USER, V, Daemon, burst, deployment_with_accounts, new
 from receiver import Answer, Receiver
 
 ATTEMPTS = 3
-SETTINGS = {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryMax": 0.4}
+SETTINGS = {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryFactor": 2, "retryMax": 0.4}
 SPEC_INSERT = (
     "insert into hook (attempts, date_created, format, last_modified, user_id, is_enabled, url, service) "
     "values (0, CURRENT_TIMESTAMP, 'JSON', CURRENT_TIMESTAMP, ?, true, ?, ?)"

@@ -433,8 +433,8 @@ def test_webhook_delivery_defaults(config_dir):
     data = repo_yaml(SERVER_FILE)
     path = write(config_dir, SERVER_FILE, data)
     hooks = load_server(path, "development", config_dir.parent, NO_ENV).webhooks
-    assert (hooks.timeout, hooks.per_host, hooks.retry_base, hooks.retry_max, hooks.lease, hooks.poll,
-            hooks.retention_days) == (10.0, 8, 5.0, 3600.0, 60.0, 1.0, 30)
+    assert (hooks.timeout, hooks.per_host, hooks.retry_base, hooks.retry_factor, hooks.retry_max, hooks.lease,
+            hooks.poll, hooks.retention_days) == (10.0, 8, 5.0, 6.0, 3600.0, 60.0, 1.0, 30)
 
 
 @pytest.mark.parametrize("webhooks, key, reason", [
@@ -442,6 +442,7 @@ def test_webhook_delivery_defaults(config_dir):
     ({"timeout": 30}, "webhooks.timeout", "at least three times webhooks.timeout"),
     ({"retryBase": 10, "retryMax": 5}, "webhooks.retryMax", "at least retryBase"),
     ({"perHost": 0}, "webhooks.perHost", "at least 1"),
+    ({"retryFactor": 1}, "webhooks.retryFactor", "greater than 1"),
     ({"timeout": "soon"}, "webhooks.timeout", "expected a number"),
     ({"retries": 3}, "webhooks.retries", "unknown key"),
 ])

@@ -76,10 +76,10 @@ def test_other_urls_are_refused_with_a_reason(url, reason):
         check_url(url, ALLOWED)
 
 
-def test_backoff_doubles_up_to_the_ceiling_with_jitter_in_the_upper_half():
-    assert [backoff(5, 3600, n, lambda: 1.0) for n in (1, 2, 3, 4)] == [5, 10, 20, 40]
-    assert [backoff(5, 3600, n, lambda: 0.0) for n in (1, 2, 3, 4)] == [2.5, 5, 10, 20]
-    assert backoff(5, 3600, 30, lambda: 1.0) == 3600
+def test_backoff_grows_by_the_factor_up_to_the_ceiling_with_jitter_in_the_upper_half():
+    assert [backoff(5, 6, 3600, n, lambda: 1.0) for n in (1, 2, 3, 4, 5)] == [5, 30, 180, 1080, 3600]
+    assert [backoff(5, 6, 3600, n, lambda: 0.0) for n in (1, 2, 3)] == [2.5, 15, 90]
+    assert backoff(5, 2, 3600, 30, lambda: 1.0) == 3600
 
 
 def test_retry_after_reads_seconds_and_http_dates():

@@ -36,11 +36,14 @@ CLAIM_AT_MOST = 256  # candidates read per claim: a busy host's are passed over
 PURGE_EVERY = 3600.0
 
 
-def backoff(base: float, ceiling: float, failures: int, rng: Callable[[], float] = random.random) -> float:
-    """Seconds before the next try after `failures` consecutive failures: `base` doubled per
-    failure, capped at `ceiling`, then spread by full jitter over its upper half so that
-    receivers coming back are not met by every sender at the same moment."""
-    delay = min(ceiling, base * 2 ** (failures - 1))
+def backoff(base: float, factor: float, ceiling: float, failures: int,
+            rng: Callable[[], float] = random.random) -> float:
+    """Seconds before the next try after `failures` consecutive failures: `base` multiplied
+    by `factor` per further failure, capped at `ceiling`, then spread by jitter over its upper
+    half so that receivers coming back are not met by every sender at the same moment.
+    The defaults (5 s, x6, 1 h) follow Standard Webhooks' schedule: 5 s, 30 s, 3 min, 18 min,
+    then hourly."""
+    delay = min(ceiling, base * factor ** (failures - 1))
     return delay / 2 + rng() * delay / 2
 
 
@@ -144,7 +147,8 @@ class DeliveryWorker:
         self.wake()
 
     def _backoff(self, failures: int) -> float:
-        return backoff(self._config.retry_base, self._config.retry_max, failures)
+        settings = self._config
+        return backoff(settings.retry_base, settings.retry_factor, settings.retry_max, failures)
 
     async def _chore(self, work: Callable[..., object], *args: object) -> None:
         """Lease renewal and purging: a failure is logged and tried again next time."""
