@@ -1,27 +1,45 @@
 """The HTTP edge: reading requests into plain values and writing JSON and problem responses.
 
-One JSON encoder, one problem renderer, one body reader. The `Site` built here keeps
-request bodies in a bounded buffer (twisted.web has no limit of its own) and writes its
-access log as structured twisted.logger events.
+One JSON encoder, one problem renderer, one body reader. The `Site` built here refuses a
+request body over `maxBodyBytes` as soon as that is known (twisted.web has no limit of its
+own), answers requests twisted.web cannot parse with problems too, gives every answer the
+same security headers, and writes its access log as structured twisted.logger events.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import orjson
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
-from twisted.web.http import Request
+from twisted.web.http import HTTPChannel, Request, datetimeToString
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request as SiteRequest, Site
 
-from apid.problems import MEDIA_TYPE, BadRequest, PayloadTooLarge, Problem, UnsupportedMediaType
+from apid.jsonbody import parse_json_object
+from apid.problems import (
+    MEDIA_TYPE,
+    BadRequest,
+    HeadersTooLarge,
+    InvalidFields,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    Problem,
+    UnsupportedMediaType,
+    UriTooLong,
+)
 
 access_log = Logger(namespace="apid.access")
+
+SERVER = b"apid"
+# How long a connection answered before its request was whole is still read (and the rest of
+# the request dropped) before it closes: closing at once, with request bytes unread, would
+# reset the connection and could destroy the answer before the client reads it.
+LINGER_SECONDS = 2.0
 
 
 def _default(value: Any) -> Any:
@@ -53,7 +71,24 @@ def write_problem(request: Request, problem: Problem) -> bytes:
     request.setHeader(b"Content-Type", MEDIA_TYPE.encode())
     for name, value in problem.headers.items():
         request.setHeader(name.encode(), value.encode())
-    return dumps(problem.to_dict(instance=unquote_to_bytes(request.path).decode("utf-8", "replace")))
+    # No instance when the request line could not be parsed: there is no path to name.
+    instance = unquote_to_bytes(request.path).decode("utf-8", "replace") or None
+    return dumps(problem.to_dict(instance=instance))
+
+
+def too_large(limit: int) -> PayloadTooLarge:
+    """The 413 of a body over `maxBodyBytes`, whenever it is found out."""
+    return PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes", limit=limit)
+
+
+def set_answer_headers(request: Request) -> None:
+    """The headers every answer carries: no content sniffing, no version in `Server`, and no
+    caching unless the handler chose its own Cache-Control."""
+    headers = request.responseHeaders
+    headers.setRawHeaders(b"Server", [SERVER])
+    headers.setRawHeaders(b"X-Content-Type-Options", [b"nosniff"])
+    if not headers.hasHeader(b"Cache-Control"):
+        headers.setRawHeaders(b"Cache-Control", [b"no-store"])
 
 
 class BoundedBody(io.BytesIO):
@@ -87,13 +122,126 @@ class InFlight:
 
 
 class ApidRequest(SiteRequest):
+    """A request that counts itself in flight, stops its body at the limit, and is answered
+    with `early_answer` when its channel could not let it reach the application."""
+
+    early_answer: Problem | None = None
+
     def gotLength(self, length: int | None) -> None:
         super().gotLength(length)
         self.channel.site.in_flight.track(self)
 
+    def handleContentChunk(self, data: bytes) -> None:
+        if self.early_answer is not None:
+            return  # the rest of a body answered already: dropped
+        super().handleContentChunk(data)
+        if self.content.overflowed:
+            self.channel.answer_early(too_large(self.content.limit))
 
-class Utf8Paths(Resource):
-    """Answers a path that is not UTF-8 with a problem (Klein would answer an HTML page)."""
+    def process(self) -> None:
+        if self.path == b"*" and self.method != b"OPTIONS":
+            self.early_answer = MethodNotAllowed("only OPTIONS may be asked of * (the whole server)", ["OPTIONS"])
+        if self.early_answer is None:
+            super().process()
+        else:
+            self._answer(self.early_answer)
+
+    def _answer(self, problem: Problem) -> None:
+        """Answer `problem` without routing the request: it cannot or must not reach the application."""
+        self.site = self.channel.site
+        self.setHeader(b"Date", datetimeToString())
+        body = write_problem(self, problem)
+        self.setHeader(b"Content-Length", b"%d" % len(body))
+        self.write(body)
+        self.finish()
+
+    def write(self, data: bytes) -> None:
+        if not self.startedWriting:
+            set_answer_headers(self)
+        super().write(data)
+
+
+class ApidChannel(HTTPChannel):
+    """An HTTP/1.1 connection that answers, with a problem, a request it must refuse before it
+    is whole (a body declared or grown over the limit, headers too long, bytes that are not
+    HTTP), then drops the rest of the request and closes."""
+
+    _answered_early = False
+    _linger: IDelayedCall | None = None
+
+    def allHeadersReceived(self) -> None:
+        limit = self.site.max_body_bytes
+        if self.length is not None and self.length > limit:
+            # Refused before a 100 Continue is sent or a byte of the body is read.
+            self.requests[-1].gotLength(self.length)
+            self.answer_early(too_large(limit))
+        else:
+            super().allHeadersReceived()
+
+    def answer_early(self, problem: Problem) -> None:
+        """Answer the request being received with `problem` now, then close the connection."""
+        if self._answered_early:
+            return
+        self._answered_early = True
+        self.persistent = False
+        if not self.requests:
+            self.requests.append(self.requestFactory(self, 0))
+        request = self.requests[-1]
+        request.early_answer = problem
+        request.setHeader(b"Connection", b"close")
+        if request.content is None:
+            request.gotLength(0)
+        # A request line that could not be parsed leaves no method or path to answer for.
+        request.requestReceived(getattr(self, "_command", b"-"), getattr(self, "_path", b""),
+                                getattr(self, "_version", b"HTTP/1.1"))
+
+    def lineReceived(self, line: bytes) -> None:
+        if not self._answered_early:
+            super().lineReceived(line)
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if not self._answered_early:
+            super().rawDataReceived(data)
+
+    def allContentReceived(self) -> None:
+        if not self._answered_early:
+            super().allContentReceived()
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        if self._answered_early:
+            return
+        if self.requests:
+            self.answer_early(HeadersTooLarge(f"a request header is longer than {self.MAX_LENGTH} bytes"))
+        else:
+            self.answer_early(UriTooLong(f"the request line is longer than {self.MAX_LENGTH} bytes"))
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        """twisted.web's answer to a request it cannot parse: a bare 400 without headers or body.
+        This private hook is the one place it gives it; answer a problem instead."""
+        if self._receivedHeaderCount > self.maxHeaders or self._receivedHeaderSize > self.totalHeadersSize:
+            self.answer_early(HeadersTooLarge(
+                f"the request has more than {self.maxHeaders} headers or {self.totalHeadersSize} bytes of them"))
+        else:
+            self.answer_early(BadRequest("the request is not valid HTTP/1.1 (its request line, a header "
+                                         "or its chunked body)"))
+
+    def loseConnection(self) -> None:
+        if not self._answered_early:
+            super().loseConnection()
+            return
+        self._networkProducer.unregisterProducer()
+        self.transport.loseWriteConnection()
+        self._linger = self.callLater(LINGER_SECONDS, self.transport.loseConnection)
+
+    def connectionLost(self, reason: Any) -> None:
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        super().connectionLost(reason)
+
+
+class TextPaths(Resource):
+    """Answers a path that is not text (not UTF-8, or holding a NUL) with a problem; Klein
+    would answer an HTML page or pass the NUL on."""
 
     isLeaf = True
 
@@ -102,33 +250,35 @@ class Utf8Paths(Resource):
         self._inner = inner
 
     def render(self, request: Request) -> bytes:
+        path = unquote_to_bytes(request.path)
         try:
-            unquote_to_bytes(request.path).decode("utf-8")
+            path.decode("utf-8")
         except UnicodeDecodeError:
             return write_problem(request, BadRequest("the request path is not valid UTF-8"))
+        if b"\x00" in path:
+            return write_problem(request, BadRequest("the request path holds a NUL character (%00)"))
         return self._inner.render(request)
 
 
 class ApidSite(Site):
-    """A Site with bounded request bodies, in-flight counting and a structured access log."""
+    """A Site with bounded request bodies, early answers, in-flight counting and a structured
+    access log."""
 
     displayTracebacks = False
     noisy = False
+    protocol = ApidChannel
     requestFactory = ApidRequest
 
     def __init__(self, resource: IResource, max_body_bytes: int, access_log_enabled: bool = True) -> None:
         # A body is JSON or refused (`read_json_body`); parsing form bodies into `args` would
         # only cost time, a MIME parse of every POST's Content-Type (a twentieth of a batch).
-        super().__init__(Utf8Paths(resource), parsePOSTFormSubmission=False)
+        super().__init__(TextPaths(resource), parsePOSTFormSubmission=False)
         self.max_body_bytes = max_body_bytes
         self.access_log_enabled = access_log_enabled
         self.in_flight = InFlight()
 
     def getContentFile(self, length: int | None) -> BoundedBody:
-        body = BoundedBody(self.max_body_bytes)
-        if length is not None and length > self.max_body_bytes:
-            body.overflowed = True
-        return body
+        return BoundedBody(self.max_body_bytes)
 
     def log(self, request: Request) -> None:
         if self.access_log_enabled:
@@ -148,16 +298,10 @@ def header(request: Request, name: str) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def read_json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object body ({} when there is none); 413, 415 or 400 otherwise."""
+    """The request's JSON object body ({} when there is none); 415 or 400 otherwise. (A body
+    over `maxBodyBytes` never gets here: `ApidChannel` answers 413 before it is read.)"""
     content = request.content
-    if getattr(content, "overflowed", False):
-        limit = getattr(content, "limit", 0)
-        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes", limit=limit)
     content.seek(0)
     raw = content.read()
     if not raw.strip():
@@ -167,23 +311,22 @@ def read_json_body(request: Request) -> dict[str, Any]:
         raise UnsupportedMediaType(
             f"the request body must be application/json, not {media_type or 'unlabelled'}"
         )
-    try:
-        body = json.loads(raw, parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
+    return parse_json_object(raw)
 
 
 def query_fields(request: Request) -> dict[str, list[str]]:
+    """The query parameters as text; one that is not UTF-8 or holds a NUL is a 400."""
     try:
-        return {
+        fields = {
             key.decode("utf-8"): [value.decode("utf-8") for value in values]
             for key, values in request.args.items()
         }
     except UnicodeDecodeError:
         raise BadRequest("the query string is not valid UTF-8") from None
+    with_nul = [key for key, values in fields.items() if "\x00" in key or any("\x00" in v for v in values)]
+    if with_nul:
+        raise InvalidFields([{"field": key, "reason": "holds a NUL character (%00)"} for key in with_nul])
+    return fields
 
 
 def bearer_token(request: Request) -> str | None:

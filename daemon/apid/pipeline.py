@@ -1,7 +1,8 @@
 """The one path every call takes, whether it came alone, in a batch or as a chain link.
 
 resolve the endpoint -> check the method -> check the caller's roles -> admit only the
-role's REQUEST fields, typed by VALUES -> run the controller action -> return only the
+role's REQUEST fields, typed by VALUES, with the fields the action requires and its own
+field rules (one 400 lists every bad field) -> run the controller action -> return only the
 role's RESPONSE fields. Each step is a small function; `Pipeline.run` composes them and
 reads like that list. Nothing here trusts an earlier call: every run authorises on its own.
 """
@@ -19,7 +20,7 @@ from twisted.logger import Logger
 
 from apid.auth.tokens import Principal
 from apid.iostate import ControllerState, Endpoint, RuleSet
-from apid.plugin import Call, Caller, Controller
+from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem
 
 log = Logger(namespace="apid.pipeline")
@@ -58,6 +59,8 @@ class Admission:
     endpoint: Endpoint
     granted: frozenset[str]
     caller: Caller
+    action: Callable[[Call], Any]
+    action_rules: ActionRules
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,29 @@ def authorize(endpoint: Endpoint, principal: Principal, purpose: Purpose) -> fro
 
 
 def admit_fields(
-    state: ControllerState, endpoint: Endpoint, granted: frozenset[str], request: CallRequest
+    state: ControllerState, endpoint: Endpoint, granted: frozenset[str], request: CallRequest,
+    declared: ActionRules = ActionRules(),
 ) -> dict[str, Any]:
-    """The request fields, typed; a field the role may not send or a bad value is a 400."""
+    """The request fields, typed. One 400 lists every field the role may not send, every bad
+    value, every field the action requires that is missing, and what the action's own
+    `validate` says of the fields admitted."""
+    fields, errors = typed_fields(state, endpoint, granted, request)
+    flagged = {error["field"] for error in errors}
+    errors += [{"field": name, "reason": "is required"}
+               for name in declared.requires if fields.get(name) is None and name not in flagged]
+    if declared.validate is not None:
+        errors += _validated(declared.validate, fields, endpoint)
+    if errors:
+        raise InvalidFields(errors)
+    return fields
+
+
+def typed_fields(
+    state: ControllerState, endpoint: Endpoint, granted: frozenset[str], request: CallRequest
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """The fields the role may send, typed by VALUES, and an error for every other field."""
     allowed = endpoint.request_fields(granted)
-    errors: list[dict[str, str]] = []
+    errors: list[FieldError] = []
     fields: dict[str, Any] = {}
     sources = [(name, values, True) for name, values in request.text.items() if name not in request.body]
     sources += [(name, value, False) for name, value in request.body.items()]
@@ -129,9 +150,21 @@ def admit_fields(
                 fields[name] = None if value is None else kind.check(value)
         except ValueError as exc:
             errors.append({"field": name, "reason": f"{exc} ({kind.name})"})
-    if errors:
-        raise InvalidFields(errors)
-    return fields
+    return fields, errors
+
+
+def _validated(validate: Validator, fields: Mapping[str, Any], endpoint: Endpoint) -> list[FieldError]:
+    """The field errors the action's `validate` returns or raises; its failure is the plugin's
+    and answers like a failing action."""
+    try:
+        return list(validate(fields) or ())
+    except InvalidFields as invalid:
+        return list(invalid.extensions["errors"])
+    except Problem:
+        raise
+    except Exception:
+        log.failure("the field rules of {endpoint} raised", endpoint=endpoint.path)
+        raise InternalError(f"{endpoint.path} failed; the error was logged") from None
 
 
 def _parse_text(kind: Any, values: list[str]) -> Any:
@@ -180,7 +213,9 @@ class Pipeline:
             roles=granted,
             is_superuser=self._superuser_role in granted,
         )
-        return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller)
+        action = getattr(self._controllers[endpoint.controller], endpoint.action)
+        return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller,
+                         action=action, action_rules=action_rules(action))
 
     def rules(self) -> RuleSet:
         """The rule set in force now."""
@@ -196,10 +231,10 @@ class Pipeline:
         """The steps that depend on one call's fields: admit them, run the action, filter
         its output. A batch admits its endpoint once and executes each element here."""
         endpoint, granted = admitted.endpoint, admitted.granted
-        call = Call(endpoint=endpoint, fields=admit_fields(admitted.state, endpoint, granted, request),
-                    caller=admitted.caller)
+        fields = admit_fields(admitted.state, endpoint, granted, request, admitted.action_rules)
+        call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller)
         try:
-            output = getattr(self._controllers[endpoint.controller], endpoint.action)(call)
+            output = admitted.action(call)
             if isinstance(output, Deferred) or inspect.isawaitable(output):
                 output = await output
         except (Problem, CancelledError):

@@ -8,9 +8,9 @@ returns is filtered to the caller's RESPONSE fields by the daemon, never by the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from apid.problems import (
     BadRequest,
@@ -31,19 +31,56 @@ if TYPE_CHECKING:
     from apid.store.database import Database
 
 __all__ = [
-    "BadRequest", "Call", "Caller", "Conflict", "Controller", "Forbidden", "InvalidFields",
-    "NotFound", "Problem", "RouteCall", "Services", "Unprocessable", "action", "route",
+    "ActionRules", "BadRequest", "Call", "Caller", "Conflict", "Controller", "FieldError", "Forbidden",
+    "InvalidFields", "NotFound", "Problem", "RouteCall", "Services", "Unprocessable", "action", "route",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ACTION_MARK = "__apid_action__"
 _ROUTE_MARK = "__apid_route__"
 
+FieldError = dict[str, str]
+"""One entry of an `InvalidFields` problem's `errors`: `{"field": name, "reason": text}`."""
 
-def action(method: F) -> F:
-    """Mark a controller method as an action that IO State may expose."""
-    setattr(method, _ACTION_MARK, True)
-    return method
+Validator = Callable[[Mapping[str, Any]], Iterable[FieldError] | None]
+
+
+@dataclass(frozen=True)
+class ActionRules:
+    """What an action declares about its request fields, checked by the daemon before the action
+    runs, together with the IO State checks, so that one 400 lists every bad field at once.
+
+    `requires`: fields that must be sent (not null). `validate(fields)`: the action's own field
+    rules; it receives the admitted, typed fields (only those that passed the IO State checks,
+    so any may be absent) and returns field errors, or raises `InvalidFields` with them."""
+
+    requires: tuple[str, ...] = ()
+    validate: Validator | None = None
+
+
+@overload
+def action(method: F) -> F: ...
+
+
+@overload
+def action(*, requires: Iterable[str] = (), validate: Validator | None = None) -> Callable[[F], F]: ...
+
+
+def action(method: Any = None, *, requires: Iterable[str] = (), validate: Validator | None = None) -> Any:
+    """Mark a controller method as an action that IO State may expose: `@action`, or
+    `@action(requires=("name",), validate=check)` to declare its field rules (`ActionRules`)."""
+    rules = ActionRules(requires=tuple(requires), validate=validate)
+
+    def mark(handler: F) -> F:
+        setattr(handler, _ACTION_MARK, rules)
+        return handler
+
+    return mark if method is None else mark(method)
+
+
+def action_rules(handler: Callable[..., Any]) -> ActionRules:
+    """The rules an `@action` declared (none for a bare `@action`)."""
+    return getattr(handler, _ACTION_MARK)
 
 
 def route(path: str, method: str = "GET") -> Callable[[F], F]:
@@ -93,7 +130,9 @@ class Call:
     caller: Caller
 
     def require(self, *names: str) -> None:
-        """Refuse the call with one 400 naming every listed field that was not sent."""
+        """Refuse the call with one 400 naming every listed field that was not sent. For fields
+        an action always needs, declare `@action(requires=...)` instead: their absence is then
+        reported with every other bad field of the call."""
         missing = [name for name in names if self.fields.get(name) is None]
         if missing:
             raise InvalidFields(

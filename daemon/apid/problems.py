@@ -94,6 +94,10 @@ class PayloadTooLarge(Problem):
     status, slug = 413, "payload-too-large"
 
 
+class UriTooLong(Problem):
+    status, slug = 414, "uri-too-long"
+
+
 class UnsupportedMediaType(Problem):
     status, slug = 415, "unsupported-media-type"
 
@@ -104,6 +108,10 @@ class Unprocessable(Problem):
 
 class TooManyRequests(Problem):
     status, slug = 429, "too-many-requests"
+
+
+class HeadersTooLarge(Problem):
+    status, slug = 431, "headers-too-large"
 
 
 class InternalError(Problem):
@@ -117,8 +125,9 @@ class ServiceUnavailable(Problem):
 def problem_for_status(status: int, detail: str) -> Problem:
     """A problem of the kind that answers `status`; a status with no kind of its own gets a
     generic problem named after its reason phrase."""
-    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, PayloadTooLarge,
-                 UnsupportedMediaType, Unprocessable, TooManyRequests, InternalError, ServiceUnavailable):
+    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, PayloadTooLarge, UriTooLong,
+                 UnsupportedMediaType, Unprocessable, TooManyRequests, HeadersTooLarge, InternalError,
+                 ServiceUnavailable):
         if kind.status == status:
             return kind(detail)
     generic = type(f"Status{status}", (Problem,), {

@@ -10,9 +10,8 @@ from typing import Any
 
 from apid.plugin import Call, Controller, action
 
-def _id(call: Call) -> int:
-    call.require("id")
-    return call.fields["id"]
+# What the actions on one hook require: its id.
+BY_ID = ("id",)
 
 
 class HookController(Controller):
@@ -22,50 +21,48 @@ class HookController(Controller):
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return await self.services.hooks.list(call.caller, *call.page())
 
-    @action
+    @action(requires=BY_ID)
     async def show(self, call: Call) -> dict[str, Any]:
-        return await self.services.hooks.show(call.caller, _id(call))
+        return await self.services.hooks.show(call.caller, call.fields["id"])
 
-    @action
+    @action(requires=("url", "service"))
     async def create(self, call: Call) -> dict[str, Any]:
-        call.require("url", "service")
         return await self.services.hooks.create(call.caller, call.fields["url"], call.fields["service"])
 
-    @action
+    @action(requires=BY_ID)
     async def update(self, call: Call) -> dict[str, Any]:
         fields = call.fields
         return await self.services.hooks.update(
-            call.caller, _id(call), fields.get("url"), fields.get("service"), fields.get("version")
+            call.caller, fields["id"], fields.get("url"), fields.get("service"), fields.get("version")
         )
 
-    @action
+    @action(requires=BY_ID)
     async def delete(self, call: Call) -> dict[str, Any]:
-        return await self.services.hooks.delete(call.caller, _id(call))
+        return await self.services.hooks.delete(call.caller, call.fields["id"])
 
-    @action
+    @action(requires=BY_ID)
     async def enable(self, call: Call) -> dict[str, Any]:
-        return await self.services.hooks.enable(call.caller, _id(call), True)
+        return await self.services.hooks.enable(call.caller, call.fields["id"], True)
 
-    @action
+    @action(requires=BY_ID)
     async def disable(self, call: Call) -> dict[str, Any]:
-        return await self.services.hooks.enable(call.caller, _id(call), False)
+        return await self.services.hooks.enable(call.caller, call.fields["id"], False)
 
-    @action
+    @action(requires=BY_ID)
     async def rotateSecret(self, call: Call) -> dict[str, Any]:
-        return await self.services.hooks.rotate_secret(call.caller, _id(call))
+        return await self.services.hooks.rotate_secret(call.caller, call.fields["id"])
 
-    @action
+    @action(requires=BY_ID)
     async def deliveries(self, call: Call) -> list[dict[str, Any]]:
-        return await self.services.hooks.deliveries(call.caller, _id(call), *call.page())
+        return await self.services.hooks.deliveries(call.caller, call.fields["id"], *call.page())
 
-    @action
+    @action(requires=("id", "messageId"))
     async def redeliver(self, call: Call) -> dict[str, Any]:
-        call.require("id", "messageId")
         return await self.services.hooks.redeliver(call.caller, call.fields["id"], call.fields["messageId"])
 
-    @action
+    @action(requires=BY_ID)
     async def ping(self, call: Call) -> dict[str, Any]:
-        return await self.services.hooks.ping(call.caller, _id(call))
+        return await self.services.hooks.ping(call.caller, call.fields["id"])
 
     @action
     async def hookable(self, call: Call) -> dict[str, Any]:

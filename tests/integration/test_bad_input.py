@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import json
 import socket
 import sqlite3
@@ -15,8 +16,57 @@ import uuid
 import jwt
 import pytest
 
-from assertions import assert_problem, error_fields
-from harness import ADMIN, ADMIN_ACCOUNT, USER, V, Deployment, deployment_with_accounts, everyone, running_daemon
+from assertions import assert_json, assert_problem, error_fields
+from harness import (
+    ADMIN, ADMIN_ACCOUNT, USER, V, Daemon, Deployment, Response, deployment_with_accounts, everyone, running_daemon,
+)
+
+ANSWER_HEADERS = {"X-Content-Type-Options": "nosniff", "Server": "apid", "Cache-Control": "no-store"}
+
+
+def send_raw(daemon: Daemon, data: bytes, timeout: float = 10) -> Response:
+    """Bytes written as they are on a fresh connection, and the one answer read back: the
+    daemon must close the connection after it (send `Connection: close` unless it refuses)."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        return parse_answer(read_until_closed(sock))
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def parse_answer(data: bytes) -> Response:
+    """The one HTTP answer `data` holds, which must be all of it (a 100 Continue would not be)."""
+    assert data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100"), data[:200]
+    reply = http.client.HTTPResponse(_Received(data))
+    reply.begin()
+    answer = Response(reply.status, reply.headers, reply.read())
+    assert data.endswith(answer.body), "bytes after the answer"
+    return answer
+
+
+class _Received:
+    """Received bytes in the shape of the socket http.client reads an answer from."""
+
+    def __init__(self, data: bytes) -> None:
+        self._file = io.BytesIO(data)
+
+    def makefile(self, *_: object, **__: object) -> io.BytesIO:
+        return self._file
+
+
+def post_json(daemon: Daemon, path: str, raw: bytes, token: str | None = None) -> Response:
+    return daemon.request("POST", path, token=token, body=raw, headers={"Content-Type": "application/json"})
+
+
+def assert_answer_headers(reply: Response) -> None:
+    for name, value in ANSWER_HEADERS.items():
+        assert reply.headers.get_all(name) == [value], (name, reply.headers.items())
+
 
 def secret_of(deployment: Deployment) -> bytes:
     return (deployment.root / "var" / "jwt.secret").read_text(encoding="utf-8").strip().encode()
@@ -85,6 +135,144 @@ def test_nan_and_infinity_are_not_json(daemon, admin_token, constant):
                            headers={"Content-Type": "application/json"})
     assert_problem(reply, 400)
     assert daemon.request("GET", f"{V}/team/list", token=admin_token).json == before
+
+
+# --- strict JSON: depth, strings that are not Unicode text, repeated members, numbers -------------
+
+DEEP = b"[" * 10_000 + b"]" * 10_000
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"username": ' + DEEP + b', "password": "x"}',
+    b'{"username": "admin", "password": ' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+    b'{"username": ' + b"[" * 65 + b"]" * 65 + b', "password": "x"}',
+    b'{"username": ' + b"[" * 100_000,
+])
+def test_deep_nesting_on_authenticate_is_400_saying_so(daemon, raw):
+    body = assert_problem(post_json(daemon, "/authenticate", raw), 400, instance="/authenticate")
+    assert "deeper than 64 levels" in body["detail"]
+    assert body["limit"] == 64
+
+
+@pytest.mark.parametrize("path, field_raw", [
+    (f"{V}/person/create", b'"email": '),
+    ("/b0.1/person/show", b'"batch": [{"id": 1}], "pad": '),
+])
+def test_deep_nesting_on_an_api_call_is_400_saying_so(daemon, admin_token, unchanged, path, field_raw):
+    body = assert_problem(post_json(daemon, path, b"{" + field_raw + DEEP + b"}", admin_token), 400, instance=path)
+    assert "deeper than 64 levels" in body["detail"]
+
+
+def test_nesting_of_64_levels_is_json_the_daemon_reads(daemon, admin_token, unchanged):
+    raw = b'{"username": "deep64", "password": "deep64-password", "email": "deep64@example.com", "roles": ' \
+          + b"[" * 63 + b"]" * 63 + b"}"
+    reply = post_json(daemon, f"{V}/person/create", raw, admin_token)
+    assert error_fields(assert_problem(reply, 400)) == {"roles"}  # read, typed, then refused as no role
+
+
+@pytest.mark.parametrize("raw, field", [
+    (b'{"username": "\\ud800abc", "password": "a-password-1"}', "username"),
+    (b'{"username": "admin", "password": "x\\udfff"}', "password"),
+    (b'{"username": "admin", "password": "a-password-1", "\\ud800": 1}', "\\ud800"),
+    (b'{"username": "ad\\u0000min", "password": "a-password-1"}', "username"),
+])
+def test_text_that_is_not_storable_on_authenticate_is_400_naming_the_field(daemon, raw, field):
+    body = assert_problem(post_json(daemon, "/authenticate", raw), 400, instance="/authenticate")
+    assert error_fields(body) == {field}
+
+
+@pytest.mark.parametrize("raw, field, reason", [
+    (b'{"username": "lone\\ud83d", "password": "lone-password-1", "email": "lone@example.com"}', "username",
+     "lone surrogate"),
+    (b'{"username": "nul\\u0000", "password": "nul-password-1", "email": "nul@example.com"}', "username", "NUL"),
+    (b'{"username": "nulpw", "password": "nul-\\u0000-password", "email": "nulpw@example.com"}', "password", "NUL"),
+])
+def test_text_that_is_not_storable_on_create_is_400_and_creates_nothing(daemon, admin_token, unchanged,
+                                                                        raw, field, reason):
+    body = assert_problem(post_json(daemon, f"{V}/person/create", raw, admin_token), 400)
+    assert error_fields(body) == {field}
+    assert reason in body["errors"][0]["reason"]
+
+
+def test_text_that_is_not_storable_in_a_batch_element_names_its_place(daemon, admin_token, unchanged):
+    raw = (b'{"batch": [{"username": "fine1", "password": "fine1-password", "email": "fine1@example.com"},'
+           b' {"username": "bad\\udc00", "password": "bad-password-1", "email": "bad@example.com"}]}')
+    body = assert_problem(post_json(daemon, "/b0.1/person/create", raw, admin_token), 400)
+    assert error_fields(body) == {"batch.1.username"}
+
+
+def test_a_member_given_twice_is_400_naming_it_and_changes_nothing(daemon, admin_token, user_id, unchanged):
+    path = f"{V}/person/update/{user_id}"
+    reply = daemon.request("PUT", path, token=admin_token, headers={"Content-Type": "application/json"},
+                           body=b'{"email": "first@example.com", "email": "second@example.com"}')
+    body = assert_problem(reply, 400, instance=path)
+    assert error_fields(body) == {"email"}
+
+
+@pytest.mark.parametrize("number, detail", [
+    (b"1e999", "too large for a double"),
+    (b"-1e999", "too large for a double"),
+    (b"7" * 5000, "more than 4300 digits"),
+])
+def test_a_number_no_machine_type_holds_is_400(daemon, admin_token, user_id, unchanged, number, detail):
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", token=admin_token,
+                           headers={"Content-Type": "application/json"}, body=b'{"version": ' + number + b"}")
+    assert detail in assert_problem(reply, 400)["detail"]
+
+
+def test_two_json_documents_are_400(daemon, admin_token, user_id, unchanged):
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", token=admin_token,
+                           headers={"Content-Type": "application/json"},
+                           body=b'{"email": "one@example.com"} {"email": "two@example.com"}')
+    assert "not valid JSON" in assert_problem(reply, 400)["detail"]
+
+
+# --- whole numbers past 64 bits: a 400 naming the field wherever they come from --------------------
+
+HUGE = "99999999999999999999999"
+
+
+def test_a_huge_id_in_the_path_is_400_naming_it(daemon, admin_token):
+    path = f"{V}/person/show/{HUGE}"
+    body = assert_problem(daemon.request("GET", path, token=admin_token), 400, instance=path)
+    assert body["errors"] == [{"field": "id", "reason": "number out of range (Long)"}]
+
+
+def test_a_huge_id_in_the_query_is_400_naming_it(daemon, admin_token):
+    reply = daemon.request("GET", f"{V}/person/show?id={'1' * 5000}", token=admin_token)
+    assert assert_problem(reply, 400)["errors"] == [{"field": "id", "reason": "number out of range (Long)"}]
+
+
+def test_a_huge_number_in_a_json_body_is_400_naming_it(daemon, admin_token, user_id, unchanged):
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", token=admin_token,
+                           headers={"Content-Type": "application/json"}, body=f'{{"version": {HUGE}}}'.encode())
+    assert assert_problem(reply, 400)["errors"] == [{"field": "version", "reason": "number out of range (Long)"}]
+
+
+def test_a_huge_id_in_a_batch_element_is_that_elements_400(daemon, admin_token):
+    reply = post_json(daemon, "/b0.1/person/show", f'{{"batch": [{{"id": 1}}, {{"id": {HUGE}}}]}}'.encode(), admin_token)
+    body = assert_json(reply, 207)
+    assert body["data"] is None
+    (error,) = body["errors"]
+    assert (error["index"], error["status"]) == (1, 400)
+    assert error["errors"] == [{"field": "id", "reason": "number out of range (Long)"}]
+
+
+def test_a_huge_id_in_a_chain_link_is_400_naming_it_and_the_link(daemon, admin_token):
+    path = f"/c0.1/person/show/{HUGE}"
+    reply = daemon.request("GET", path, {"chain": {"key": "id", "order": {"person/show": "return"}}}, token=admin_token)
+    body = assert_problem(reply, 400, instance=path)
+    assert error_fields(body) == {"id"}
+    assert body["link"] == {"position": 0, "endpoint": "person/show"}
+
+
+def test_a_whole_number_past_64_bits_for_a_float_is_its_double(daemon, admin_token):
+    reply = post_json(daemon, f"{V}/team/create", b'{"name": "big spender", "leaderId": 1, "budget": 1' + b"0" * 30 + b"}",
+                      admin_token)
+    created = assert_json(reply)
+    assert created["budget"] == 1e30
+    shown = assert_json(daemon.request("GET", f"{V}/team/show/{created['id']}", token=admin_token))
+    assert shown["budget"] == 1e30
 
 
 # --- fields -----------------------------------------------------------------------------------------
@@ -198,6 +386,36 @@ def test_an_explicit_null_for_an_optional_field_is_not_a_conflict(daemon, admin_
         assert "nulled" not in [p["username"] for p in everyone(daemon, admin_token)]
 
 
+# --- every bad field of a call in one problem ------------------------------------------------------
+
+ALL_WRONG = {"username": "allwrong", "password": "x", "nickname": "Al"}
+
+
+def test_unknown_missing_and_policy_errors_of_create_come_in_one_problem(daemon, admin_token, unchanged):
+    body = assert_problem(daemon.request("POST", f"{V}/person/create", ALL_WRONG, token=admin_token), 400)
+    assert body["type"] == "urn:apid:problem:invalid-fields"
+    assert error_fields(body) == {"nickname", "email", "password"}
+    reasons = {error["field"]: error["reason"] for error in body["errors"]}
+    assert reasons["email"] == "is required"
+    assert "characters long" in reasons["password"]
+
+
+def test_a_batch_element_reports_all_its_bad_fields_in_one_problem(daemon, admin_token, unchanged):
+    reply = daemon.request("POST", "/b0.1/person/create", {"batch": [ALL_WRONG]}, token=admin_token)
+    body = assert_json(reply, 207)
+    (error,) = body["errors"]
+    assert (error["index"], error["status"], error["type"]) == (0, 400, "urn:apid:problem:invalid-fields")
+    assert error_fields(error) == {"nickname", "email", "password"}
+
+
+def test_a_user_update_lists_fields_not_allowed_badly_typed_and_the_policy_together(
+    daemon, user_token, user_id, unchanged
+):
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}",
+                           {"enabled": False, "version": "one", "password": "short"}, token=user_token)
+    assert error_fields(assert_problem(reply, 400)) == {"enabled", "version", "password"}
+
+
 # --- addresses -------------------------------------------------------------------------------------
 
 
@@ -275,6 +493,107 @@ def test_a_path_that_is_not_utf8_is_a_problem_not_html(daemon, admin_token, path
 
 def test_a_query_that_is_not_utf8_is_a_problem(daemon, admin_token):
     assert_problem(daemon.request("GET", f"{V}/person/show?id=%ff", token=admin_token), 400)
+
+
+@pytest.mark.parametrize("path", [f"{V}/person/show/1%00", "/he%00alth", f"{V}/per%00son/show/1"])
+def test_a_nul_in_the_path_is_400(daemon, admin_token, path):
+    assert "NUL" in assert_problem(daemon.request("GET", path, token=admin_token), 400)["detail"]
+
+
+@pytest.mark.parametrize("path, field", [
+    (f"{V}/person/show?id=1%00", "id"),
+    ("/validate?id=%00", "id"),
+    ("/error?status=%00", "status"),
+])
+def test_a_nul_in_the_query_is_400_naming_the_field(daemon, admin_token, path, field):
+    body = assert_problem(daemon.request("GET", path, token=admin_token), 400)
+    assert body["errors"] == [{"field": field, "reason": "holds a NUL character (%00)"}]
+
+
+@pytest.mark.parametrize("path", [f"{V}/person/show/..%2F..%2Fetc%2Fpasswd", f"{V}/person/show/..%2f..%2f..%2f"])
+def test_an_id_that_climbs_out_of_the_path_is_404(daemon, admin_token, path):
+    assert_problem(daemon.request("GET", path, token=admin_token), 404)
+
+
+@pytest.mark.parametrize("path", [f"{V}/person/show/%2e%2e", f"{V}/person/show/.%2E"])
+def test_an_id_of_dots_is_400_naming_it(daemon, admin_token, path):
+    assert error_fields(assert_problem(daemon.request("GET", path, token=admin_token), 400)) == {"id"}
+
+
+@pytest.mark.parametrize("method", ["FOO", "TRACE", "get", "CONNECT"])
+def test_an_odd_method_is_a_405_problem(daemon, admin_token, method):
+    reply = daemon.request(method, f"{V}/person/show/1", token=admin_token)
+    body = assert_problem(reply, 405)
+    assert method not in reply.headers["Allow"].split(", ")
+    assert body["allow"]
+
+
+def test_asterisk_for_anything_but_options_is_a_405_problem(daemon):
+    reply = send_raw(daemon, b"GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert_problem(reply, 405, instance="*")
+    assert reply.headers["Allow"] == "OPTIONS"
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: a\r\n" % n for n in range(501)) + b"\r\n", 431),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-One: " + b"b" * 9000 + b"\r\nX-Two: " + b"c" * 9000 + b"\r\n\r\n", 431),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\n\r\n", 400),
+    (b"POST /authenticate HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400),
+    (b"POST /authenticate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400),
+    (b"POST /authenticate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n", 400),
+])
+def test_headers_too_large_or_malformed_are_problems(daemon, head, status):
+    reply = send_raw(daemon, head)
+    assert_problem(reply, status)
+    assert reply.headers["Connection"] == "close"
+    assert_answer_headers(reply)
+
+
+@pytest.mark.parametrize("line, status", [
+    (b"GET /" + b"a" * 20_000 + b" HTTP/1.1", 414),
+    (b"GARBAGE", 400),
+    (b"G\xffT /health HTTP/1.1", 400),
+    (b"GET /health HTTP/2.0", 400),
+])
+def test_a_request_line_too_long_or_malformed_is_a_problem(daemon, line, status):
+    reply = send_raw(daemon, line + b"\r\nHost: x\r\n\r\n")
+    assert reply.status == status
+    assert reply.headers["Content-Type"] == "application/problem+json"
+    body = json.loads(reply.body)
+    assert body["status"] == status and body["type"].startswith("urn:apid:problem:") and body["detail"]
+    assert "instance" not in body  # no request target could be read
+
+
+def test_the_daemon_keeps_serving_after_malformed_requests(daemon, admin_token):
+    assert daemon.request("GET", f"{V}/person/show/1", token=admin_token).status == 200
+
+
+# --- the headers of every answer ----------------------------------------------------------------------
+
+
+def test_an_api_answer_carries_the_answer_headers(daemon, admin_token):
+    reply = daemon.request("GET", f"{V}/person/show/1", token=admin_token)
+    assert_json(reply)
+    assert_answer_headers(reply)
+    assert "Twisted" not in str(reply.headers)
+
+
+@pytest.mark.parametrize("method, path, status", [
+    ("GET", f"{V}/person/show/abc", 400),
+    ("GET", f"{V}/nosuch/show/1", 404),
+    ("GET", "/nowhere/at/all/here/x", 404),
+    ("DELETE", "/health", 405),
+])
+def test_a_problem_carries_the_answer_headers(daemon, admin_token, method, path, status):
+    reply = daemon.request(method, path, token=admin_token)
+    assert_problem(reply, status)
+    assert_answer_headers(reply)
+
+
+@pytest.mark.parametrize("method, path, body", [("GET", "/health", None), ("POST", "/authenticate", {})])
+def test_a_public_endpoint_carries_the_answer_headers(daemon, method, path, body):
+    assert_answer_headers(daemon.request(method, path, body))
 
 
 # --- authentication ---------------------------------------------------------------------------------
@@ -460,6 +779,52 @@ def test_an_authenticate_body_over_max_body_bytes_is_413(small):
     assert_problem(reply, 413, instance="/authenticate")
 
 
+@pytest.mark.parametrize("path", [f"{V}/person/create", "/authenticate"])
+@pytest.mark.parametrize("expect", [b"", b"Expect: 100-continue\r\n"])
+def test_a_declared_body_over_max_body_bytes_is_413_at_once_without_reading_it(small, path, expect):
+    """Headers declaring 50 MB and no body at all: the 413 (and no 100 Continue) comes within
+    a second, and the connection is closed."""
+    before = small_people(small)
+    with socket.create_connection(("127.0.0.1", small.port), timeout=1) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Authorization: Bearer {small.token}\r\nContent-Length: 52428800\r\n".encode() + expect + b"\r\n")
+        reply = parse_answer(read_until_closed(sock))
+    assert_problem(reply, 413, instance=path)
+    assert reply.json["limit"] == 2048
+    assert reply.headers["Connection"] == "close"
+    assert_answer_headers(reply)
+    assert small_people(small) == before
+
+
+def test_a_chunked_body_is_cut_off_at_max_body_bytes_with_413(small):
+    before = small_people(small)
+    chunk = b"400\r\n" + b" " * 0x400 + b"\r\n"
+    with socket.create_connection(("127.0.0.1", small.port), timeout=1) as sock:
+        sock.sendall(f"POST {V}/person/create HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Authorization: Bearer {small.token}\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        sock.sendall(chunk * 3)  # 3 KiB, never terminated: the 413 cannot wait for the end
+        reply = parse_answer(read_until_closed(sock))
+    assert_problem(reply, 413, instance=f"{V}/person/create")
+    assert_answer_headers(reply)
+    assert small_people(small) == before
+
+
+def test_a_client_still_sending_a_refused_body_reads_the_413(small):
+    """The rest of a refused body is read and dropped before the connection closes, so a client
+    that sends everything before it reads is not reset before it sees the answer."""
+    body = b" " * 50_000_000
+    reply = small.request("POST", "/authenticate", body=body, headers={"Content-Type": "application/json"})
+    assert_problem(reply, 413, instance="/authenticate")
+
+
+def test_the_daemon_keeps_serving_after_refused_bodies(small):
+    assert small.request("GET", "/health").status == 200
+    reply = small.request("POST", f"{V}/person/create", token=small.token, body=padded_create("after", 2048),
+                          headers={"Content-Type": "application/json"})
+    assert reply.status == 200, reply.body
+    assert "after" in small_people(small)
+
+
 # --- a controller that fails: a daemon whose database loses a table under it -------------------
 
 
@@ -513,3 +878,11 @@ def test_a_slow_client_does_not_block_others(small):
                      b"Content-Length: 100\r\n\r\n{\"user")
         reply = small.request("GET", "/health")
         assert reply.status == 200
+
+
+# --- last: nothing sent above left a traceback in the log of a daemon that should have none ---------
+
+
+def test_no_request_left_a_traceback_in_the_daemon_log(daemon, small):
+    for running in (daemon, small):
+        assert "Traceback" not in running.stderr, running.stderr[-3000:]

@@ -100,6 +100,16 @@ def test_integer_text_out_of_range_is_rejected():
     assert rejects(LONG.parse, str(INT64[1] + 1)) == "number out of range"
 
 
+@pytest.mark.parametrize("text", ["99999999999999999999999", "-" + "9" * 30, "1" * 5000])
+def test_integer_text_of_any_length_past_64_bits_is_out_of_range(text):
+    assert rejects(LONG.parse, text) == "number out of range"
+
+
+@pytest.mark.parametrize("text, value", [("0" * 30 + "42", 42), ("-" + "0" * 5000 + "7", -7), ("0" * 25, 0)])
+def test_integer_text_with_leading_zeros_is_its_value(text, value):
+    assert LONG.parse(text) == value
+
+
 @given(st.integers(min_value=INT64[0], max_value=INT64[1]))
 def test_any_long_parses_from_its_decimal_text(number):
     assert LONG.parse(str(number)) == number
@@ -148,9 +158,21 @@ def test_boolean_text_is_only_true_or_false(text):
 # --- Float -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [0, 1.5, -2.25, 10**30])
+@pytest.mark.parametrize("value", [0, 1.5, -2.25, INT64[0], INT64[1], 1e300])
 def test_float_accepts_json_numbers(value):
     assert FLOAT.check(value) == value
+
+
+@pytest.mark.parametrize("value", [INT64[1] + 1, INT64[0] - 1, 10**30, -(10**300)])
+def test_float_keeps_a_whole_number_past_64_bits_as_the_double_it_stands_for(value):
+    checked = FLOAT.check(value)
+    assert type(checked) is float
+    assert checked == float(value)
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400)])
+def test_float_rejects_a_whole_number_past_the_doubles(value):
+    assert rejects(FLOAT.check, value) == "number out of range"
 
 
 @pytest.mark.parametrize("value", [True, False, "1.5", None])
@@ -287,9 +309,17 @@ def test_list_parses_comma_separated_text():
     assert LIST.parse("") == []
 
 
-@pytest.mark.parametrize("value", [{}, {"a": [1, 2]}])
+@pytest.mark.parametrize("value", [{}, {"a": [1, 2]}, {"a": {"b": [INT64[0], INT64[1], 1e300, True]}}])
 def test_map_accepts_json_objects(value):
     assert MAP.check(value) == value
+
+
+@pytest.mark.parametrize("kind", [LIST, MAP])
+@pytest.mark.parametrize("whole", [INT64[1] + 1, INT64[0] - 1, 10**100])
+def test_list_and_map_refuse_a_whole_number_past_64_bits_at_any_depth(kind, whole):
+    for inside in ([whole], {"a": whole}, [{"a": [1, whole]}], {"a": {"b": [whole]}}):
+        value = [inside] if kind is LIST else {"x": inside}
+        assert rejects(kind.check, value) == "holds a whole number outside the 64-bit range"
 
 
 @pytest.mark.parametrize("value", [[], "{}", None])

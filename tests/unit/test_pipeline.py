@@ -14,7 +14,7 @@ from apid.auth.tokens import Principal
 from apid.config import load_api
 from apid.iostate import RuleSet, parse_text
 from apid.pipeline import CallRequest, Pipeline, Purpose, filter_output
-from apid.plugin import Call, Controller, action
+from apid.plugin import ActionRules, Call, Controller, action, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,3 +307,107 @@ def test_filter_output_keeps_exactly_the_allowed_keys(data, allowed):
 def test_filter_output_filters_a_tuple_of_records():
     out = filter_output(({"id": 1, "password": "hash"},), frozenset({"id"}))
     assert [dict(r) for r in out] == [{"id": 1}]
+
+
+# --- the fields an action declares: one problem for every bad field ------------------------------------
+
+
+def policy(fields) -> list[dict]:
+    """A field rule in the shape of the account policy: returns its errors."""
+    password = fields.get("password")
+    return [{"field": "password", "reason": "is too short"}] if password is not None and len(password) < 8 else []
+
+
+class Declared(People):
+    """People whose create and update declare their required fields and a field rule."""
+
+    def _create(self, call: Call):
+        return self._run(call)
+
+    def _update(self, call: Call):
+        return self._run(call)
+
+    create = action(requires=("username", "password", "email"), validate=policy)(_create)
+    update = action(requires=("id",), validate=policy)(_update)
+
+
+async def declared_errors(who=ADMIN, action="create", method="POST", body=None, people=None) -> dict[str, str]:
+    people = people or Declared()
+    errors = await invalid(who=who, action=action, method=method, body=body, people=people)
+    assert people.calls == []
+    return {error["field"]: error["reason"] for error in errors}
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_missing_and_policy_errors_come_in_one_problem():
+    errors = await declared_errors(body={"nickname": "n", "username": "jdoe", "password": "x"})
+    assert errors == {"nickname": "is not a field of person", "email": "is required", "password": "is too short"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_not_allowed_badly_typed_missing_and_policy_errors_come_in_one_problem():
+    errors = await declared_errors(USER, "update", "PUT", {"enabled": False, "version": "7", "password": "short"})
+    assert errors == {
+        "enabled": "may not be sent to person/update by your role",
+        "version": "expected a whole number (Long)",
+        "id": "is required",
+        "password": "is too short",
+    }
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_required_field_sent_as_null_is_missing():
+    body = {"username": "jdoe", "password": "long-enough", "email": None}
+    assert await declared_errors(body=body) == {"email": "is required"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_required_field_of_the_wrong_type_is_reported_once():
+    body = {"username": ["jdoe"], "password": "long-enough", "email": "jdoe@example.com"}
+    assert await declared_errors(body=body) == {"username": "expected a string (String)"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_validate_sees_only_the_admitted_typed_fields():
+    seen = []
+    people = People()
+    people.update = action(validate=lambda fields: seen.append(dict(fields)))(lambda call: dict(RECORD))
+    await invalid(who=USER, action="update", method="PUT", people=people,
+                  body={"enabled": False, "email": "bad"}, text={"id": ["5"]})
+    assert seen == [{"id": 5}]
+
+
+@pytest_twisted.ensureDeferred
+async def test_validate_may_raise_invalid_fields_instead_of_returning_them():
+    def refuse(fields):
+        raise InvalidFields([{"field": "email", "reason": "is taken"}])
+
+    people = People()
+    people.create = action(requires=("username",), validate=refuse)(lambda call: dict(RECORD))
+    errors = await invalid(who=ADMIN, action="create", method="POST", people=people, body={"email": "a@example.com"})
+    assert errors == [{"field": "username", "reason": "is required"}, {"field": "email", "reason": "is taken"}]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_validate_that_fails_is_an_internal_error_and_the_action_does_not_run():
+    def broken(fields):
+        raise KeyError("secret")
+
+    people = People()
+    people.create = action(validate=broken)(lambda call: people._run(call))
+    with pytest.raises(InternalError, match="person/create failed; the error was logged"):
+        await run(ADMIN, action="create", method="POST", people=people)
+    assert people.calls == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_action_runs_when_every_declared_rule_holds():
+    people = Declared()
+    body = {"username": "jdoe", "password": "long-enough", "email": "jdoe@example.com"}
+    await run(ADMIN, action="create", method="POST", body=body, people=people)
+    assert dict(people.calls[0].fields) == body
+
+
+def test_a_bare_action_declares_nothing_and_a_declaring_one_keeps_its_rules():
+    assert action_rules(People.show) == ActionRules()
+    assert action_rules(Declared.create) == ActionRules(requires=("username", "password", "email"), validate=policy)

@@ -1,7 +1,9 @@
 """The VALUES types an IO State file may name, each able to check a request value.
 
 A value arrives either as JSON (the body: it must already have the right JSON type) or as
-text (the path id and query parameters: it is parsed from the string).
+text (the path id and query parameters: it is parsed from the string). Whatever a type
+admits, the database and the daemon's JSON encoder can hold: whole numbers within 64 bits
+(SQLite's INTEGER, orjson), finite doubles.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ INT64 = (-(2**63), 2**63 - 1)
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"{LABEL}(?:\.{LABEL})*")
 EMAIL = re.compile(rf"[^@\s\x00-\x1f\x7f<>(),;:\"\[\]\\]{{1,64}}@{LABEL}(?:\.{LABEL})+")
+WHOLE_TEXT = re.compile(r"-?[0-9]+")
 FLOAT_TEXT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 
@@ -46,9 +49,13 @@ def _integer(bounds: tuple[int, int]) -> Callable[[Any], int]:
 
 def _parse_integer(check: Callable[[Any], int]) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if not re.fullmatch(r"-?[0-9]{1,20}", text):
+        if not WHOLE_TEXT.fullmatch(text):
             raise ValueError("expected a whole number")
-        return check(int(text))
+        significant = text.lstrip("-").lstrip("0")
+        if len(significant) > 19:  # past 64 bits, however long (int() would refuse 4300 digits)
+            raise ValueError("number out of range")
+        value = int(significant or "0")
+        return check(-value if text.startswith("-") else value)
 
     return parse
 
@@ -71,12 +78,23 @@ def _parse_boolean(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
-def _float(value: Any) -> float:
+def _float(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError("expected a number")
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, int):
+        return value if INT64[0] <= value <= INT64[1] else _double(value)
+    if not math.isfinite(value):
         raise ValueError("expected a finite number")
     return value
+
+
+def _double(whole: int) -> float:
+    """A whole number past 64 bits as the double it stands for (as a JavaScript client meant
+    it: 1e21 is written 1000000000000000000000)."""
+    try:
+        return float(whole)
+    except OverflowError:
+        raise ValueError("number out of range") from None
 
 
 def _parse_float(text: str) -> float:
@@ -123,13 +141,26 @@ def _is_ip(host: str) -> bool:
 def _list(value: Any) -> list:
     if not isinstance(value, list):
         raise ValueError("expected a list")
+    _check_whole_numbers(value)
     return value
 
 
 def _map(value: Any) -> dict:
     if not isinstance(value, dict):
         raise ValueError("expected an object")
+    _check_whole_numbers(value)
     return value
+
+
+def _check_whole_numbers(value: Any) -> None:
+    """Refuse a whole number past 64 bits anywhere inside a list or object (the body parser
+    bounds the nesting, so the recursion is shallow)."""
+    items = value.values() if isinstance(value, dict) else value
+    for item in items:
+        if isinstance(item, (dict, list)):
+            _check_whole_numbers(item)
+        elif isinstance(item, int) and not isinstance(item, bool) and not INT64[0] <= item <= INT64[1]:
+            raise ValueError("holds a whole number outside the 64-bit range")
 
 
 def _text_only_in_body(kind: str) -> Callable[[str], Any]:

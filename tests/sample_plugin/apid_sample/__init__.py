@@ -16,17 +16,15 @@ class TeamController(Controller):
         self._ids = itertools.count(1)
         self._teams: dict[int, dict[str, Any]] = {}
 
-    @action
+    @action(requires=("name", "leaderId"))
     def create(self, call: Call) -> dict[str, Any]:
-        call.require("name", "leaderId")
         team_id = next(self._ids)
         self._teams[team_id] = {"id": team_id, "name": call.fields["name"],
                                 "leaderId": call.fields["leaderId"], "budget": call.fields.get("budget", 0)}
         return self._teams[team_id]
 
-    @action
+    @action(requires=("id",))
     def show(self, call: Call) -> dict[str, Any]:
-        call.require("id")
         team = self._teams.get(call.fields["id"])
         if team is None:
             raise NotFound(f"no team with id {call.fields['id']}")
@@ -36,15 +34,14 @@ class TeamController(Controller):
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return list(self._teams.values())
 
-    @action
+    @action(requires=("id",))
     def byLeader(self, call: Call) -> dict[str, Any]:
-        call.require("id")
         for team in self._teams.values():
             if team["leaderId"] == call.fields["id"]:
                 return team
         raise NotFound(f"person {call.fields['id']} leads no team")
 
-    @action
+    @action(requires=("id",))
     def summary(self, call: Call) -> dict[str, Any]:
         team = self.show(call)
         return {"id": team["id"], "name": team["name"], "leaderId": team["leaderId"],
