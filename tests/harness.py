@@ -160,14 +160,18 @@ class Daemon:
         headers: dict[str, str] | None = None,
         body: bytes | None = None,
         timeout: float = 30,
+        source: str | None = None,
     ) -> Response:
+        """One request on a new connection; `source` is the client address to send from
+        (another loopback address of 127.0.0.0/8, for per-address limits)."""
         headers = dict(headers or {})
         if json_body is not None:
             body = json.dumps(json_body).encode()
             headers.setdefault("Content-Type", "application/json")
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout,
+                                                source_address=(source, 0) if source else None)
         try:
             connection.request(method, path, body=body, headers=headers)
             reply = connection.getresponse()

@@ -13,6 +13,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import psycopg
+
 from harness import free_port
 
 
@@ -50,6 +52,12 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/apid"
+
+    def new_database(self, name: str) -> str:
+        """The URL of a new, empty database on this server (for a test that migrates its own)."""
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=apid", autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + "/" + name
 
     def stop(self) -> None:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -18,7 +19,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
 from apid.auth.passwords import Passwords
-from apid.problems import Conflict, InvalidFields, NotFound
+from apid.auth.sessions import Revocations, revoke_person
+from apid.auth.standing import note_change
+from apid.problems import Conflict, Forbidden, InvalidFields, NotFound
 from apid.store.coalesce import Coalescer
 from apid.store.database import Database
 from apid.store.tables import person, person_role, role
@@ -89,6 +92,22 @@ def check_credentials(username: str | None, password: str | None) -> None:
             errors.append({"field": "password", "reason": "must not be the username"})
     if errors:
         raise InvalidFields(errors)
+
+
+def email_key(address: str) -> str:
+    """What makes two e-mail addresses one identity: Unicode canonical caseless matching
+    (toNFC(toCasefold(toNFD(address))), Unicode D145 stored in NFC).
+
+    SQLite's lower() folds ASCII only, so `ÄRGER@example.com` and `ärger@example.com` were two
+    accounts, and mail about one could reach the other (GitHub's 2019 Unicode case collision).
+    casefold() folds every script (ß and SS alike); NFD first makes the spellings of one
+    letter alike (é precomposed or e + U+0301, ś or ſ + U+0301: normalizing to NFC before
+    folding would miss the latter). Turkish dotless ı stays apart from i, as casefold says.
+    The address is stored as typed, mail goes there; this key is only compared, and it is
+    unique in `person.email_key`. A change to this function needs a migration recomputing
+    every key (0004 fills them with it).
+    """
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", address).casefold())
 
 
 def _iso(moment: datetime) -> str:
@@ -162,15 +181,31 @@ def _set_roles(connection: Connection, person_id: int, roles: Iterable[str]) -> 
 
 
 def _taken(connection: Connection, username: str | None, email: str | None, other_than: int | None) -> None:
-    """Raise Conflict naming the first of username and email that another account holds."""
-    for name, column, value in (("username", person.c.username, username), ("email", person.c.email, email)):
-        if value is None:
-            continue
-        query = select(person.c.id).where(func.lower(column) == value.lower())
+    """Raise Conflict naming the first of username and email that another account holds.
+    Usernames are ASCII by policy, so lower() is their whole fold; e-mails compare by key."""
+    checks = []
+    if username is not None:
+        checks.append(("username", func.lower(person.c.username) == username.lower()))
+    if email is not None:
+        checks.append(("email", person.c.email_key == email_key(email)))
+    for name, same in checks:
+        query = select(person.c.id).where(same)
         if other_than is not None:
             query = query.where(person.c.id != other_than)
         if connection.execute(query).first() is not None:
             raise Conflict(f"the {name} is already taken", field=name)
+
+
+def _duplicate(error: IntegrityError) -> Conflict:
+    """The 409 for a unique constraint that a concurrent transaction got to first (the
+    check in `_taken` and the write are not atomic on PostgreSQL), naming the field when the
+    database names the constraint."""
+    diagnostics = getattr(error.orig, "diag", None)  # psycopg: the constraint, without values
+    constraint = getattr(diagnostics, "constraint_name", None) or str(error.orig)  # SQLite: "person.email_key"
+    for name in ("email", "username"):
+        if name in constraint:
+            return Conflict(f"the {name} is already taken", field=name)
+    return Conflict("the username or email is already taken")
 
 
 def get_account(connection: Connection, account_id: int) -> Account | None:
@@ -196,8 +231,14 @@ def _accounts_with_roles(result: Iterable[Any]) -> dict[int, Account]:
 
 
 def find_login(connection: Connection, username: str) -> tuple[Account, str] | None:
-    """The account named `username` and its password hash, for verifying a login."""
-    row = connection.execute(select(person).where(person.c.username == username)).first()
+    """The account named `username` in any letter case (as uniqueness compares usernames) and
+    its password hash, for verifying a login. Should two spellings exist (the database's
+    unique constraint is on the name as typed, so a race on PostgreSQL could let both in),
+    the exact one wins."""
+    row = connection.execute(
+        select(person).where(func.lower(person.c.username) == username.lower())
+        .order_by((person.c.username == username).desc(), person.c.id)
+    ).first()
     return (_accounts(connection, [row])[0], row.password) if row else None
 
 
@@ -221,15 +262,17 @@ def insert_account(
             insert(person).values(
                 username=username,
                 email=email,
+                email_key=email_key(email),
                 password=password_hash,
                 enabled=enabled,
                 date_created=now,
                 last_updated=now,
             )
         ).inserted_primary_key[0]
-    except IntegrityError:
-        raise Conflict("the username or email is already taken") from None
+    except IntegrityError as error:
+        raise _duplicate(error) from None
     _set_roles(connection, person_id, roles)
+    note_change(connection, person_id)  # the id may be one a deleted account held
     return get_account(connection, person_id)
 
 
@@ -240,7 +283,10 @@ def update_account(
     expected_version: int | None,
     password_hash: str | None,
     roles: Iterable[str] | None,
+    keep_session: str | None = None,
 ) -> Account:
+    """Change the account; a new password ends its logins, all but `keep_session` (the one
+    its owner changed it from)."""
     current = connection.execute(select(person.c.version).where(person.c.id == account_id)).scalar()
     if current is None:
         raise NotFound(f"no person with id {account_id}")
@@ -251,25 +297,42 @@ def update_account(
         )
     _taken(connection, changes.get("username"), changes.get("email"), account_id)
     values = {COLUMNS[name]: value for name, value in changes.items()}
+    if "email" in changes:
+        values["email_key"] = email_key(changes["email"])
     if password_hash is not None:
         values["password"] = password_hash
     values.update(version=current + 1, last_updated=_now())
-    connection.execute(update(person).where(person.c.id == account_id).values(**values))
+    try:
+        connection.execute(update(person).where(person.c.id == account_id).values(**values))
+    except IntegrityError as error:
+        raise _duplicate(error) from None
     if roles is not None:
         _set_roles(connection, account_id, roles)
+    if password_hash is not None:
+        revoke_person(connection, account_id, keep_session)
+    else:
+        note_change(connection, account_id)
     return get_account(connection, account_id)
 
 
 def delete_account(connection: Connection, account_id: int) -> bool:
-    return connection.execute(delete(person).where(person.c.id == account_id)).rowcount > 0
+    deleted = connection.execute(delete(person).where(person.c.id == account_id)).rowcount > 0
+    if deleted:
+        note_change(connection, account_id)
+    return deleted
+
+
+def password_hash_of(connection: Connection, account_id: int) -> str | None:
+    return connection.execute(select(person.c.password).where(person.c.id == account_id)).scalar()
 
 
 class Accounts:
     """The accounts service controllers use: every call runs off the reactor thread."""
 
-    def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords) -> None:
+    def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords, revocations: Revocations) -> None:
         self._db = db
         self._passwords = passwords
+        self._revocations = revocations
         self._person_by_id = db.prepare(_PERSON_WITH_ROLES_BY_ID)
         self._by_id: Coalescer[int, Account] = Coalescer(reactor, self._fetch)
 
@@ -293,7 +356,9 @@ class Accounts:
         self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True
     ) -> Account:
         password_hash = await self._passwords.hash(password)
-        return await self._db.write(insert_account, username, email, password_hash, frozenset(roles), enabled)
+        account = await self._db.write(insert_account, username, email, password_hash, frozenset(roles), enabled)
+        await self._revocations.account_changed(account.id)
+        return account
 
     async def update(
         self,
@@ -302,15 +367,28 @@ class Accounts:
         expected_version: int | None = None,
         password: str | None = None,
         roles: Iterable[str] | None = None,
+        *,
+        current_password: str | None = None,
+        keep_session: str | None = None,
     ) -> Account:
+        """Change an account. A new password ends the account's logins but `keep_session`;
+        with `current_password` (an owner changing their own), a wrong one is a 403."""
+        if current_password is not None:
+            stored = await self._db.read(password_hash_of, account_id)
+            if not await self._passwords.verify(stored, current_password):
+                raise Forbidden("the current password is wrong", field="currentPassword")
         password_hash = await self._passwords.hash(password) if password is not None else None
-        return await self._db.write(
+        account = await self._db.write(
             update_account, account_id, dict(changes), expected_version, password_hash,
-            None if roles is None else frozenset(roles),
+            None if roles is None else frozenset(roles), keep_session,
         )
+        await self._revocations.account_changed(account_id, sessions_ended=password is not None)
+        return account
 
-    def delete(self, account_id: int) -> Deferred[bool]:
-        return self._db.write(delete_account, account_id)
+    async def delete(self, account_id: int) -> bool:
+        deleted = await self._db.write(delete_account, account_id)
+        await self._revocations.account_changed(account_id)
+        return deleted
 
     async def login(self, username: str, password: str) -> Account | None:
         """The account if the name and password match and it may log in; else None.

@@ -1,7 +1,8 @@
 """The Klein application: URL routes, authentication at the edge, and error rendering.
 
-Public routes answer without a token only when their path is in `reservedUris`; every API
-call (`/v`, `/b`, `/c`) is authenticated and then handed to the pipeline. Every error,
+Public routes answer without a token only when their path is in `reservedUris`; every other
+route (API calls `/v`, `/b`, `/c`, and plugins' `@route` paths) is authenticated against the
+account's current standing and charged to the caller's rate limit, then handled. Every error,
 Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
 """
 
@@ -16,9 +17,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
+from werkzeug.routing import RequestRedirect
 
 from apid.auth.endpoints import PublicRoute
 from apid.auth.sessions import Revocations
+from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
@@ -48,6 +51,7 @@ class Application:
         reserved_uris: frozenset[str],
         tokens: TokenService,
         revocations: Revocations,
+        standings: Standings,
         pipeline: Pipeline,
         batch: BatchRunner,
         chain: ChainRunner,
@@ -58,6 +62,7 @@ class Application:
         self._reserved = reserved_uris
         self._tokens = tokens
         self._revocations = revocations
+        self._standings = standings
         self._pipeline = pipeline
         self._batch = batch
         self._chain = chain
@@ -68,7 +73,9 @@ class Application:
     def resource(self) -> Any:
         return self.klein.resource()
 
-    def authenticate(self, request: Request) -> Principal:
+    async def authenticate(self, request: Request) -> Principal:
+        """The caller as their account stands now: the token verified, not revoked, and its
+        roles cut to those the account still holds."""
         token = bearer_token(request)
         if token is None:
             raise Unauthorized("this endpoint needs an Authorization: Bearer <token> header")
@@ -77,7 +84,7 @@ class Application:
         principal = self._tokens.verify(token)
         if self._revocations.refuses(principal):
             raise Unauthorized("the access token was revoked; log in again")
-        return principal
+        return await self._standings.admit(principal)
 
     def _add_routes(self, public_routes: Iterable[PublicRoute]) -> None:
         app = self.klein
@@ -102,7 +109,10 @@ class Application:
         path = route.path.rstrip("/") or "/"
 
         async def handle(request: Request, **_: Any) -> bytes:
-            principal = None if path in self._reserved else self.authenticate(request)
+            if path in self._reserved:
+                return await route.handler(request, None)
+            principal = await self.authenticate(request)
+            await self._charge(request, principal, 1)
             return await route.handler(request, principal)
 
         return handle
@@ -110,12 +120,9 @@ class Application:
     async def _api(self, request: Request, prefix: str, controller: str,
                    action: str | None = None, id: str | None = None) -> bytes:
         target = parse_target(self.version, prefix, controller, action, id)
-        principal = self.authenticate(request)
+        principal = await self.authenticate(request)
         body = read_json_body(request)
-        if self._rate_limiter is not None:
-            fields = await self._rate_limiter.charge(principal, request_cost(target.kind, body))
-            for name, value in fields.items():
-                request.setHeader(name.encode("ascii"), value.encode("ascii"))
+        await self._charge(request, principal, request_cost(target.kind, body))
         method = request.method.decode("ascii")
         text = query_fields(request)
         if target.id is not None:
@@ -143,6 +150,14 @@ class Application:
             ).encode("utf-8"))
         return write_json(request, result.data)
 
+    async def _charge(self, request: Request, principal: Principal, cost: int) -> None:
+        """Count the request against the caller's rate limit (a 429 past it) and say so in
+        the RateLimit fields."""
+        if self._rate_limiter is None:
+            return
+        for name, value in (await self._rate_limiter.charge(principal, cost)).items():
+            request.setHeader(name.encode("ascii"), value.encode("ascii"))
+
     def _nothing(self, request: Request) -> bytes:
         raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
 
@@ -159,6 +174,10 @@ class Application:
         return write_problem(request, NotFound(f"no resource at {request.path.decode('utf-8', 'replace')}"))
 
     def _routing_error(self, request: Request, failure: Failure) -> bytes:
+        if isinstance(failure.value, RequestRedirect):
+            # werkzeug would redirect `//v0.1//person` to its tidy form, naming the URL built
+            # from the client's Host header: a path apid does not serve is simply not found
+            return self._not_found(request, failure)
         return write_problem(request, BadRequest(failure.value.description or "the request could not be routed"))
 
     def _unexpected(self, request: Request, failure: Failure) -> bytes:
@@ -190,7 +209,7 @@ def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> C
     async def handle(request: Request, principal: Principal | None) -> bytes:
         caller = None if principal is None else Caller(
             id=principal.user_id, username=principal.username, roles=principal.roles,
-            is_superuser=superuser_role in principal.roles,
+            is_superuser=superuser_role in principal.roles, session=principal.session,
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
         if inspect.isawaitable(output):

@@ -25,21 +25,25 @@ def _load(args: argparse.Namespace) -> Config:
 
 def _engine(config: Config):
     from apid.store.database import make_engine
-    from apid.store.migrate import ensure_sqlite_folder, upgrade
+    from apid.store.migrate import MigrationRefused, ensure_sqlite_folder, upgrade
 
     ensure_sqlite_folder(config.server.database_url)
     engine = make_engine(config.server.database_url)
-    upgrade(engine)
+    try:
+        upgrade(engine)
+    except MigrationRefused as refused:
+        engine.dispose()
+        raise CommandFailed(str(refused)) from None
     return engine
 
 
-def _rules(config: Config):
-    """The IO State rules with the installed plugins; a broken file or plugin ends the command."""
+def _bound(config: Config):
+    """The installed plugins bound to their IO State; a broken file or plugin ends the command."""
     from apid.iostate import IOStateError
     from apid.plugins import PluginError, load_all
 
     try:
-        return load_all(config.api.iostate_dir, config.api.security).rules
+        return load_all(config.api.iostate_dir, config.api.security)
     except (IOStateError, PluginError) as exc:
         raise CommandFailed(str(exc)) from None
 
@@ -107,7 +111,7 @@ def cmd_hook_add(args: argparse.Namespace) -> int:
     from apid.store.database import run_read, run_write
 
     config = _load(args)
-    rules = _rules(config)
+    rules = _bound(config).rules
     engine = _engine(config)
     found = run_read(engine, find_login, args.user)
     if found is None:
@@ -165,7 +169,7 @@ def cmd_routes(args: argparse.Namespace) -> int:
     from apid.plugins import dump_routes
 
     config = _load(args)
-    for line in dump_routes(_rules(config), config.api.version):
+    for line in dump_routes(_bound(config), config.api.version, config.api.reserved_uris):
         print(line)
     return 0
 

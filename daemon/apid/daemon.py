@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import txredisapi
 from twisted.internet import defer
@@ -28,11 +27,12 @@ from twisted.logger import Logger
 from apid.accounts import Accounts
 from apid.app import Application, plugin_routes
 from apid.auth.endpoints import ServiceEndpoints
-from apid.auth.limits import AbuseLimiter
+from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
 from apid.auth.login import SessionEndpoints
 from apid.auth.passwords import Passwords
 from apid.auth.registration import AccountEndpoints
 from apid.auth.sessions import Revocations
+from apid.auth.standing import Standings
 from apid.auth.tokens import TokenService, load_secret
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
@@ -50,6 +50,7 @@ from apid.plugin import Services
 from apid.iostate import IOStateError
 from apid.plugins import PluginError, RuleBook, load_all
 from apid.store.database import Database, make_engine
+from apid.store.redis import redis_pool
 from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
 from apid.store.migrate import ensure_sqlite_folder, upgrade
 
@@ -113,31 +114,34 @@ async def start(reactor, config: Config) -> Running:
 
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
-    accounts = Accounts(reactor, db, passwords)
+    standings = Standings(reactor, db)
+    revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
+    accounts = Accounts(reactor, db, passwords, revocations)
     pinger = PeerPinger(reactor, server.servers)
     deliveries = webhook_delivery(reactor, config, db)
     hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, deliveries.wake if deliveries else None)
     services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
-    revocations = Revocations(reactor, db)
-    limiter = AbuseLimiter(reactor, api.abuse)
+    redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
+    limiter = abuse_limiting(reactor, config, redis)
     outbox = Outbox(make_mailer(server.mail, reactor), reactor)
     events = EventRecorder(reactor, db, filter_output, deliveries.wake) if deliveries else None
     pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events)
     public_routes = [
         *ServiceEndpoints(api.version).routes(),
-        *SessionEndpoints(accounts, tokens, db, revocations, limiter, server.jwt, server.secure_cookies).routes(),
+        *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
         *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
                           server.home_url, api.security.user_role).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
-    rate_limiter, redis = rate_limiting(reactor, config)
+    rate_limiter = rate_limiting(reactor, config, redis)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
         tokens=tokens,
         revocations=revocations,
+        standings=standings,
         pipeline=pipeline,
         batch=BatchRunner(pipeline, api.batch_limit),
         chain=ChainRunner(pipeline, api.chain_limit),
@@ -156,6 +160,8 @@ async def start(reactor, config: Config) -> Running:
         revocations.stop()
         db.stop()
         passwords.stop()
+        if redis is not None:
+            redis.disconnect()  # stops its reconnecting; nothing waits on the Deferred
         raise
     if deliveries is not None:
         deliveries.start()
@@ -173,24 +179,20 @@ def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | 
     return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
 
 
-def redis_pool(url: str) -> txredisapi.ConnectionHandler:
-    """A lazily connecting pool for redis://host:port/db (numbers stay strings)."""
-    parts = urlsplit(url)
-    return txredisapi.lazyConnectionPool(
-        host=parts.hostname or "127.0.0.1", port=parts.port or 6379,
-        dbid=int(parts.path.strip("/") or 0), password=parts.password,
-        poolsize=4, convertNumbers=False, connectTimeout=2, replyTimeout=2,
-    )
-
-
-def rate_limiting(reactor, config: Config) -> tuple[RateLimiter | None, txredisapi.ConnectionHandler | None]:
+def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> RateLimiter | None:
     """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set."""
     if not config.server.api_throttle:
-        return None, None
-    redis = redis_pool(config.server.redis_url) if config.server.redis_url else None
+        return None
     store = RedisCounters(redis, reactor) if redis is not None else MemoryCounters(reactor)
     throttle = config.api.throttle
-    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open), redis
+    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
+
+
+def abuse_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> AbuseLimiter:
+    """The limits on logins, registrations and reset requests: counting in Redis when
+    redis.url is set (whatever apiThrottle says), so that every daemon shares them."""
+    store = RedisWindows(redis, reactor) if redis is not None else MemoryWindows(reactor)
+    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open)
 
 
 async def reload_rules(rule_book: RuleBook) -> None:

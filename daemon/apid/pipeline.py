@@ -212,6 +212,7 @@ class Pipeline:
             username=principal.username,
             roles=granted,
             is_superuser=self._superuser_role in granted,
+            session=principal.session,
         )
         action = getattr(self._controllers[endpoint.controller], endpoint.action)
         return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller,

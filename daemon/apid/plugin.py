@@ -108,6 +108,8 @@ class Caller:
     username: str
     roles: frozenset[str]
     is_superuser: bool
+    # The login this request belongs to: a password changed by its owner ends every other one.
+    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,8 +148,13 @@ class Call:
         limit = self.fields.get("max")
         offset = 0 if offset is None else offset
         limit = default if limit is None else limit
-        if offset < 0 or not 1 <= limit <= maximum:
-            raise InvalidFields([{"field": "max", "reason": f"max must be 1 to {maximum}, offset at least 0"}])
+        errors = []
+        if offset < 0:
+            errors.append({"field": "offset", "reason": "must be at least 0"})
+        if not 1 <= limit <= maximum:
+            errors.append({"field": "max", "reason": f"must be 1 to {maximum}"})
+        if errors:
+            raise InvalidFields(errors)
         return offset, limit
 
 

@@ -25,7 +25,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.auth.tokens import Principal
-from apid.problems import ServiceUnavailable, TooManyRequests
+from apid.problems import TooManyRequests
+from apid.store.redis import run_script, store_unreachable
 
 log = Logger(namespace="apid.throttle")
 
@@ -108,15 +109,12 @@ class RedisCounters:
         self._timeout = timeout
         self._prefix = prefix
 
-    async def _charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Charge:
-        keys = [f"{self._prefix}count:{user}", f"{self._prefix}lock:{user}"]
-        allowed, remaining, reset_ms = await self._pool.eval(
-            CHARGE_SCRIPT, keys=keys, args=[amount, limit, window, lock])
-        return Charge(bool(int(allowed)), int(remaining), int(reset_ms) / 1000)
-
     def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
-        charging = Deferred.fromCoroutine(self._charge(user, amount, limit, window, lock))
-        return charging.addTimeout(self._timeout, self._clock)
+        keys = [f"{self._prefix}count:{user}", f"{self._prefix}lock:{user}"]
+        charging = run_script(self._pool, self._clock, self._timeout, CHARGE_SCRIPT, keys,
+                              [amount, limit, window, lock])
+        return charging.addCallback(
+            lambda reply: Charge(bool(int(reply[0])), int(reply[1]), int(reply[2]) / 1000))
 
 
 @dataclass(frozen=True)
@@ -156,12 +154,8 @@ class RateLimiter:
         try:
             charge = await self._store.charge(str(principal.user_id), amount, rule.limit, DAY, self._expires)
         except Exception as error:
-            log.error("rate limit store unreachable ({error}); failing {mode}", error=str(error),
-                      mode="open" if self._fail_open else "closed")
-            if self._fail_open:
-                return {}
-            raise ServiceUnavailable("rate limiting is unavailable; try again shortly",
-                                     headers={"Retry-After": "5"}) from None
+            store_unreachable(log, "rate limiting", error, self._fail_open)
+            return {}
         reset = max(1, math.ceil(charge.reset))
         fields = {
             "RateLimit-Policy": rule.policy_field,

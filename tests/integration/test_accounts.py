@@ -41,7 +41,7 @@ from apid.store.tables import account_token
 from assertions import assert_problem
 from harness import (
     ADMIN, ADMIN_ACCOUNT, USER, USER_ACCOUNT, Daemon, Deployment, Response, deployment_with_accounts, everyone,
-    person_named, running_daemon, wait_for,
+    new_person, person_fields, person_named, running_daemon, wait_for,
 )
 
 BASE_URL = "https://api.example.test"
@@ -200,7 +200,8 @@ def deployment(tmp_path_factory) -> Deployment:
     return deployment_with_accounts(
         tmp_path_factory.mktemp("accounts"),
         server={"baseUrl": BASE_URL, "homeUrl": HOME_URL, "accounts": {"resetUrl": RESET_PAGE}},
-        api={"abuseLimits": {"login": UNLIMITED, "register": UNLIMITED, "reset": UNLIMITED}},
+        api={"abuseLimits": {"login": {**UNLIMITED, "perAccountAddress": 100000}, "register": UNLIMITED,
+                             "reset": UNLIMITED}},
     )
 
 
@@ -214,7 +215,7 @@ def nothing_happens(daemon, deployment, admin_token):
     assert_only_barrier_mail(daemon, outbox)
 
 
-LIMITED_LOGIN = {"perAddress": 6, "perAccount": 3, "window": 600}
+LIMITED_LOGIN = {"perAccountAddress": 3, "perAccount": 5, "perAddress": 6, "window": 600}
 LIMITED_REGISTER = {"perAddress": 3, "perAccount": 50, "window": 600}
 LIMITED_RESET = {"perAddress": 50, "perAccount": 2, "window": 600}
 RHEA = ("rhea", "rhea-password-1", "rhea@example.com")
@@ -540,6 +541,75 @@ def test_registration_mail_goes_to_the_stored_address(daemon, deployment):
     assert [str(m["To"]) for m in outbox.new()] == [stored] * 3
 
 
+# --- identity: e-mails by Unicode case fold, usernames by ASCII case -----------------------------
+
+
+def umlaut_address() -> tuple[str, str, str]:
+    """A fresh address with a non-ASCII capital as stored, in small letters, and in capitals
+    with Ä decomposed (A + U+0308): one address to apid; three to SQLite's lower(), which
+    folds ASCII only (lower('Ärger') is 'Ärger')."""
+    tag = uuid.uuid4().hex[:10]
+    return f"Ärger-{tag}@Example.org", f"ärger-{tag}@example.org", f"A\u0308RGER-{tag.upper()}@EXAMPLE.ORG"
+
+
+def test_an_address_in_another_case_or_form_is_taken(daemon, admin_token):
+    stored, small, decomposed = umlaut_address()
+    owner = new_person(daemon, admin_token, email=stored)
+    other = new_person(daemon, admin_token)
+    before = everyone(daemon, admin_token)
+    for typed in (small, decomposed):
+        reply = daemon.request("POST", "/v0.1/person/create", {**person_fields(), "email": typed}, token=admin_token)
+        assert assert_problem(reply, 409)["field"] == "email", typed
+        reply = daemon.request("PUT", f"/v0.1/person/update/{other['id']}", {"email": typed}, token=admin_token)
+        assert assert_problem(reply, 409)["field"] == "email", typed
+    assert everyone(daemon, admin_token) == before
+    # The owner may respell their own address; it is kept as typed.
+    reply = daemon.request("PUT", f"/v0.1/person/update/{owner['id']}", {"email": small}, token=admin_token)
+    assert reply.status == 200, reply.body
+    assert person_named(daemon, admin_token, owner["username"])["email"] == small
+
+
+def test_registering_an_address_in_another_case_mails_the_address_on_file(daemon, deployment, admin_token):
+    stored, small, decomposed = umlaut_address()
+    new_person(daemon, admin_token, email=stored)
+    before = everyone(daemon, admin_token)
+    outbox = Outbox(deployment)
+    for typed in (small, decomposed):
+        assert_sent_text(daemon.request("POST", "/register", {"username": identity("umlaut")[0],
+                                                              "password": "umlaut-password-1", "email": typed}))
+    notices = outbox.wait(stored, 2)
+    for notice in notices:
+        assert_plain_mail(notice, stored)
+        assert "someone tried to sign up" in notice["Subject"]
+        assert LINK.search(notice.get_content()) is None
+    time.sleep(0.2)
+    assert [str(m["To"]) for m in outbox.new()] == [stored, stored]
+    assert everyone(daemon, admin_token) == before
+
+
+def test_a_reset_asked_for_an_address_in_another_form_mails_the_address_on_file(daemon, deployment, admin_token):
+    stored, small, decomposed = umlaut_address()
+    new_person(daemon, admin_token, email=stored)
+    outbox = Outbox(deployment)
+    assert_sent_text(daemon.request("POST", "/forgotPassword", {"email": small}))
+    (mail,) = outbox.wait(stored)
+    assert_plain_mail(mail, stored)
+    assert "reset" in mail["Subject"]
+    first = link_in(mail)
+    assert_sent_text(daemon.request("POST", "/forgotPassword", {"email": decomposed}))
+    second = link_in(outbox.wait(stored, 2)[1])
+    assert first != second
+    time.sleep(0.2)
+    assert [str(m["To"]) for m in outbox.new()] == [stored, stored]
+
+
+def test_a_username_logs_in_and_refreshes_in_any_letter_case(daemon):
+    token, cookie = log_in(daemon, USER[0].upper(), USER[1])
+    assert whoami(daemon, token).json["username"] == USER[0]  # the token holds the stored spelling
+    reply = refresh(daemon, USER[0].capitalize(), token, cookie)
+    assert reply.status == 200, reply.body
+
+
 # --- one-time ids -------------------------------------------------------------------------------
 
 
@@ -645,7 +715,7 @@ def _assert_too_many(reply: Response, window: int) -> None:
     assert 1 <= int(reply.headers["Retry-After"]) <= window
 
 
-def test_failed_logins_are_limited_per_account_alike(limited):
+def test_failed_logins_are_limited_per_pair_account_and_address_alike(limited):
     source, other = "127.0.0.11", "127.0.0.12"
     window = LIMITED_LOGIN["window"]
 
@@ -654,7 +724,7 @@ def test_failed_logins_are_limited_per_account_alike(limited):
 
     for _ in range(3):
         assert_problem(login(USER[0], "wrong-password"), 401)
-    existing = login(USER[0], USER[1])  # the right password, too late
+    existing = login(USER[0], USER[1])  # the right password, too late from this address
     _assert_too_many(existing, window)
     _assert_too_many(login(USER[0].upper(), USER[1]), window)
 
@@ -666,9 +736,15 @@ def test_failed_logins_are_limited_per_account_alike(limited):
 
     # The address has used up its 6 failures: any name from it is refused now ...
     _assert_too_many(login("third-name", "wrong-password"), window)
-    # ... but not from another address, while the account stays refused from anywhere.
+    # ... but not from another address, where the owner still logs in (and that counts nothing).
     assert_problem(login("third-name", "wrong-password", other), 401)
-    _assert_too_many(login(USER[0], USER[1], other), window)
+    for _ in range(2):
+        log_in_from = login(USER[0], USER[1], other)
+        assert log_in_from.status == 200, log_in_from.body
+    # Failures from everywhere add up to the whole account's 5: then it is refused anywhere.
+    for address in ("127.0.0.13", "127.0.0.14"):
+        assert_problem(login(USER[0], "wrong-password", address), 401)
+    _assert_too_many(login(USER[0], USER[1], "127.0.0.15"), window)
     assert request_from(limited, other, "POST", "/authenticate",
                         {"username": ADMIN[0], "password": ADMIN[1]}).status == 200
 

@@ -84,7 +84,7 @@ def test_update_changes_what_is_stored_and_raises_the_version(daemon, admin_toke
 def test_update_of_the_password_changes_which_password_logs_in(daemon, admin_token):
     person = new_person(daemon, admin_token)
     token = daemon.login(person["username"], person["password"])
-    reply = daemon.request("PUT", f"{V}/person/update/{person['id']}", {"password": "a-brand-new-secret"}, token=token)
+    reply = daemon.request("PUT", f"{V}/person/update/{person['id']}", {"password": "a-brand-new-secret", "currentPassword": person["password"]}, token=token)
     assert reply.status == 200, reply.body
     old = daemon.request("POST", "/authenticate", {"username": person["username"], "password": person["password"]})
     assert_problem(old, 401)

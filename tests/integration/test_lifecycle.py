@@ -15,7 +15,10 @@ import subprocess
 import time
 
 import pytest
+from sqlalchemy import text
 
+from apid.store.database import make_engine
+from apid.store.migrate import upgrade
 from harness import (
     ADMIN, ADMIN_ACCOUNT, READY, REPO, USER, USER_ACCOUNT, V, Daemon, Deployment, deployment_with_accounts,
     running_daemon,
@@ -202,6 +205,32 @@ def test_user_add_refuses_a_taken_name(plain):
     assert "username" in again.stderr
 
 
+# --- apid migrate --------------------------------------------------------------------------------
+
+
+def test_migrate_names_addresses_that_became_one_and_changes_nothing(tmp_path):
+    """Migration 0004 (person.email_key) on a database where the ASCII-only check let two
+    spellings of one address in: a message naming both, no traceback, then a clean retry."""
+    deployment = Deployment(tmp_path)
+    deployment.write()
+    (tmp_path / "var").mkdir(exist_ok=True)
+    engine = make_engine(f"sqlite:///{tmp_path / 'var' / 'test.db'}")
+    upgrade(engine, "0003")
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO person (username, password, email) VALUES "
+                                "('upper', 'x', 'ÄRGER@example.com'), ('lower', 'x', 'ärger@example.com')"))
+    refused = deployment.cli("migrate")
+    assert refused.returncode == 1
+    one_line_error(refused.stderr)
+    assert "person 1 'ÄRGER@example.com', person 2 'ärger@example.com'" in refused.stderr
+    with engine.begin() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        connection.execute(text("UPDATE person SET email = 'old-ärger@example.com' WHERE id = 2"))
+    engine.dispose()
+    done = deployment.cli("migrate")
+    assert done.returncode == 0, done.stderr
+
+
 # --- apid routes ----------------------------------------------------------------------------------
 
 
@@ -213,9 +242,12 @@ def test_routes_lists_person_and_team_endpoints(plain):
         ("POST", f"{V}/person/create"), ("GET", f"{V}/person/show"), ("GET", f"{V}/person/list"),
         ("PUT", f"{V}/person/update"), ("DELETE", f"{V}/person/delete"),
         ("POST", f"{V}/team/create"), ("GET", f"{V}/team/show"), ("GET", f"{V}/team/list"),
-        ("GET", "/v0.1-2/team/show"),
+        ("GET", "/v0.1-2/team/show"), ("GET", "/teamCount"),
     }
     assert expected <= routes, done.stdout
+    # a plugin's own path says whose it is and that it is governed like an API call
+    (team_count,) = [line for line in done.stdout.splitlines() if line.split()[:2] == ["GET", "/teamCount"]]
+    assert "apid-sample-plugin" in team_count and "needs a token, rate limited" in team_count, team_count
 
 
 def test_routes_on_broken_iostate_fails_with_one_line_naming_the_role(tmp_path):

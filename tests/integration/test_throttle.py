@@ -23,7 +23,7 @@ import yaml
 
 from assertions import assert_json, assert_problem
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, USER, USER_ACCOUNT, V, Deployment, create_team, deployment_with_accounts, free_port,
+    ADMIN, ADMIN_ACCOUNT, USER, USER_ACCOUNT, V, Daemon, Deployment, create_team, deployment_with_accounts, free_port,
     new_person, running_daemon,
 )
 from redis_server import running_redis
@@ -299,8 +299,19 @@ def redis_down_daemon(root, on_failure: str | None):
 
 @pytest.fixture(scope="module")
 def fail_closed_daemon(tmp_path_factory):
-    with redis_down_daemon(tmp_path_factory.mktemp("closed"), "closed") as running:
-        yield running
+    """A daemon whose Redis is down, failing closed, and a user's token for it. Logging in there
+    is refused too (the abuse limits count in Redis as well), so the token comes from a daemon
+    of the same deployment without Redis; APID_REDIS_URL gives the other one its Redis."""
+    deployment = deployment_with_accounts(tmp_path_factory.mktemp("closed"),
+                                          server={"apiThrottle": True, "redis": {"onFailure": "closed"}},
+                                          api={"throttle": THROTTLE})
+    with running_daemon(deployment) as in_process:
+        token = in_process.login(*USER[:2])
+    down = Daemon(deployment, env={"APID_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}).start()
+    try:
+        yield down, token
+    finally:
+        down.stop()
 
 
 @pytest.fixture(scope="module")
@@ -315,8 +326,8 @@ REDIS_HANGS = ("BUG: with Redis unreachable RedisCounters.charge never answers (
 
 
 def test_with_redis_down_and_on_failure_closed_calls_are_503_with_retry_after(fail_closed_daemon):
-    token = fail_closed_daemon.login(*USER[:2])
-    reply = fail_closed_daemon.request("GET", f"{V}/person/nothingHere", token=token, timeout=6)
+    daemon, token = fail_closed_daemon
+    reply = daemon.request("GET", f"{V}/person/nothingHere", token=token, timeout=6)
     body = assert_problem(reply, 503)
     assert body["type"] == "urn:apid:problem:service-unavailable"
     assert int(reply.headers["Retry-After"]) >= 1
@@ -332,3 +343,15 @@ def test_with_redis_down_and_on_failure_open_calls_are_allowed_without_fields(fa
         reply = show(fail_open_daemon, token, user_id)
         assert_json(reply)
         assert_no_fields(reply)
+
+
+def test_a_plugin_route_is_charged_like_an_api_call(daemon, admin_token):
+    """`@route` paths are governed alike (issue 10, item 5): each request costs one, and a
+    locked-out user is refused there too."""
+    person, token = fresh_user(daemon, admin_token)
+    for left in range(USER_LIMIT - 1, 0, -1):
+        reply = daemon.request("GET", "/teamCount", token=token)
+        assert reply.status == 200, reply.body
+        assert_limited(reply, left)
+    assert_limited(show(daemon, token, person["id"]), 0)  # the API call that reaches the limit
+    assert_refused(daemon.request("GET", "/teamCount", token=token), "/teamCount")

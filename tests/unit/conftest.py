@@ -1,12 +1,19 @@
-"""Fixtures for unit tests against a real SQLite file migrated with Alembic, and its accounts."""
+"""Fixtures for unit tests against a real SQLite file migrated with Alembic, and its accounts,
+and against a real redis-server (the counter stores' contract suites run on both stores)."""
 
 from __future__ import annotations
 
 import pytest
+import pytest_twisted
+import txredisapi
+
+from twisted.internet import reactor
 
 from apid.accounts import insert_account
-from apid.store.database import make_engine, run_write
+from apid.store.database import Database, make_engine, run_write
 from apid.store.migrate import upgrade
+from postgres import PostgresServer
+from redis_server import running_redis
 
 
 @pytest.fixture
@@ -22,6 +29,23 @@ def engine(url):
     engine.dispose()
 
 
+@pytest.fixture
+def database(engine):
+    """The daemon's handle on that file: units of work in a thread pool, answered as Deferreds."""
+    db = Database(reactor, engine, 2)
+    db.start()
+    yield db
+    db.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A real PostgreSQL server for the module (Debian's packages; see tests/postgres.py)."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
 def add_person(engine, name: str) -> int:
     return run_write(engine, insert_account, name, f"{name}@example.com", "not-a-real-hash", ["ROLE_USER"]).id
 
@@ -34,3 +58,21 @@ def alice(engine) -> int:
 @pytest.fixture
 def bob(engine) -> int:
     return add_person(engine, "bob")
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """A real redis-server for the module (Debian's package; see tests/redis_server.py)."""
+    with running_redis() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_pool(redis_server):
+    """A txredisapi pool on it, as the daemon makes one: numbers stay strings."""
+    pool = txredisapi.lazyConnectionPool(
+        host="127.0.0.1", port=redis_server.port, poolsize=10, convertNumbers=False,
+        connectTimeout=2, replyTimeout=5,
+    )
+    yield pool
+    pytest_twisted.blockon(pool.disconnect())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apid.config import API_FILE, SERVER_FILE, ConfigError, load, load_api, load_server
+from apid.config import API_FILE, SERVER_FILE, AbuseLimit, ConfigError, load, load_api, load_server
 
 REPO = Path(__file__).resolve().parents[2]
 ETC = REPO / "etc"
@@ -451,3 +451,45 @@ def test_webhook_settings_are_checked(config_dir, webhooks, key, reason):
     data["test"]["webhooks"] = webhooks
     message = server_error(config_dir, data)  # a mistake in another environment stops this one too
     assert "test.webhooks" in message and key.split(".")[1] in message and reason in message
+
+
+# --- abuseLimits ------------------------------------------------------------------------------
+
+
+def abuse_of(config_dir: Path, limits: dict | None) -> dict:
+    data = repo_yaml(API_FILE)
+    if limits is None:
+        del data["abuseLimits"]
+    else:
+        data["abuseLimits"] = limits
+    return load_api(write(config_dir, API_FILE, data), config_dir.parent).abuse
+
+
+def test_abuse_limits_of_the_repository_file_are_the_defaults(config_dir):
+    defaults = abuse_of(config_dir, None)
+    assert load(ETC, "development", NO_ENV).api.abuse == defaults
+    assert defaults["login"] == AbuseLimit(per_account_address=5, per_account=100, per_address=50, window=900)
+    for kind in ("register", "reset"):
+        assert defaults[kind] == AbuseLimit(per_address=20, per_account=5, window=900, per_account_address=None)
+
+
+def test_abuse_limits_keys_left_out_take_their_kinds_defaults(config_dir):
+    limits = abuse_of(config_dir, {"login": {"perAddress": 6, "perAccount": 3}, "reset": {"window": 60}})
+    assert limits["login"] == AbuseLimit(per_address=6, per_account=3, window=900, per_account_address=5)
+    assert limits["reset"] == AbuseLimit(per_address=20, per_account=5, window=60)
+    assert limits["register"] == AbuseLimit(per_address=20, per_account=5, window=900)
+
+
+@pytest.mark.parametrize("limits, error", [
+    ({"login": {"perAccountAddress": 0}}, "abuseLimits.login.perAccountAddress: must be at least 1"),
+    ({"login": {"perAccountAddress": "5"}}, "abuseLimits.login.perAccountAddress: expected a whole number"),
+    ({"login": {"perAccount": 2.5}}, "abuseLimits.login.perAccount: expected a whole number"),
+    ({"register": {"perAccountAddress": 5}},
+     "abuseLimits.register.perAccountAddress: unknown key; allowed here: perAddress, perAccount, window"),
+    ({"signup": {"perAddress": 5}}, "abuseLimits.signup: unknown key; allowed here: login, register, reset"),
+    ({"login": 5}, "abuseLimits.login: expected a mapping"),
+])
+def test_bad_abuse_limits_are_refused_naming_the_key(config_dir, limits, error):
+    data = repo_yaml(API_FILE)
+    data["abuseLimits"] = limits
+    assert error in api_error(config_dir, data)

@@ -28,7 +28,7 @@ async def test_one_account_read_prepared_equals_the_account_read_in_a_transactio
     db = Database(reactor, engine, 2)
     db.start()
     try:
-        accounts = Accounts(reactor, db, passwords=None)
+        accounts = Accounts(reactor, db, passwords=None, revocations=None)
         assert await accounts.get(alice) == run_read(engine, get_accounts, [alice])[alice]
         assert await accounts.get(bob + 100) is None
     finally:

@@ -26,9 +26,11 @@ from apid.auth.sessions import (
     rotate,
     start_family,
 )
+from apid.auth.standing import Standings, changed_since, purge_changes
 from apid.auth.tokens import Principal
+from apid.problems import Unauthorized
 from apid.store.database import Database, make_engine, run_read, run_write
-from apid.store.tables import person, refresh_token, revoked_token
+from apid.store.tables import account_change, person, refresh_token, revoked_token
 
 LIFETIME = 14 * 86400
 GRACE = 10
@@ -255,65 +257,97 @@ def test_revoke_person_ends_every_family_and_sets_the_mark(engine, alice, bob):
     families = [start(engine, alice) for _ in range(3)]
     bobs = start(engine, bob)
     before = datetime.now(timezone.utc)
-    moment = run_write(engine, revoke_person, alice)
+    run_write(engine, revoke_person, alice)
     after = datetime.now(timezone.utc)
-    assert before <= moment <= after
     for secret in families:
         assert rotate_now(engine, secret, alice).status is Rotation.UNKNOWN
     assert rotate_now(engine, bobs, bob).status is Rotation.ROTATED
     marks = dict(run_read(engine, lambda c: c.execute(select(person.c.id, person.c.tokens_valid_after)).all()))
-    assert aware(marks[alice]) == moment
+    assert before <= aware(marks[alice]) <= after
     assert marks[bob] is None
+    assert alice in run_read(engine, changed_since, before)
 
 
-def test_revoked_since_lists_denied_ids_and_marks(engine, alice, bob):
+def test_revoke_person_keeping_a_session_ends_only_the_others(engine, alice, bob):
+    kept, *others = [start(engine, alice) for _ in range(3)]
+    bobs = start(engine, bob)
+    before = datetime.now(timezone.utc)
+    run_write(engine, revoke_person, alice, row_of(engine, kept).family)
+    assert rotate_now(engine, kept, alice).status is Rotation.ROTATED
+    for secret in others:
+        assert rotate_now(engine, secret, alice).status is Rotation.UNKNOWN
+    assert rotate_now(engine, bobs, bob).status is Rotation.ROTATED
+    # the kept login's access tokens stay good: no account-wide mark
+    assert run_read(engine, lambda c: c.execute(
+        select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar()) is None
+    assert run_read(engine, changed_since, before) == {alice}
+
+
+def test_revoked_since_lists_denied_ids_ended_logins_and_changed_accounts(engine, alice, bob):
     expires = int(time.time()) + 900
     run_write(engine, deny, "jti-1", expires)
     run_write(engine, deny, "jti-1", expires)  # twice is harmless
     run_write(engine, deny, "jti-2", expires + 60)
     run_write(engine, deny, "jti-old", int(time.time()) - 10)  # expired already: not worth keeping
-    moment = run_write(engine, revoke_person, bob)
-    denied, marks = run_read(engine, revoked_since, None)
-    assert denied == {"jti-1": float(expires), "jti-2": float(expires + 60)}
-    assert marks == {bob: pytest.approx(moment.timestamp(), abs=1e-6)}
-    assert alice not in marks
+    ended = row_of(engine, start(engine, alice)).family
+    live = row_of(engine, start(engine, alice)).family
+    since = datetime.now(timezone.utc)
+    run_write(engine, revoke_session, ended, alice)
+    run_write(engine, revoke_person, bob)
+
+    revoked = run_read(engine, revoked_since, None, 900)
+    assert revoked.tokens == {"jti-1": float(expires), "jti-2": float(expires + 60)}
+    assert set(revoked.sessions) == {ended} | {row.family for row in bob_rows(engine, bob)}
+    assert live not in revoked.sessions
+    assert revoked.sessions[ended] == pytest.approx(time.time() + 900, abs=5)
+    assert revoked.accounts == set()  # from the start nothing is cached, so nothing to forget
+    assert bob in run_read(engine, revoked_since, since, 900).accounts
+
+
+def bob_rows(engine, bob: int) -> list:
+    return run_read(engine, lambda c: c.execute(select(refresh_token).where(refresh_token.c.person_id == bob)).all())
 
 
 def test_revoked_since_leaves_out_what_is_older_than_the_overlap(engine, alice, bob):
     expires = int(time.time()) + 900
     run_write(engine, deny, "jti-old", expires)
-    run_write(engine, revoke_person, alice)
+    old = row_of(engine, start(engine, alice)).family
+    run_write(engine, revoke_session, old, alice)
     run_write(engine, lambda c: c.execute(update(revoked_token).values(date_created=ago(minutes=10))))
-    run_write(engine, lambda c: c.execute(update(person).values(tokens_valid_after=ago(minutes=10))))
+    run_write(engine, lambda c: c.execute(update(refresh_token).values(revoked_at=ago(minutes=10))))
+    run_write(engine, lambda c: c.execute(update(account_change).values(changed_at=ago(minutes=10))))
     run_write(engine, deny, "jti-new", expires)
-    moment = run_write(engine, revoke_person, bob)
-    denied, marks = run_read(engine, revoked_since, ago(seconds=1))
-    assert denied == {"jti-new": float(expires)}
-    assert set(marks) == {bob}
-    assert marks[bob] == pytest.approx(moment.timestamp(), abs=1e-6)
-    # from the start, everything
-    denied, marks = run_read(engine, revoked_since, None)
-    assert set(denied) == {"jti-old", "jti-new"}
-    assert set(marks) == {alice, bob}
+    new = row_of(engine, start(engine, bob)).family
+    run_write(engine, revoke_session, new, bob)
+    run_write(engine, revoke_person, bob)
+    revoked = run_read(engine, revoked_since, ago(seconds=1), 900)
+    assert set(revoked.tokens) == {"jti-new"}
+    assert set(revoked.sessions) == {new}
+    assert revoked.accounts == {bob}
+    # from the start, everything still worth knowing: a login ended longer ago than an
+    # access token lives cannot have a valid token left
+    everything = run_read(engine, revoked_since, None, 900)
+    assert set(everything.tokens) == {"jti-old", "jti-new"}
+    assert set(everything.sessions) == {old, new}
+    assert set(run_read(engine, revoked_since, None, 300).sessions) == {new}
 
 
-# --- Revocations: in memory, shared through the database ----------------------------------------------
+def test_account_changes_are_purged_after_an_hour(engine, alice, bob):
+    run_write(engine, lambda c: c.execute(update(account_change).values(changed_at=ago(hours=2))))
+    run_write(engine, revoke_person, bob)
+    run_write(engine, purge_changes)
+    assert run_read(engine, changed_since, ago(days=1)) == {bob}
+
+
+# --- Revocations and Standings: in memory, shared through the database ----------------------------------
 
 
 def principal(user_id: int, issued_at: float | None = None, jti: str | None = None,
-              lifetime: int = 900) -> Principal:
+              lifetime: int = 900, session: str | None = None) -> Principal:
     issued = time.time() if issued_at is None else issued_at
     return Principal(user_id=user_id, username="someone", roles=frozenset({"ROLE_USER"}),
                      token_id=jti or uuid.uuid4().hex, expires=int(issued) + lifetime,
-                     issued_at=round(issued, 3))
-
-
-@pytest.fixture
-def database(engine):
-    db = Database(reactor, engine, 2)
-    db.start()
-    yield db
-    db.stop()
+                     issued_at=round(issued, 3), session=session)
 
 
 @pytest.fixture
@@ -325,133 +359,173 @@ def second_database(url, engine):
     db.stop()
 
 
-@pytest.fixture
-def revocations(database):
-    made: list[Revocations] = []
+class Gate:
+    """What the daemon checks after a token's signature: the revocations, then the standing."""
 
-    def make(db: Database | None = None) -> Revocations:
-        made.append(Revocations(reactor, db or database))
+    def __init__(self, db: Database) -> None:
+        self.standings = Standings(reactor, db)
+        self.revocations = Revocations(reactor, db, self.standings, 900)
+
+    async def refuses(self, token: Principal) -> bool:
+        if self.revocations.refuses(token):
+            return True
+        try:
+            await self.standings.admit(token)
+        except Unauthorized:
+            return True
+        return False
+
+
+@pytest.fixture
+def gates(database):
+    made: list[Gate] = []
+
+    def make(db: Database | None = None) -> Gate:
+        made.append(Gate(db or database))
         return made[-1]
 
     yield make
     for each in made:
-        each.stop()
+        each.revocations.stop()
+
+
+async def issued_then_wait(user_id: int, **claims) -> Principal:
+    """A token, then a pause, so that what is revoked next is later than its iat."""
+    token = principal(user_id, **claims)
+    await deferLater(reactor, 0.01, lambda: None)
+    return token
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_denied_token_is_refused(revocations, alice):
-    mine = revocations()
-    await mine.start()
+async def test_a_denied_token_is_refused(gates, alice):
+    mine = gates()
+    await mine.revocations.start()
     token, other = principal(alice), principal(alice)
-    assert not mine.refuses(token)
-    await mine.deny_token(token)
-    assert mine.refuses(token)
-    assert not mine.refuses(other)
+    assert not await mine.refuses(token)
+    await mine.revocations.deny_token(token)
+    assert await mine.refuses(token)
+    assert not await mine.refuses(other)
 
 
 @pytest_twisted.ensureDeferred
-async def test_tokens_issued_before_the_mark_are_refused_and_later_ones_not(revocations, alice, bob):
-    mine = revocations()
-    await mine.start()
-    earlier = principal(alice, issued_at=time.time() - 60)
-    bobs = principal(bob, issued_at=time.time() - 60)
-    await mine.revoke_person(alice)
+async def test_every_access_token_of_an_ended_login_is_refused(gates, engine, alice):
+    mine = gates()
+    await mine.revocations.start()
+    family = row_of(engine, start(engine, alice)).family
+    first, latest = principal(alice, session=family), principal(alice, session=family)
+    other = principal(alice, session=row_of(engine, start(engine, alice)).family)
+    await mine.revocations.end_session(first)
+    assert await mine.refuses(first) and await mine.refuses(latest)
+    assert not await mine.refuses(other)
+    assert rotate_now(engine, start(engine, alice), alice).status is Rotation.ROTATED
+
+
+@pytest_twisted.ensureDeferred
+async def test_tokens_issued_before_the_mark_are_refused_and_later_ones_not(gates, alice, bob):
+    mine = gates()
+    await mine.revocations.start()
+    earlier = await issued_then_wait(alice)
+    bobs = principal(bob)
+    assert not await mine.refuses(earlier)  # read and kept: the revocation must evict it
+    await mine.revocations.revoke_person(alice)
     later = principal(alice, issued_at=time.time() + 1)
-    assert mine.refuses(earlier)
-    assert not mine.refuses(later)
-    assert not mine.refuses(bobs)
+    assert await mine.refuses(earlier)
+    assert not await mine.refuses(later)
+    assert not await mine.refuses(bobs)
 
 
 @pytest_twisted.ensureDeferred
-async def test_revocations_hold_across_a_restart(revocations, database, alice, bob):
+async def test_revocations_hold_across_a_restart(gates, alice, bob):
     """What one instance wrote, a new one (a restarted daemon) reads at start."""
-    first = revocations()
-    await first.start()
+    first = gates()
+    await first.revocations.start()
     denied = principal(bob)
-    earlier = principal(alice, issued_at=time.time() - 60)
-    await first.deny_token(denied)
-    await first.revoke_person(alice)
-    first.stop()
+    earlier = await issued_then_wait(alice)
+    await first.revocations.deny_token(denied)
+    await first.revocations.revoke_person(alice)
+    first.revocations.stop()
 
-    restarted = revocations()
-    await restarted.start()
-    assert restarted.refuses(denied)
-    assert restarted.refuses(earlier)
-    assert not restarted.refuses(principal(bob))
-    assert not restarted.refuses(principal(alice, issued_at=time.time() + 1))
+    restarted = gates()
+    await restarted.revocations.start()
+    assert await restarted.refuses(denied)
+    assert await restarted.refuses(earlier)
+    assert not await restarted.refuses(principal(bob))
+    assert not await restarted.refuses(principal(alice, issued_at=time.time() + 1))
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_revocation_by_another_instance_is_seen_after_a_poll(revocations, second_database, alice, bob):
-    mine = revocations()
-    theirs = revocations(second_database)
-    await mine.start()
-    await theirs.start()
+async def test_a_revocation_by_another_instance_is_seen_after_a_poll(gates, second_database, alice, bob):
+    mine = gates()
+    theirs = gates(second_database)
+    await mine.revocations.start()
+    await theirs.revocations.start()
     denied = principal(bob)
-    earlier = principal(alice, issued_at=time.time() - 60)
-    assert not mine.refuses(denied) and not mine.refuses(earlier)
+    earlier = await issued_then_wait(alice)
+    assert not await mine.refuses(denied) and not await mine.refuses(earlier)
 
-    await theirs.deny_token(denied)
-    await theirs.revoke_person(alice)
+    await theirs.revocations.deny_token(denied)
+    await theirs.revocations.revoke_person(alice)
     # nothing read yet: the check is memory only
-    assert not mine.refuses(denied)
+    assert not await mine.refuses(denied)
+    assert not await mine.refuses(earlier)
 
-    await mine._poll()
-    assert mine.refuses(denied)
-    assert mine.refuses(earlier)
-    assert not mine.refuses(principal(alice, issued_at=time.time() + 1))
+    await mine.revocations._poll()
+    assert await mine.refuses(denied)
+    assert await mine.refuses(earlier)
+    assert not await mine.refuses(principal(alice, issued_at=time.time() + 1))
 
 
 @pytest_twisted.ensureDeferred
 async def test_the_poller_picks_up_another_instances_revocations_by_itself(
-        revocations, second_database, alice, bob):
+        gates, second_database, alice, bob):
     """The LoopingCall started by start() re-reads the database on its own (every half
     second); the test waits for it with a generous bound, not a timing assertion."""
-    mine = revocations()
-    theirs = revocations(second_database)
-    await mine.start()
-    await theirs.start()
+    mine = gates()
+    theirs = gates(second_database)
+    await mine.revocations.start()
+    await theirs.revocations.start()
     denied = principal(bob)
-    earlier = principal(alice, issued_at=time.time() - 60)
-    await theirs.deny_token(denied)
-    await theirs.revoke_person(alice)
+    earlier = await issued_then_wait(alice)
+    assert not await mine.refuses(earlier)
+    await theirs.revocations.deny_token(denied)
+    await theirs.revocations.revoke_person(alice)
 
     await deferLater(reactor, 1.2, lambda: None)
     for _ in range(40):  # a loaded machine: up to 10 s more
-        if mine.refuses(denied) and mine.refuses(earlier):
+        if await mine.refuses(denied) and await mine.refuses(earlier):
             break
         await deferLater(reactor, 0.25, lambda: None)
-    assert mine.refuses(denied)
-    assert mine.refuses(earlier)
+    assert await mine.refuses(denied)
+    assert await mine.refuses(earlier)
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_later_reset_elsewhere_moves_the_mark_forward(revocations, second_database, alice):
-    mine = revocations()
-    await mine.start()
-    await mine.revoke_person(alice)
+async def test_a_later_reset_elsewhere_moves_the_mark_forward(gates, second_database, alice):
+    mine = gates()
+    await mine.revocations.start()
+    await mine.revocations.revoke_person(alice)
     between = principal(alice, issued_at=time.time() + 0.5)
-    assert not mine.refuses(between)
+    assert not await mine.refuses(between)
     # another daemon's later password reset moves the mark forward
     await deferLater(reactor, 1.0, lambda: None)
     await second_database.write(revoke_person, alice)
-    await mine._poll()
-    assert mine.refuses(between)
-    # polling again (the overlap re-reads the same marks) changes nothing
-    await mine._poll()
-    assert mine.refuses(between)
-    assert not mine.refuses(principal(alice, issued_at=time.time() + 1))
+    await mine.revocations._poll()
+    assert await mine.refuses(between)
+    # polling again (the overlap re-reads the same changes) changes nothing
+    await mine.revocations._poll()
+    assert await mine.refuses(between)
+    assert not await mine.refuses(principal(alice, issued_at=time.time() + 1))
 
 
 @pytest_twisted.ensureDeferred
-async def test_expired_denials_are_forgotten(revocations, alice):
-    mine = revocations()
-    await mine.start()
+async def test_expired_denials_are_forgotten(gates, alice):
+    mine = gates()
+    await mine.revocations.start()
     stale = principal(alice, issued_at=time.time() - 3600, lifetime=60)  # expired an hour ago
-    await mine.deny_token(stale)
-    await mine._poll()
-    assert not mine.refuses(stale)  # it expired anyway: the token check refuses it, not this list
+    await mine.revocations.deny_token(stale)
+    await mine.revocations._poll()
+    assert not mine.revocations.refuses(stale)  # it expired anyway: the token check refuses it
     fresh = principal(alice)
-    await mine.deny_token(fresh)
-    await mine._poll()
-    assert mine.refuses(fresh)
+    await mine.revocations.deny_token(fresh)
+    await mine.revocations._poll()
+    assert await mine.refuses(fresh)

@@ -29,7 +29,6 @@ from apid.auth.tokens import Principal
 from apid.problems import ServiceUnavailable, TooManyRequests
 from apid.throttle import DAY, Charge, MemoryCounters, RateLimiter, RedisCounters, Rule
 from harness import free_port
-from redis_server import running_redis
 
 REDIS_TOLERANCE = 1.0  # seconds: Redis timers run on real time, on a machine that may be loaded
 _users = itertools.count(1)
@@ -40,22 +39,6 @@ def a_user() -> str:
 
 
 # --- the stores ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def redis_server():
-    with running_redis() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def redis_pool(redis_server):
-    pool = txredisapi.lazyConnectionPool(
-        host="127.0.0.1", port=redis_server.port, poolsize=10, convertNumbers=False,
-        connectTimeout=2, replyTimeout=5,
-    )
-    yield pool
-    pytest_twisted.blockon(pool.disconnect())
 
 
 @dataclass

@@ -4,7 +4,7 @@ A login answers an access token (a JWT, in the body) and sets an HttpOnly, SameS
 cookie holding an opaque refresh token. /refreshToken trades the cookie and the current
 access token (expired is fine, forged is not) for a new access token and a new cookie.
 /logout ends the login the access token belongs to (its `sid`: the refresh family), so every
-cookie of it is refused, and refuses the access token itself until it expires. Refreshing
+cookie and every access token of it is refused until they expire. Refreshing
 needs a cookie of the token's own login: an old, logged-out token cannot be traded with the
 cookie of another login.
 """
@@ -16,7 +16,8 @@ from twisted.web.http import Request
 from apid.accounts import Accounts
 from apid.auth.endpoints import PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
-from apid.auth.sessions import Revocations, Rotation, revoke_session, rotate, start_family
+from apid.auth.sessions import Revocations, Rotation, rotate, start_family
+from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.config import JwtConfig
 from apid.http import bearer_token, read_json_body, write_json
@@ -35,6 +36,7 @@ class SessionEndpoints:
         tokens: TokenService,
         db: Database,
         revocations: Revocations,
+        standings: Standings,
         limiter: AbuseLimiter,
         jwt: JwtConfig,
         secure_cookies: bool,
@@ -43,6 +45,7 @@ class SessionEndpoints:
         self._tokens = tokens
         self._db = db
         self._revocations = revocations
+        self._standings = standings
         self._limiter = limiter
         self._jwt = jwt
         self._secure = secure_cookies
@@ -70,11 +73,14 @@ class SessionEndpoints:
         ((username, password),) = fields_of(
             body, lambda: string_fields(body, "username", "password"), allowed=("username", "password"))
         address = client_address(request)
-        self._limiter.check("login", address, username)
+        # Counted before the password is verified, so that simultaneous guesses cannot all
+        # get through; a login that succeeds gives the count back.
+        counted = await self._limiter.reserve("login", address, username)
         account = await self._accounts.login(username, password)
         if account is None:
-            self._limiter.record("login", address, username)
             raise Unauthorized(WRONG_CREDENTIALS)
+        if counted:
+            await self._limiter.release("login", address, username)
         refresh_secret, session = await self._db.write(start_family, account.id, self._jwt.refresh_lifetime)
         token = self._tokens.issue(account.id, account.username, account.roles, session)
         return self._answer_token(request, token, refresh_secret)
@@ -89,12 +95,19 @@ class SessionEndpoints:
         name = query_value(request, "name")
         principal = self._current_token(request)
         cookie = request.getCookie(REFRESH_COOKIE)
-        if principal.username != name or not cookie or self._revocations.refuses(principal):
+        # Names compare in any letter case, as at login (the token holds the stored spelling).
+        if principal.username.lower() != name.lower() or not cookie or self._revocations.refuses(principal):
             raise Unauthorized(NO_REFRESH)
+        try:
+            await self._standings.admit(principal)
+        except Unauthorized:
+            raise Unauthorized(NO_REFRESH) from None
         outcome = await self._db.write(
             rotate, cookie.decode("ascii", "replace"), principal.user_id, principal.session,
             self._jwt.refresh_lifetime, self._jwt.refresh_grace,
         )
+        if outcome.status is Rotation.REUSED and principal.session is not None:
+            self._revocations.ended(principal.session)
         account = await self._accounts.get(principal.user_id) if outcome.status is Rotation.ROTATED else None
         if account is None or not account.may_log_in:
             raise Unauthorized(NO_REFRESH)
@@ -102,10 +115,11 @@ class SessionEndpoints:
         return self._answer_token(request, token, outcome.secret)
 
     async def logout(self, request: Request, _principal: Principal | None) -> bytes:
+        """Idempotent: a token already logged out answers 204 again; the token of an account
+        that may no longer use it (deleted, disabled) is refused and nothing is written."""
         principal = self._current_token(request)
-        if principal.session is not None:
-            await self._db.write(revoke_session, principal.session, principal.user_id)
-        await self._revocations.deny_token(principal)
+        if not self._revocations.refuses(principal):
+            await self._revocations.end_session(await self._standings.admit(principal))
         self._set_cookie(request, "", 0)
         request.setResponseCode(204)
         return b""

@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.web.http import Request
 
-from apid.accounts import check_credentials, get_account, insert_account
+from apid.accounts import check_credentials, email_key, get_account, insert_account
 from apid.auth import onetime
 from apid.auth.endpoints import (
     PublicRoute, client_address, email_field, fields_of, query_value, string_fields, write_text,
@@ -24,6 +24,7 @@ from apid.auth.endpoints import (
 from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
+from apid.auth.standing import note_change
 from apid.auth.tokens import Principal
 from apid.config import AccountsConfig
 from apid.http import read_json_body, write_json
@@ -49,8 +50,14 @@ def duration(seconds: int) -> str:
     return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
-def _person_by(connection: Connection, column: Any, value: str) -> Any:
-    return connection.execute(select(person).where(func.lower(column) == value.lower())).first()
+def _person_by_email(connection: Connection, email: str) -> Any:
+    """The account of this address in any letter case or Unicode form (`email_key`)."""
+    return connection.execute(select(person).where(person.c.email_key == email_key(email))).first()
+
+
+def _person_by_username(connection: Connection, username: str) -> Any:
+    """The account of this name in any letter case (usernames are ASCII)."""
+    return connection.execute(select(person).where(func.lower(person.c.username) == username.lower())).first()
 
 
 def register_account(connection: Connection, username: str, email: str, password_hash: str,
@@ -59,12 +66,12 @@ def register_account(connection: Connection, username: str, email: str, password
     "created" (a disabled account and a validation id), "again" (the same unvalidated
     account: a fresh id), "email-taken" or "name-taken" (nothing created). Mail about an
     existing account goes to the address on file, never to the spelling that was typed."""
-    by_email = _person_by(connection, person.c.email, email)
+    by_email = _person_by_email(connection, email)
     if by_email is not None:
         if not by_email.enabled and by_email.username.lower() == username.lower():
             return "again", onetime.issue(connection, by_email.id, onetime.VALIDATE, lifetime), by_email.email
         return "email-taken", None, by_email.email
-    if _person_by(connection, person.c.username, username) is not None:
+    if _person_by_username(connection, username) is not None:
         return "name-taken", None, email
     account = insert_account(connection, username, email, password_hash, [role], enabled=False)
     return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime), email
@@ -75,13 +82,14 @@ def enable_account(connection: Connection, secret: str) -> bool:
     if live is None:
         return False
     connection.execute(update(person).where(person.c.id == live.person_id).values(enabled=True))
+    note_change(connection, live.person_id)
     return True
 
 
 def request_reset(connection: Connection, email: str, lifetime: int) -> tuple[str, str] | None:
     """A reset id for the enabled account with this email, replacing earlier ones, and the
     address on file (mail goes there, never to the spelling that was typed); else None."""
-    row = _person_by(connection, person.c.email, email)
+    row = _person_by_email(connection, email)
     if row is None or not row.enabled:
         return None
     return onetime.issue(connection, row.id, onetime.RESET, lifetime), row.email
@@ -144,8 +152,7 @@ class AccountEndpoints:
 
         (username, password), email = fields_of(
             body, credentials, lambda: email_field(body), allowed=("username", "password", "email"))
-        self._limiter.check("register", client_address(request), email)
-        self._limiter.record("register", client_address(request), email)
+        await self._limiter.reserve("register", client_address(request), email)
         password_hash = await self._passwords.hash(password)
         outcome, secret, address = await self._db.write(
             register_account, username, email, password_hash, self._user_role, self._config.validation_lifetime
@@ -189,8 +196,7 @@ class AccountEndpoints:
         for an address with an account and one without."""
         body = read_json_body(request)
         (email,) = fields_of(body, lambda: email_field(body), allowed=("email",))
-        self._limiter.check("reset", client_address(request), email)
-        self._limiter.record("reset", client_address(request), email)
+        await self._limiter.reserve("reset", client_address(request), email)
         Deferred.fromCoroutine(self._send_reset(email)).addErrback(
             lambda failure: log.failure("a password reset request failed", failure))
         return write_text(request, SENT)

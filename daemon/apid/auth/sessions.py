@@ -5,10 +5,12 @@ the presented token is marked rotated and a new one joins the same family. A rot
 presented again after a short grace window means two parties hold the family, so the whole
 family is revoked (RFC 9700's reuse detection).
 
-Access tokens are refused before they expire in two ways: by id (logout puts the token's
-`jti` on a deny list until its `exp`) and by account (a password reset refuses every token
-issued before it). `Revocations` keeps both in memory and re-reads what other processes and
-daemons wrote every half second, so checking costs no database query per request.
+Access tokens are refused before they expire by id (logout puts the token's `jti` on a deny
+list until its `exp`), by login (every access token of an ended family: logout, refresh reuse,
+the owner's password change ending the other logins) and by account (`apid.auth.standing`:
+a password reset refuses every token issued before it). `Revocations` keeps the first two in
+memory and re-reads what other processes and daemons wrote every half second, so checking
+costs no database query per request.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from apid.auth.onetime import digest, new_secret, now
+from apid.auth.standing import Standings, changed_since, note_change, purge_changes
 from apid.auth.tokens import Principal
 from apid.store.database import Database
 from apid.store.tables import person, refresh_token, revoked_token
@@ -33,6 +36,7 @@ log = Logger(namespace="apid.sessions")
 POLL_SECONDS = 0.5
 # Rows written by another daemon may carry a timestamp slightly behind ours; look back this far.
 POLL_OVERLAP = timedelta(seconds=5)
+PURGE_SECONDS = 600.0
 
 
 def _aware(moment: datetime) -> datetime:
@@ -99,16 +103,17 @@ def revoke_session(connection: Connection, session: str, person_id: int) -> None
     )
 
 
-def revoke_person(connection: Connection, person_id: int) -> datetime:
-    """Every refresh token of the account, and every access token issued until now."""
+def revoke_person(connection: Connection, person_id: int, keep_session: str | None = None) -> None:
+    """End the account's logins: every refresh token, and every access token issued until now;
+    or, with `keep_session`, every login but that one (a password changed by its owner)."""
     moment = now()
-    connection.execute(
-        update(refresh_token)
-        .where(and_(refresh_token.c.person_id == person_id, refresh_token.c.revoked_at.is_(None)))
-        .values(revoked_at=moment)
-    )
-    connection.execute(update(person).where(person.c.id == person_id).values(tokens_valid_after=moment))
-    return moment
+    families = and_(refresh_token.c.person_id == person_id, refresh_token.c.revoked_at.is_(None))
+    if keep_session is not None:
+        families = and_(families, refresh_token.c.family != keep_session)
+    connection.execute(update(refresh_token).where(families).values(revoked_at=moment))
+    if keep_session is None:
+        connection.execute(update(person).where(person.c.id == person_id).values(tokens_valid_after=moment))
+    note_change(connection, person_id)
 
 
 def deny(connection: Connection, jti: str, expires: int) -> None:
@@ -118,36 +123,58 @@ def deny(connection: Connection, jti: str, expires: int) -> None:
             jti=jti, expires_at=datetime.fromtimestamp(expires, timezone.utc), date_created=now()))
 
 
-def revoked_since(connection: Connection, since: datetime | None) -> tuple[dict[str, float], dict[int, float]]:
-    """Denied token ids (with their expiry) and accounts' "valid after" marks written since."""
+@dataclass(frozen=True)
+class Revoked:
+    """What was refused since a moment: token ids and logins, each with the time until which
+    it is worth remembering (epoch seconds), and the accounts whose standing changed."""
+
+    tokens: dict[str, float]
+    sessions: dict[str, float]
+    accounts: set[int]
+
+
+def revoked_since(connection: Connection, since: datetime | None, access_lifetime: int) -> Revoked:
+    """What was revoked since `since` (a little before, see POLL_OVERLAP), or from the start.
+
+    An ended login matters while access tokens issued before its end can still be valid.
+    """
     moment = now()
     denied = select(revoked_token.c.jti, revoked_token.c.expires_at).where(revoked_token.c.expires_at > moment)
-    marks = select(person.c.id, person.c.tokens_valid_after).where(person.c.tokens_valid_after.is_not(None))
+    ended = (select(refresh_token.c.family, func.max(refresh_token.c.revoked_at))
+             .where(refresh_token.c.revoked_at >= moment - timedelta(seconds=access_lifetime))
+             .group_by(refresh_token.c.family))
+    accounts: set[int] = set()
     if since is not None:
         denied = denied.where(revoked_token.c.date_created >= since - POLL_OVERLAP)
-        marks = marks.where(person.c.tokens_valid_after >= since - POLL_OVERLAP)
-    return (
-        {jti: _aware(expires).timestamp() for jti, expires in connection.execute(denied)},
-        {person_id: _aware(after).timestamp() for person_id, after in connection.execute(marks)},
+        ended = ended.where(refresh_token.c.revoked_at >= since - POLL_OVERLAP)
+        accounts = changed_since(connection, since - POLL_OVERLAP)
+    return Revoked(
+        tokens={jti: _aware(expires).timestamp() for jti, expires in connection.execute(denied)},
+        sessions={family: _aware(ended_at).timestamp() + access_lifetime
+                  for family, ended_at in connection.execute(ended)},
+        accounts=accounts,
     )
 
 
 class Revocations:
-    """What access tokens are refused, kept in memory and refreshed from the database."""
+    """What access tokens are refused, kept in memory and refreshed from the database: token
+    ids (logout), logins (logout, refresh reuse, a password change), and through `Standings`
+    the accounts whose standing changed."""
 
-    def __init__(self, reactor: IReactorTime, db: Database) -> None:
+    def __init__(self, reactor: IReactorTime, db: Database, standings: Standings, access_lifetime: int) -> None:
         self._reactor = reactor
         self._db = db
+        self._standings = standings
+        self._lifetime = access_lifetime
         self._denied: dict[str, float] = {}
-        self._valid_after: dict[int, float] = {}
+        self._ended: dict[str, float] = {}
         self._since: datetime | None = None
         self._poller = LoopingCall(self._poll)
         self._poller.clock = reactor
+        self._purged = 0.0
 
     def refuses(self, principal: Principal) -> bool:
-        if principal.token_id in self._denied:
-            return True
-        return principal.issued_at < self._valid_after.get(principal.user_id, float("-inf"))
+        return principal.token_id in self._denied or principal.session in self._ended
 
     async def start(self) -> None:
         await self._poll()
@@ -161,24 +188,43 @@ class Revocations:
     async def _poll(self) -> None:
         started = now()
         try:
-            denied, marks = await self._db.read(revoked_since, self._since)
+            revoked = await self._db.read(revoked_since, self._since, self._lifetime)
         except Exception:
             log.failure("reading revocations failed; trying again")
             return
-        self._merge(denied, marks)
         self._since = started
+        self._denied.update(revoked.tokens)
+        self._ended.update(revoked.sessions)
+        self._standings.forget(revoked.accounts)
         moment = self._reactor.seconds()
-        self._denied = {jti: expires for jti, expires in self._denied.items() if expires > moment}
-
-    def _merge(self, denied: dict[str, float], marks: dict[int, float]) -> None:
-        self._denied.update(denied)
-        for person_id, after in marks.items():
-            self._valid_after[person_id] = max(after, self._valid_after.get(person_id, after))
+        self._denied = {jti: until for jti, until in self._denied.items() if until > moment}
+        self._ended = {family: until for family, until in self._ended.items() if until > moment}
+        if moment - self._purged > PURGE_SECONDS:
+            self._purged = moment
+            self._db.write(purge_changes).addErrback(lambda failure: log.failure("purging account changes failed", failure))
 
     async def deny_token(self, principal: Principal) -> None:
         await self._db.write(deny, principal.token_id, principal.expires)
         self._denied[principal.token_id] = float(principal.expires)
 
+    async def end_session(self, principal: Principal) -> None:
+        """Log out: the login's refresh tokens and its access tokens, this one included."""
+        if principal.session is not None:
+            await self._db.write(revoke_session, principal.session, principal.user_id)
+            self.ended(principal.session)
+        await self.deny_token(principal)
+
+    def ended(self, session: str) -> None:
+        """Refuse the login's access tokens here at once (the other daemons on their next poll)."""
+        self._ended[session] = self._reactor.seconds() + self._lifetime
+
     async def revoke_person(self, person_id: int) -> None:
-        moment = await self._db.write(revoke_person, person_id)
-        self._merge({}, {person_id: moment.timestamp()})
+        await self._db.write(revoke_person, person_id)
+        await self.account_changed(person_id)
+
+    async def account_changed(self, person_id: int, sessions_ended: bool = False) -> None:
+        """Take a change this daemon made to an account into account at once: its standing,
+        and the logins it ended (read back now rather than at the next poll)."""
+        self._standings.forget([person_id])
+        if sessions_ended:
+            await self._poll()

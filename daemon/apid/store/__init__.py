@@ -1,1 +1,2 @@
-"""Storage: the schema, the database handle that keeps SQL off the reactor, and migrations."""
+"""Storage: the schema, the database handle that keeps SQL off the reactor, migrations, and
+Redis for the counts several daemons share."""

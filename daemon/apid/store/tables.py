@@ -38,6 +38,11 @@ person = Table(
     Column("username", String(64), nullable=False, unique=True),
     Column("password", String(255), nullable=False),
     Column("email", String(254), nullable=False, unique=True),
+    # The identity of the address (apid.accounts.email_key, Unicode case fold): what lookups
+    # and uniqueness compare. Folding can lengthen text (ß -> ss, U+FB03 -> ffi): at most 3
+    # code points for 1, and the Email type allows a 64-character local part and an ASCII
+    # domain, which the fold keeps as long: 3 x 64 + 190 = 382.
+    Column("email_key", String(384), nullable=False, unique=True),
     Column("enabled", Boolean, nullable=False, server_default=text("'1'")),
     Column("account_locked", Boolean, nullable=False, server_default=text("'0'")),
     Column("account_expired", Boolean, nullable=False, server_default=text("'0'")),
@@ -141,7 +146,7 @@ refresh_token = Table(
     Column("date_created", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("rotated_at", DateTime(timezone=True), nullable=True),
-    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True, index=True),
 )
 
 # Access tokens refused before their expiry (logout), by JWT id, until they expire anyway.
@@ -151,4 +156,15 @@ revoked_token = Table(
     Column("jti", String(64), primary_key=True),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("date_created", DateTime(timezone=True), nullable=False, index=True),
+)
+
+# Accounts whose standing (roles, enabled, locked, expired, sessions) changed: each daemon reads
+# the rows written since its last look and forgets what it kept of those accounts. No foreign
+# key: the row of a deleted account must outlive the account.
+account_change = Table(
+    "account_change",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("person_id", Integer, nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False, index=True),
 )
