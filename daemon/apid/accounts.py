@@ -11,7 +11,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -25,6 +25,9 @@ from apid.problems import Conflict, Forbidden, InvalidFields, NotFound
 from apid.store.coalesce import Coalescer
 from apid.store.database import Database
 from apid.store.tables import person, person_role, role
+
+if TYPE_CHECKING:
+    from apid.plugin import UnitOfWork
 
 USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{2,63}")
 PASSWORD_LENGTH = (8, 128)
@@ -315,11 +318,13 @@ def update_account(
     return get_account(connection, account_id)
 
 
-def delete_account(connection: Connection, account_id: int) -> bool:
-    deleted = connection.execute(delete(person).where(person.c.id == account_id)).rowcount > 0
-    if deleted:
+def delete_account(connection: Connection, account_id: int) -> Account | None:
+    """Delete the account; what it was (its webhook events carry it), or None if there was none."""
+    account = get_account(connection, account_id)
+    if account is not None:
+        connection.execute(delete(person).where(person.c.id == account_id))
         note_change(connection, account_id)
-    return deleted
+    return account
 
 
 def password_hash_of(connection: Connection, account_id: int) -> str | None:
@@ -353,10 +358,14 @@ class Accounts:
         return self._db.read(list_accounts, offset, limit)
 
     async def create(
-        self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True
+        self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True,
+        *, unit: UnitOfWork | None = None,
     ) -> Account:
+        """Create an account. In a controller pass `unit=call` so that the account and the
+        call's webhook events commit together (`Call.write`)."""
         password_hash = await self._passwords.hash(password)
-        account = await self._db.write(insert_account, username, email, password_hash, frozenset(roles), enabled)
+        account = await (unit or self._db).write(
+            insert_account, username, email, password_hash, frozenset(roles), enabled)
         await self._revocations.account_changed(account.id)
         return account
 
@@ -370,25 +379,28 @@ class Accounts:
         *,
         current_password: str | None = None,
         keep_session: str | None = None,
+        unit: UnitOfWork | None = None,
     ) -> Account:
         """Change an account. A new password ends the account's logins but `keep_session`;
-        with `current_password` (an owner changing their own), a wrong one is a 403."""
+        with `current_password` (an owner changing their own), a wrong one is a 403. In a
+        controller pass `unit=call`, as for `create`."""
         if current_password is not None:
             stored = await self._db.read(password_hash_of, account_id)
             if not await self._passwords.verify(stored, current_password):
                 raise Forbidden("the current password is wrong", field="currentPassword")
         password_hash = await self._passwords.hash(password) if password is not None else None
-        account = await self._db.write(
+        account = await (unit or self._db).write(
             update_account, account_id, dict(changes), expected_version, password_hash,
             None if roles is None else frozenset(roles), keep_session,
         )
         await self._revocations.account_changed(account_id, sessions_ended=password is not None)
         return account
 
-    async def delete(self, account_id: int) -> bool:
-        deleted = await self._db.write(delete_account, account_id)
+    async def delete(self, account_id: int, *, unit: UnitOfWork | None = None) -> bool:
+        """Delete an account; False when there was none. In a controller pass `unit=call`."""
+        deleted = await (unit or self._db).write(delete_account, account_id)
         await self._revocations.account_changed(account_id)
-        return deleted
+        return deleted is not None
 
     async def login(self, username: str, password: str) -> Account | None:
         """The account if the name and password match and it may log in; else None.

@@ -1,4 +1,4 @@
-"""The `apid` command: serve, migrate, user add, hook add|list|disable, iostate check, routes.
+"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check, routes.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
 is wrong; every failure prints one line saying what and where.
@@ -80,8 +80,14 @@ def _read_password(from_stdin: bool) -> str:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
-    from apid.accounts import check_credentials, insert_account
+    import time
+
+    from sqlalchemy import Connection
+
+    from apid.accounts import Account, check_credentials, insert_account
     from apid.auth.passwords import hash_password
+    from apid.hooks.events import AccountEvents
+    from apid.pipeline import filter_output
     from apid.iostate.types import value_type
     from apid.store.database import run_write
 
@@ -98,7 +104,18 @@ def cmd_user_add(args: argparse.Namespace) -> int:
         print(f"apid: {args.email!r} is not an email address", file=sys.stderr)
         return 2
     check_credentials(args.name, password)
-    account = run_write(_engine(config), insert_account, args.name, args.email, hash_password(password), args.role)
+    # Subscribers hear of the account as of a person/create, recorded in the same transaction;
+    # the daemons deliver it at their next poll.
+    events = AccountEvents(lambda: rules, filter_output, time.time) if config.server.webhook_active else None
+    rules = _bound(config).rules if events is not None else None
+
+    def create(connection: Connection) -> Account:
+        account = insert_account(connection, args.name, args.email, hash_password(password), args.role)
+        if events is not None:
+            events.record(connection, "create", account)
+        return account
+
+    account = run_write(_engine(config), create)
     print(f"apid: created user {account.username} (id {account.id}) with roles {', '.join(sorted(account.roles))}")
     return 0
 
@@ -135,17 +152,23 @@ def cmd_hook_list(args: argparse.Namespace) -> int:
     while page := run_read(engine, list_hooks, None, offset, 500):
         for item in page:
             state = "enabled" if item.is_enabled else f"disabled ({item.disabled_reason or 'no reason given'})"
-            print(f"{item.id}\tuser {item.user_id}\t{item.service}\t{item.url}\tattempts {item.attempts}\t{state}")
+            print(f"{item.id}\tuser {item.user_id}\t{item.service}\t{item.url}\tattempts {item.attempts}"
+                  f"\tpending {item.pending}\t{state}")
         offset += len(page)
     return 0
 
 
-def cmd_hook_disable(args: argparse.Namespace) -> int:
+def cmd_hook_switch(args: argparse.Namespace) -> int:
+    """`hook enable` and `hook disable`: the daemons deliver a re-enabled hook's waiting
+    messages, oldest first, at their next poll."""
     from apid.hooks.store import change_hook, enable_values
     from apid.store.database import run_write
 
-    run_write(_engine(_load(args)), change_hook, args.id, None, enable_values(False), None)
-    print(f"apid: hook {args.id} disabled; its messages wait until it is enabled again")
+    run_write(_engine(_load(args)), change_hook, args.id, None, enable_values(args.enable), None)
+    if args.enable:
+        print(f"apid: hook {args.id} enabled; its waiting messages go out oldest first")
+    else:
+        print(f"apid: hook {args.id} disabled; its events are still recorded and wait until it is enabled again")
     return 0
 
 
@@ -204,10 +227,13 @@ def parser() -> argparse.ArgumentParser:
     hook_add.add_argument("--url", required=True, help="where events are POSTed (its origin must be in cors.allowedOrigins)")
     hook_add.add_argument("--service", required=True, help="a controller (person) or one endpoint (person/create)")
     hook_add.set_defaults(run=cmd_hook_add)
-    hook.add_parser("list", parents=[common], help="every hook with its state").set_defaults(run=cmd_hook_list)
-    hook_disable = hook.add_parser("disable", parents=[common], help="stop deliveries to a hook")
-    hook_disable.add_argument("id", type=int)
-    hook_disable.set_defaults(run=cmd_hook_disable)
+    hook.add_parser("list", parents=[common], help="every hook with its state and pending messages").set_defaults(
+        run=cmd_hook_list)
+    for name, enable, text in (("enable", True, "deliver to a hook again, its waiting messages first"),
+                               ("disable", False, "stop deliveries to a hook (its events are still recorded)")):
+        switch = hook.add_parser(name, parents=[common], help=text)
+        switch.add_argument("id", type=int)
+        switch.set_defaults(run=cmd_hook_switch, enable=enable)
 
     iostate = commands.add_parser("iostate", help="IO State files").add_subparsers(dest="iostate_command", required=True)
     check = iostate.add_parser("check", parents=[common], help="validate a folder of IO State files")

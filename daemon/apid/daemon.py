@@ -39,7 +39,7 @@ from apid.chain import ChainRunner
 from apid.config import Config
 from apid.cors import Cors
 from apid.hooks.delivery import Deliverer
-from apid.hooks.events import EventRecorder
+from apid.hooks.events import AccountEvents, EventRecorder
 from apid.hooks.service import Hooks
 from apid.hooks.worker import DeliveryWorker
 from apid.http import ApidSite
@@ -127,12 +127,15 @@ async def start(reactor, config: Config) -> Running:
     limiter = abuse_limiting(reactor, config, redis)
     outbox = Outbox(make_mailer(server.mail, reactor), reactor)
     events = EventRecorder(reactor, db, filter_output, deliveries.wake) if deliveries else None
-    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events)
+    account_events = AccountEvents(
+        lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(deliveries.wake),
+    ) if deliveries else None
+    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db)
     public_routes = [
         *ServiceEndpoints(api.version).routes(),
         *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
         *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
-                          server.home_url, api.security.user_role).routes(),
+                          server.home_url, api.security.user_role, account_events).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
     rate_limiter = rate_limiting(reactor, config, redis)

@@ -45,7 +45,9 @@ class Message:
         message["Subject"] = self.subject
         message["Date"] = format_datetime(datetime.now(timezone.utc))
         message["Message-ID"] = make_msgid(domain="apid")
-        message.set_content(self.body)
+        # ASCII text goes as it is (7bit): quoted-printable would break a long link across
+        # lines and write its `=` as `=3D`, unreadable in an outbox file and to simple clients.
+        message.set_content(self.body, cte="7bit" if self.body.isascii() else "quoted-printable")
         return message.as_bytes()
 
 

@@ -3,28 +3,158 @@
 `agent` builds a treq-ready Agent whose endpoints are made once per (scheme, host, port):
 Twisted's default makes a HostnameEndpoint for every request, IDNA-encoding the host name
 each time with the `idna` package, about a sixth of the reactor's time per webhook delivery.
+
+`connection_pool` keeps connections open between requests where HTTP says they stay open
+(`keeps_connection`; Twisted's client only looks for `Connection: close` and so pooled the
+connections of HTTP/1.0 answers, which their servers close), and sends a request once more, on
+a fresh connection, when a pooled connection turns out to have been closed before it answered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
+
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
-from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
-from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool, URI, _HTTP11ClientFactory
-from twisted.web.iweb import IAgentEndpointFactory
+from twisted.internet.error import ConnectionAborted, ConnectionClosed
+from twisted.internet.interfaces import IAddress, IConsumer, IReactorTime, IStreamClientEndpoint
+from twisted.python.failure import Failure
+from twisted.web._newclient import HTTP11ClientProtocol, Request
+from twisted.web.client import (
+    URI,
+    Agent,
+    BrowserLikePolicyForHTTPS,
+    HTTPConnectionPool,
+    RequestNotSent,
+    RequestTransmissionFailed,
+    ResponseNeverReceived,
+    _HTTP11ClientFactory,
+)
+from twisted.web.iweb import IAgentEndpointFactory, IBodyProducer, IResponse
 from zope.interface import implementer
+
+
+def keeps_connection(version: tuple[bytes, int, int], connection: Sequence[bytes]) -> bool:
+    """Whether a connection stays open after an answer of this HTTP `version` with these
+    `Connection` header values (RFC 9112 section 9.3): the `close` option ends it on any
+    version; HTTP/1.1 and later keep it otherwise; HTTP/1.0 keeps it only with `keep-alive`."""
+    options = {option.strip().lower() for value in connection for option in value.split(b",")}
+    if b"close" in options:
+        return False
+    return version[1:] >= (1, 1) or b"keep-alive" in options
+
+
+class _HTTP11Client(HTTP11ClientProtocol):
+    """Twisted's client protocol, but the answer's version counts when deciding whether the
+    connection outlives the exchange. Twisted closes it only for a `Connection: close` value
+    (`_finishResponse_WAITING`) and otherwise hands it back to the pool, also after an HTTP/1.0
+    answer, whose server then closes it: the next request written on it gets no answer."""
+
+    exchanges = 0  # requests sent on this connection: one handed out with any came from the pool
+
+    def request(self, request: Request) -> Deferred[IResponse]:
+        self.exchanges += 1
+        return super().request(request)
+
+    def _finishResponse_WAITING(self, rest: bytes) -> None:
+        parser = self._parser
+        if parser is not None and self._currentRequest is not None and not keeps_connection(
+            parser.response.version, parser.connHeaders.getRawHeaders(b"connection", ())
+        ):
+            # Twisted closes the connection after an exchange whose request was not persistent,
+            # exactly as for `Connection: close`; this one turned out not to be
+            self._currentRequest.persistent = False
+        super()._finishResponse_WAITING(rest)
+
+    _finishResponse_TRANSMITTING = _finishResponse_WAITING
 
 
 class _QuietFactory(_HTTP11ClientFactory):
     noisy = False  # no "Starting factory" log line for every new connection
 
+    def buildProtocol(self, addr: IAddress | None) -> HTTP11ClientProtocol:
+        return _HTTP11Client(self._quiescentCallback)
+
+
+@implementer(IBodyProducer)
+class BytesBody:
+    """A request body held in memory, written whole and as often as asked: a request carrying
+    it can be sent again on another connection (Twisted's FileBodyProducer reads its file once)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self.length = len(data)
+
+    def startProducing(self, consumer: IConsumer) -> Deferred[None]:
+        consumer.write(self._data)
+        return succeed(None)
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        pass
+
+
+def _never_answered(failure: Failure) -> bool:
+    """Whether a request failed because its connection closed before any byte of an answer
+    (not because we cancelled it, nor after part of an answer)."""
+    if failure.check(RequestNotSent):
+        return True
+    if not failure.check(ResponseNeverReceived, RequestTransmissionFailed):
+        return False
+    return all(reason.check(ConnectionClosed) and not reason.check(ConnectionAborted)
+               for reason in failure.value.reasons)
+
+
+class _PooledConnection:
+    """A connection taken from the pool, which its server may have closed while it was idle,
+    at the moment we wrote to it (its close not read yet; Twisted issue 7843). A request that
+    finds it so closed, before any answer, is sent once more on a fresh connection; whatever
+    a fresh connection does stands.
+
+    Twisted's own retry (`retryAutomatically`) does this only for idempotent methods without a
+    body. Ours also resends POSTs: a webhook's receiver deduplicates on its webhook-id (Standard
+    Webhooks; delivery is at least once anyway), and a server closing a connection before
+    answering has normally not read the request at all (RFC 9112 section 9.3.1 allows the retry
+    when a repeated request does no harm). Only bodies that can be written again are resent."""
+
+    def __init__(self, connection: _HTTP11Client, fresh: Callable[[], Deferred[_HTTP11Client]]) -> None:
+        self._connection = connection
+        self._fresh = fresh
+
+    def request(self, request: Request) -> Deferred[IResponse]:
+        def closed_before_answering(failure: Failure) -> Deferred[IResponse] | Failure:
+            replayable = request.bodyProducer is None or isinstance(request.bodyProducer, BytesBody)
+            if not (replayable and _never_answered(failure)):
+                return failure
+            return self._fresh().addCallback(lambda connection: connection.request(request))
+
+        return self._connection.request(request).addErrback(closed_before_answering)
+
+
+class _ConnectionPool(HTTPConnectionPool):
+    _factory = _QuietFactory
+    retryAutomatically = False  # replaced by _PooledConnection, which covers POSTs too
+
+    def getConnection(self, key: Hashable, endpoint: IStreamClientEndpoint) -> Deferred[_HTTP11Client]:
+        def second_chance_if_pooled(connection: _HTTP11Client) -> _HTTP11Client | _PooledConnection:
+            if connection.exchanges == 0:
+                return connection
+            return _PooledConnection(connection, lambda: self._newConnection(key, endpoint))
+
+        return super().getConnection(key, endpoint).addCallback(second_chance_if_pooled)
+
 
 def connection_pool(reactor: IReactorTime, per_host: int) -> HTTPConnectionPool:
-    """A persistent pool keeping `per_host` idle connections per host, never retrying a request
-    on its own (a retried POST could deliver twice without our knowing)."""
-    pool = HTTPConnectionPool(reactor, persistent=True)
+    """A persistent pool keeping `per_host` idle connections per host. A request that finds a
+    pooled connection closed before any answer is sent once more on a fresh connection
+    (`_PooledConnection` says when and why that is safe); no other request is retried."""
+    pool = _ConnectionPool(reactor, persistent=True)
     pool.maxPersistentPerHost = per_host
-    pool.retryAutomatically = False
-    pool._factory = _QuietFactory
     return pool
 
 

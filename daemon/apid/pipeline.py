@@ -27,9 +27,36 @@ log = Logger(namespace="apid.pipeline")
 
 
 class Events(Protocol):
-    """Where a successful non-safe call of a hookable endpoint reports its output."""
+    """Where a successful non-safe call of a hookable endpoint reports its output, after it
+    returns or, with `write`, in the transaction of its unit of work."""
 
     async def record(self, endpoint: Endpoint, output: Any) -> None: ...
+
+    def write(self, endpoint: Endpoint, work: Callable[..., Any], *args: Any) -> Deferred[Any]: ...
+
+
+class Writer(Protocol):
+    def write(self, work: Callable[..., Any], *args: Any) -> Deferred[Any]: ...
+
+
+class CallUnit:
+    """A call's unit of work (`Call.write`): its writes, with its events when it has any."""
+
+    __slots__ = ("_db", "_events", "_endpoint", "recorded")
+
+    def __init__(self, db: Writer | None, events: Events | None, endpoint: Endpoint) -> None:
+        self._db = db
+        self._events = events
+        self._endpoint = endpoint
+        self.recorded = False
+
+    def write(self, work: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        if self._db is None:
+            raise RuntimeError("the pipeline was made without a database")
+        if self._events is None or not self._endpoint.emits_events:
+            return self._db.write(work, *args)
+        self.recorded = True
+        return self._events.write(self._endpoint, work, *args)
 
 
 class Purpose(enum.Enum):
@@ -193,11 +220,13 @@ class Pipeline:
         controllers: Mapping[str, Controller],
         superuser_role: str,
         events: Events | None = None,
+        db: Writer | None = None,
     ) -> None:
         self._rules = rules
         self._controllers = controllers
         self._superuser_role = superuser_role
         self._events = events  # None when webhookActive is false
+        self._db = db
 
     def admit(
         self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT
@@ -233,7 +262,8 @@ class Pipeline:
         its output. A batch admits its endpoint once and executes each element here."""
         endpoint, granted = admitted.endpoint, admitted.granted
         fields = admit_fields(admitted.state, endpoint, granted, request, admitted.action_rules)
-        call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller)
+        unit = CallUnit(self._db, self._events, endpoint)
+        call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit)
         try:
             output = admitted.action(call)
             if isinstance(output, Deferred) or inspect.isawaitable(output):
@@ -243,6 +273,6 @@ class Pipeline:
         except Exception:
             log.failure("controller {endpoint} raised", endpoint=endpoint.path)
             raise InternalError(f"{endpoint.path} failed; the error was logged") from None
-        if self._events is not None and endpoint.hook_roles and not endpoint.is_safe:
+        if self._events is not None and endpoint.emits_events and not unit.recorded:
             await self._events.record(endpoint, output)
         return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from apid.problems import (
     BadRequest,
@@ -23,6 +23,8 @@ from apid.problems import (
 )
 
 if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
     from apid.accounts import Accounts
     from apid.config import SecurityConfig
     from apid.hooks.service import Hooks
@@ -32,10 +34,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActionRules", "BadRequest", "Call", "Caller", "Conflict", "Controller", "FieldError", "Forbidden",
-    "InvalidFields", "NotFound", "Problem", "RouteCall", "Services", "Unprocessable", "action", "route",
+    "InvalidFields", "NotFound", "Problem", "RouteCall", "Services", "UnitOfWork", "Unprocessable", "action",
+    "route",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 _ACTION_MARK = "__apid_action__"
 _ROUTE_MARK = "__apid_route__"
 
@@ -125,11 +129,31 @@ class Services:
     hooks: Hooks
 
 
+class UnitOfWork(Protocol):
+    """Runs `work(connection, *args)` in one write transaction, off the reactor thread."""
+
+    def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]: ...
+
+
 @dataclass(frozen=True)
 class Call:
     endpoint: Endpoint
     fields: Mapping[str, Any]
     caller: Caller
+    unit: UnitOfWork | None = None  # set by the daemon for every call
+
+    def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Run `work(connection, *args)` (a SQLAlchemy connection, in a database thread) in one
+        transaction with this call's webhook events: the change and its events commit together
+        or not at all, so a crash never leaves one without the other (the outbox pattern).
+
+        The events carry what `work` returns, filtered for each subscriber like an answer (an
+        object with `to_dict()`, such as an `Account`, as that dict): return the changed record
+        from `work`, and answer it from the action.
+        """
+        if self.unit is None:
+            raise RuntimeError("this call has no unit of work: it was not made by the daemon")
+        return self.unit.write(work, *args)
 
     def require(self, *names: str) -> None:
         """Refuse the call with one 400 naming every listed field that was not sent. For fields

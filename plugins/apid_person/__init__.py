@@ -3,7 +3,8 @@
 Roles decide who may call what and which fields they see (iostate/person.json); the field
 rules are declared on the actions (required fields, the account policy), so one 400 lists
 every bad field; this code adds what neither can say: a caller who is not the superuser
-reaches only their own record, and only configured roles may be given.
+reaches only their own record, and only configured roles may be given. Every change runs in
+the call's unit of work (`unit=call`), so it commits together with its webhook events.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class PersonController(Controller):
             fields["password"],
             self._known_roles(call) or [self.services.security.user_role],
             enabled=fields.get("enabled") is not False,
+            unit=call,
         )
         return account.to_dict()
 
@@ -84,6 +86,7 @@ class PersonController(Controller):
             roles=self._known_roles(call),
             current_password=fields["currentPassword"] if own_password else None,
             keep_session=call.caller.session if own_password else None,
+            unit=call,
         )
         return account.to_dict()
 
@@ -92,6 +95,6 @@ class PersonController(Controller):
         person_id = self._own_or_superuser(call)
         if person_id == call.caller.id:
             raise Conflict("you cannot delete your own account")
-        if not await self.services.accounts.delete(person_id):
+        if not await self.services.accounts.delete(person_id, unit=call):
             raise NotFound(f"no person with id {person_id}")
         return {"id": person_id}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from harness import ADMIN, USER, Deployment, deployment_with_accounts, everyone, running_daemon
+from receiver import Receiver
 
 
 @pytest.fixture(scope="module")
@@ -40,3 +43,20 @@ def unchanged(daemon, admin_token):
     before = everyone(daemon, admin_token)
     yield
     assert everyone(daemon, admin_token) == before
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    """A webhook receiver on loopback for the module (tests/receiver.py)."""
+    receiver = Receiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="module")
+def database(deployment):
+    """The module deployment's SQLite file, read and written as any SQL client would."""
+    connection = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None, timeout=30)
+    connection.row_factory = sqlite3.Row
+    yield connection
+    connection.close()

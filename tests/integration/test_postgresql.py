@@ -11,17 +11,9 @@ from sqlalchemy import create_engine, inspect, select
 
 from apid.store.tables import metadata, person, person_role, role
 from harness import ADMIN, Deployment, burst, deployment_with_accounts, running_daemon
-from postgres import PostgresServer
 from receiver import Receiver
 
 pytestmark = pytest.mark.postgresql
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

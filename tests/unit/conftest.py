@@ -12,7 +12,6 @@ from twisted.internet import reactor
 from apid.accounts import insert_account
 from apid.store.database import Database, make_engine, run_write
 from apid.store.migrate import upgrade
-from postgres import PostgresServer
 from redis_server import running_redis
 
 
@@ -36,14 +35,6 @@ def database(engine):
     db.start()
     yield db
     db.stop()
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A real PostgreSQL server for the module (Debian's packages; see tests/postgres.py)."""
-    server = PostgresServer().start()
-    yield server
-    server.stop()
 
 
 def add_person(engine, name: str) -> int:

@@ -1,16 +1,22 @@
-"""Claiming and settling deliveries against a migrated SQLite database."""
+"""Claiming and settling deliveries against a migrated SQLite database (and PostgreSQL, for
+two daemons claiming at once)."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 from sqlalchemy import select, update
 
+from apid.accounts import insert_account
 from apid.hooks.store import (
-    Attempt, NewMessage, Outcome, claim, insert_hook, insert_messages, purge, release, requeue, settle,
+    Attempt, NewMessage, Outcome, change_hook, claim, enable_values, get_hook, insert_hook, insert_messages,
+    list_hooks, purge, release, requeue, settle, subscribers,
 )
 from apid.problems import NotFound
-from apid.store.database import run_read, run_write
-from apid.store.tables import hook, hook_attempt, hook_message
+from apid.store.database import make_engine, run_read, run_write
+from apid.store.migrate import upgrade
+from apid.store.tables import hook, hook_attempt, hook_message, person
 
 NOW = 1_800_000_000.0
 LEASE = 30.0
@@ -96,7 +102,7 @@ def test_failures_back_off_and_disable_the_hook_at_max_attempts(engine, hook_id)
         if count < MAX_ATTEMPTS:
             assert disabled == [] and state.is_enabled and state.retry_at == now + 10.0 * count
             assert take(engine, now=now + 10.0 * count - 1) == []  # backing off
-    assert disabled == [hook_id] and not state.is_enabled and "3 consecutive failed deliveries" in state.disabled_reason
+    assert disabled == [hook_id] and not state.is_enabled and "3 consecutive failed rounds" in state.disabled_reason
     assert message_state(engine, mid).state == "pending" and take(engine, now=NOW + 10_000) == []
 
 
@@ -107,6 +113,93 @@ def test_a_failing_hook_is_probed_with_one_message_at_a_time(engine, hook_id):
     retry_at = hook_state(engine, hook_id).retry_at
     assert take(engine, now=retry_at) == [first]  # one probe, not four attempts
     assert take(engine, "b", now=retry_at + 1) == []  # the probe holds the hook for other daemons too
+
+
+def claimed(engine, owner: str = "a", now: float = NOW, limit: int = 100):
+    return run_write(engine, claim, owner, now, LEASE, limit, unlimited)
+
+
+def outcome_of(message, outcome: Outcome, **extra) -> Attempt:
+    """The attempt of a claimed message, as the worker passes it on: with the claim's round."""
+    return Attempt(message.id, message.hook_id, outcome, NOW, 5.0, round=message.round, **extra)
+
+
+def test_deliveries_in_flight_together_fail_as_one_round(engine, hook_id):
+    add_messages(engine, hook_id, 6)
+    first, second = claimed(engine, "a", limit=4), claimed(engine, "b", limit=2)  # two daemons
+    assert {m.round for m in first + second} == {0} and not any(m.is_probe for m in first + second)
+
+    settle_now(engine, [outcome_of(m, Outcome.FAILED, error="down") for m in first])  # one batch
+    settle_now(engine, [outcome_of(m, Outcome.FAILED, error="down") for m in second], owner="b", now=NOW + 1)
+
+    state = hook_state(engine, hook_id)
+    assert (state.attempts, state.retry_at, state.is_enabled) == (1, NOW + 10.0, True)  # 6 failures, one round
+
+
+def test_each_failed_probe_is_one_more_round_and_a_success_lets_the_backlog_flow_in_order(engine, hook_id):
+    ids = add_messages(engine, hook_id, 5)
+    settle_now(engine, [outcome_of(m, Outcome.FAILED, error="down") for m in claimed(engine, limit=3)])
+    now = NOW
+    for round_ in range(1, MAX_ATTEMPTS - 1):  # each probe fails, short of disabling the hook
+        now = hook_state(engine, hook_id).retry_at
+        [probe] = claimed(engine, now=now)
+        assert (probe.id, probe.round, probe.is_probe) == (ids[0], round_, True)  # the oldest, alone
+        assert claimed(engine, "b", now=now) == []  # the others wait, unclaimed, here and elsewhere
+        settle_now(engine, [outcome_of(probe, Outcome.FAILED, error="down")], now=now)
+        assert hook_state(engine, hook_id).attempts == round_ + 1
+    now = hook_state(engine, hook_id).retry_at
+    [probe] = claimed(engine, now=now)
+    settle_now(engine, [outcome_of(probe, Outcome.DELIVERED, status_code=200)], now=now)
+
+    assert (hook_state(engine, hook_id).attempts, hook_state(engine, hook_id).retry_at) == (0, None)
+    backlog = claimed(engine, now=now)
+    assert [m.id for m in backlog] == ids[1:] and {m.round for m in backlog} == {0}  # all at once, in order
+
+
+def test_a_late_failure_of_a_round_already_counted_changes_nothing(engine, hook_id):
+    add_messages(engine, hook_id, 3)
+    slow, *others = claimed(engine)
+    settle_now(engine, [outcome_of(m, Outcome.FAILED, error="down") for m in others])
+    retry_at = hook_state(engine, hook_id).retry_at
+    [probe] = claimed(engine, now=retry_at)
+    settle_now(engine, [outcome_of(probe, Outcome.FAILED, error="down")], now=retry_at)
+    counted = hook_state(engine, hook_id)
+
+    settle_now(engine, [outcome_of(slow, Outcome.FAILED, error="timed out")], now=retry_at + 1)  # round 0, finally
+
+    assert (hook_state(engine, hook_id).attempts, hook_state(engine, hook_id).retry_at) == (2, counted.retry_at)
+
+
+def test_a_disabled_hook_records_its_events_and_keeps_them_until_enabled(engine, alice, hook_id):
+    run_write(engine, change_hook, hook_id, None, enable_values(False), None)
+    assert [s.hook_id for s in run_read(engine, subscribers, "person", "create")] == [hook_id]
+    ids = add_messages(engine, hook_id, 3)
+
+    assert take(engine) == []  # never claimed while disabled
+    assert run_read(engine, get_hook, hook_id).pending == 3
+    assert [h.pending for h in run_read(engine, list_hooks, None, 0, 10)] == [3]
+    run_write(engine, change_hook, hook_id, None, enable_values(True), None)
+    assert take(engine) == ids  # in order of recording
+    assert run_read(engine, get_hook, hook_id).to_dict()["pending"] == 3  # claimed is not delivered
+
+
+def test_a_hook_disabled_by_failures_keeps_recording(engine, hook_id):
+    [mid] = add_messages(engine, hook_id, 1)
+    for count in range(MAX_ATTEMPTS):
+        now = NOW + count * 100
+        [message] = claimed(engine, now=now)
+        settle_now(engine, [outcome_of(message, Outcome.FAILED, error="down")], now=now)
+    assert not hook_state(engine, hook_id).is_enabled
+    assert [s.hook_id for s in run_read(engine, subscribers, "person", "update")] == [hook_id]
+    later = add_messages(engine, hook_id, 2, start=NOW + 1000)
+    assert run_read(engine, get_hook, hook_id).pending == 3 and take(engine, now=NOW + 2000) == []
+    run_write(engine, change_hook, hook_id, None, enable_values(True), None)
+    assert take(engine, now=NOW + 2000) == [mid, *later]
+
+
+def test_subscribers_leave_out_hooks_of_disabled_accounts(engine, alice, hook_id):
+    run_write(engine, lambda c: c.execute(update(person).where(person.c.id == alice).values(enabled=False)))
+    assert run_read(engine, subscribers, "person", "create") == []
 
 
 def test_410_and_a_refused_url_disable_at_once_and_keep_the_message(engine, hook_id):
@@ -156,3 +249,44 @@ def test_requeue_and_purge(engine, hook_id, bob):
     assert run_write(engine, purge, NOW - 1) == 0
     assert run_write(engine, purge, NOW + 1) == 1
     assert run_read(engine, lambda c: c.execute(select(hook_attempt)).all()) == []
+
+
+def test_purge_forgets_pending_messages_older_than_the_retention_too(engine, hook_id):
+    old = add_messages(engine, hook_id, 2, start=NOW)
+    recent = add_messages(engine, hook_id, 1, start=NOW + 100)
+    run_write(engine, change_hook, hook_id, None, enable_values(False), None)
+    assert run_write(engine, purge, NOW + 50) == 2
+    remaining = run_read(engine, lambda c: c.execute(select(hook_message.c.id)).scalars().all())
+    assert remaining == recent and not set(old) & set(remaining)
+    assert run_read(engine, get_hook, hook_id).pending == 1
+
+
+@pytest.mark.postgresql
+def test_two_daemons_claiming_a_failing_hook_at_once_send_one_probe_on_postgresql(postgres, tmp_path):
+    engine = make_engine(postgres.new_database(tmp_path.name.lower()))
+    upgrade(engine)
+    owner = run_write(engine, insert_account, "alice", "alice@example.com", "not-a-real-hash", ["ROLE_USER"]).id
+    hook_id = run_write(engine, insert_hook, owner, "http://127.0.0.1:9000/in", "person", "whsec_" + "A" * 44).id
+    ids = add_messages(engine, hook_id, 3)
+    run_write(engine, lambda c: c.execute(update(hook).where(hook.c.id == hook_id).values(attempts=1, retry_at=NOW)))
+    try:
+        with engine.connect() as first, engine.connect() as second:
+            first.begin()
+            # not committed yet; it read (and locked) one candidate, as when the backlog is longer
+            # than a claim reads
+            probe = claim(first, "a", NOW, LEASE, 1, unlimited)
+            elsewhere: list = []
+
+            def other_daemon() -> None:
+                with second.begin():
+                    elsewhere.extend(claim(second, "b", NOW, LEASE, 10, unlimited))
+
+            thread = threading.Thread(target=other_daemon)
+            thread.start()
+            thread.join(0.5)
+            assert thread.is_alive()  # it skipped the locked probe, chose the next: waits for the hook's row
+            first.commit()
+            thread.join(10)
+        assert [m.id for m in probe] == ids[:1] and elsewhere == []  # one probe, not two
+    finally:
+        engine.dispose()

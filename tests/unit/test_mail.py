@@ -77,6 +77,15 @@ def test_the_link_survives_whole():
     assert LINK in message.get_content().split()
 
 
+def test_an_ascii_body_is_written_as_it_is_so_a_long_link_reads_whole_in_the_file():
+    """An outbox .eml read with grep (README's tour) finds the link as the user will see it:
+    quoted-printable would break a line past 76 characters and write `=` as `=3D`."""
+    link = "http://127.0.0.1:8080/validate?id=" + "A1b2-C3d4_" * 5 + "="
+    raw = Message("a@example.com", "subject", f"open this:\n\n{link}\n").render(SENDER)
+    assert link.encode() in raw.split(b"\n") or link.encode() + b"\r" in raw.split(b"\n")
+    assert b"Content-Transfer-Encoding: 7bit" in raw
+
+
 def test_non_ascii_text_is_encoded_and_comes_back():
     message = parse(Message("bob@example.com", "Grüße von apid", "Héllo — ✓\n").render(SENDER))
     assert message["Subject"] == "Grüße von apid"

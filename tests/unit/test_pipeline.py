@@ -9,6 +9,7 @@ import pytest_twisted
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import reactor, task
+from twisted.internet.defer import succeed
 
 from apid.auth.tokens import Principal
 from apid.config import load_api
@@ -411,3 +412,66 @@ async def test_the_action_runs_when_every_declared_rule_holds():
 def test_a_bare_action_declares_nothing_and_a_declaring_one_keeps_its_rules():
     assert action_rules(People.show) == ActionRules()
     assert action_rules(Declared.create) == ActionRules(requires=("username", "password", "email"), validate=policy)
+
+
+# --- the call's unit of work (issue 11, item 5) -------------------------------------------------------
+
+
+class Writes:
+    """A database and an event recorder in one, remembering what each was asked to do."""
+
+    def __init__(self) -> None:
+        self.plain: list = []
+        self.with_events: list = []
+        self.recorded: list = []
+
+    def write(self, work, *args):
+        self.plain.append(work)
+        return succeed(work("connection", *args))
+
+    async def record(self, endpoint, output):
+        self.recorded.append((endpoint.path, output))
+
+
+class EventWrites(Writes):
+    def write(self, endpoint, work, *args):  # the recorder's: the endpoint first
+        self.with_events.append((endpoint.path, work))
+        return succeed(work("connection", *args))
+
+
+def pipeline_with(db, events, answer):
+    return Pipeline(lambda: RULES, {"person": People(answer)}, SECURITY.superuser_role, events, db)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_write_through_the_call_records_its_events_in_the_same_transaction():
+    db, events = Writes(), EventWrites()
+    pipeline = pipeline_with(db, events, lambda call: call.write(lambda connection, name: {"id": 9, "name": name}, "x"))
+    result = await pipeline.run(ADMIN, CallRequest("person", "create", None, "POST",
+                                                   {"username": "u", "password": "p4ssword!", "email": "u@x.org"}))
+    assert result.data == {"id": 9}
+    assert [path for path, _ in events.with_events] == ["person/create"]
+    assert events.recorded == [] and db.plain == []  # not recorded a second time, after the action
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_action_writing_another_way_gets_its_events_after_it_returns():
+    db, events = Writes(), EventWrites()
+    pipeline = pipeline_with(db, events, lambda call: dict(RECORD))
+    await pipeline.run(ADMIN, CallRequest("person", "delete", None, "DELETE", {}, {"id": ["1"]}))
+    assert events.recorded == [("person/delete", RECORD)] and events.with_events == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_write_of_a_safe_call_or_without_webhooks_is_a_plain_write():
+    db = Writes()
+    answer = lambda call: call.write(lambda connection: dict(RECORD))  # noqa: E731
+    await pipeline_with(db, EventWrites(), answer).run(ADMIN, CallRequest("person", "show", None, "GET", {}, {"id": ["1"]}))
+    await pipeline_with(db, None, answer).run(ADMIN, CallRequest("person", "delete", None, "DELETE", {}, {"id": ["1"]}))
+    assert len(db.plain) == 2
+
+
+def test_a_call_made_outside_the_daemon_has_no_unit_of_work():
+    call = Call(endpoint=PERSON.versions[PERSON.current_stable].endpoints["show"], fields={}, caller=None)
+    with pytest.raises(RuntimeError, match="no unit of work"):
+        call.write(lambda connection: None)

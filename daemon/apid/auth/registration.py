@@ -8,6 +8,7 @@ Emailed ids are single use and expire (`apid.auth.onetime`).
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,6 +28,7 @@ from apid.auth.sessions import Revocations
 from apid.auth.standing import note_change
 from apid.auth.tokens import Principal
 from apid.config import AccountsConfig
+from apid.hooks.events import AccountEvents
 from apid.http import read_json_body, write_json
 from apid.mail import Message, Outbox
 from apid.problems import BadRequest, NotFound
@@ -61,7 +63,7 @@ def _person_by_username(connection: Connection, username: str) -> Any:
 
 
 def register_account(connection: Connection, username: str, email: str, password_hash: str,
-                     role: str, lifetime: int) -> tuple[str, str | None, str]:
+                     role: str, lifetime: int, events: AccountEvents | None = None) -> tuple[str, str | None, str]:
     """What registering these details means, as (outcome, validation id, address to mail):
     "created" (a disabled account and a validation id), "again" (the same unvalidated
     account: a fresh id), "email-taken" or "name-taken" (nothing created). Mail about an
@@ -74,15 +76,26 @@ def register_account(connection: Connection, username: str, email: str, password
     if _person_by_username(connection, username) is not None:
         return "name-taken", None, email
     account = insert_account(connection, username, email, password_hash, [role], enabled=False)
+    if events is not None:
+        events.record(connection, "create", account)
     return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime), email
 
 
-def enable_account(connection: Connection, secret: str) -> bool:
+def _changed(connection: Connection, person_id: int, events: AccountEvents | None, **values: Any) -> None:
+    """Update the account as `person/update` would (a new version, lastUpdated), noting the
+    change for every daemon and recording its events in the same transaction."""
+    connection.execute(update(person).where(person.c.id == person_id).values(
+        version=person.c.version + 1, last_updated=datetime.now(timezone.utc), **values))
+    note_change(connection, person_id)
+    if events is not None:
+        events.record(connection, "update", get_account(connection, person_id))
+
+
+def enable_account(connection: Connection, secret: str, events: AccountEvents | None = None) -> bool:
     live = onetime.consume(connection, secret, onetime.VALIDATE)
     if live is None:
         return False
-    connection.execute(update(person).where(person.c.id == live.person_id).values(enabled=True))
-    note_change(connection, live.person_id)
+    _changed(connection, live.person_id, events, enabled=True)
     return True
 
 
@@ -95,15 +108,13 @@ def request_reset(connection: Connection, email: str, lifetime: int) -> tuple[st
     return onetime.issue(connection, row.id, onetime.RESET, lifetime), row.email
 
 
-def reset_password(connection: Connection, secret: str, password_hash: str) -> int | None:
+def reset_password(connection: Connection, secret: str, password_hash: str,
+                   events: AccountEvents | None = None) -> int | None:
     """Set the password of the id's account and use the id up; the account's id, or None."""
     live = onetime.consume(connection, secret, onetime.RESET)
     if live is None:
         return None
-    connection.execute(
-        update(person).where(person.c.id == live.person_id)
-        .values(password=password_hash, password_expired=False, version=person.c.version + 1)
-    )
+    _changed(connection, live.person_id, events, password=password_hash, password_expired=False)
     return live.person_id
 
 
@@ -119,7 +130,9 @@ class AccountEndpoints:
         base_url: str,
         home_url: str,
         user_role: str,
+        events: AccountEvents | None = None,
     ) -> None:
+        self._events = events  # None when webhookActive is false
         self._db = db
         self._passwords = passwords
         self._outbox = outbox
@@ -155,7 +168,8 @@ class AccountEndpoints:
         await self._limiter.reserve("register", client_address(request), email)
         password_hash = await self._passwords.hash(password)
         outcome, secret, address = await self._db.write(
-            register_account, username, email, password_hash, self._user_role, self._config.validation_lifetime
+            register_account, username, email, password_hash, self._user_role, self._config.validation_lifetime,
+            self._events,
         )
         self._outbox.post(self._registration_mail(outcome, username, address, secret))
         return write_text(request, SENT)
@@ -177,7 +191,7 @@ class AccountEndpoints:
 
     async def validate(self, request: Request, _principal: Principal | None) -> bytes:
         secret = query_value(request, "id")
-        if await self._db.write(enable_account, secret):
+        if await self._db.write(enable_account, secret, self._events):
             return self._redirect(request, self._home_url)
         live = await self._db.read(onetime.find_live, secret)
         if live is not None and live.purpose == onetime.RESET:
@@ -226,7 +240,7 @@ class AccountEndpoints:
             raise BadRequest(BAD_LINK)
         account = await self._db.read(get_account, live.person_id)
         check_credentials(account.username if account else None, password)
-        person_id = await self._db.write(reset_password, secret, await self._passwords.hash(password))
+        person_id = await self._db.write(reset_password, secret, await self._passwords.hash(password), self._events)
         if person_id is None:
             raise BadRequest(BAD_LINK)
         await self._revocations.revoke_person(person_id)

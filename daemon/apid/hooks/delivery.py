@@ -3,7 +3,9 @@
 The whole exchange (connecting, sending, the status line and the body) is bounded by one
 timeout; redirects are not followed (a 3xx is a failure, as Standard Webhooks says); at most
 `per_host` deliveries are in flight to one host. The receiver's body is read (to keep the
-connection reusable) but at most `BODY_LIMIT` bytes of it.
+connection reusable) but at most `BODY_LIMIT` bytes of it. Connections are kept or closed as
+HTTP says, and a delivery that finds a pooled connection closed before any answer is sent once
+more on a fresh one (apid.outbound), within the same timeout.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from twisted.web.iweb import IResponse
 from apid.hooks.signing import signature_header
 from apid.hooks.store import Attempt, Claimed, Outcome
 from apid.hooks.urls import UrlRefused, check_url
-from apid.outbound import agent, connection_pool
+from apid.outbound import BytesBody, agent, connection_pool
 
 BODY_LIMIT = 64 * 1024
 THROTTLING = (429, 503)
@@ -128,7 +130,7 @@ class Deliverer:
         timestamp = int(time.time())
         response = await self._client.post(
             message.url,
-            data=message.payload,
+            data=BytesBody(message.payload),  # can be sent again if a pooled connection was dead
             headers={
                 "Content-Type": "application/json",
                 "User-Agent": "apid-webhooks",

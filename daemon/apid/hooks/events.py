@@ -1,28 +1,38 @@
-"""Events: after a successful non-safe call, one message per subscribed hook, written before
-the call answers.
+"""Events: for every change, one message per subscribed hook, written before the call answers.
 
-Each message's `data` is the call's output as the hook's **owner** would see it: filtered by
+Each message's `data` is the change's record as the hook's **owner** would see it: filtered by
 the RESPONSE fields of the owner's roles, never the caller's. An owner whose roles are not in
 the endpoint's HOOK list gets nothing.
+
+Where possible the messages are written in the change's own transaction (the outbox
+pattern), so that a crash never leaves a change without its events or events without their
+change: a plugin's unit of work (`Call.write`) and apid's own account changes outside IO State
+endpoints (sign-up, validation, password reset, `apid user add`: `AccountEvents`). A call
+whose action writes some other way gets its events after it returns, in a transaction of
+their own.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+from twisted.internet.defer import Deferred
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.http import dumps
-from apid.iostate import Endpoint
+from apid.iostate import Endpoint, RuleSet
 from apid.problems import InternalError
 from apid.store.database import Database
-from apid.hooks.store import NewMessage, insert_messages, subscribers
+from apid.hooks.store import NewMessage, Subscriber, insert_messages, subscribers
 
 log = Logger(namespace="apid.hooks")
+T = TypeVar("T")
 
 
 def message_id() -> str:
@@ -33,6 +43,36 @@ def payload(message: str, type_: str, moment: float, data: Any) -> str:
     """The JSON body delivered: `{id, type, timestamp, data}`, as exact text to store and sign."""
     timestamp = datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="milliseconds")
     return dumps({"id": message, "type": type_, "timestamp": timestamp, "data": data}).decode("utf-8")
+
+
+def event_data(result: Any) -> Any:
+    """A change's record as events carry it: an object with `to_dict()` (an `Account`) as that."""
+    to_dict = getattr(result, "to_dict", None)
+    return to_dict() if callable(to_dict) else result
+
+
+def messages_for(found: Iterable[Subscriber], endpoint: Endpoint, record: Any, now: float,
+                 filter_output: Callable[[Any, frozenset[str]], Any]) -> list[NewMessage]:
+    """One message of `endpoint`'s event per subscriber whose owner's roles the endpoint's
+    HOOK list admits, carrying `record` as that owner may see it."""
+    data = event_data(record)
+    messages = []
+    for subscriber in found:
+        if endpoint.hook_roles & subscriber.roles:
+            mid = message_id()
+            shown = filter_output(data, endpoint.response_fields(endpoint.granted(subscriber.roles)))
+            messages.append(NewMessage(mid, subscriber.hook_id, endpoint.path, payload(mid, endpoint.path, now, shown)))
+    return messages
+
+
+def record_events(connection: Connection, endpoint: Endpoint, record: Any, now: float,
+                  filter_output: Callable[[Any, frozenset[str]], Any]) -> int:
+    """In the caller's transaction: the messages of `endpoint`'s event; how many were written."""
+    messages = messages_for(subscribers(connection, endpoint.controller, endpoint.action), endpoint, record, now,
+                            filter_output)
+    if messages:
+        insert_messages(connection, messages, now)
+    return len(messages)
 
 
 class EventRecorder:
@@ -53,21 +93,59 @@ class EventRecorder:
     async def record(self, endpoint: Endpoint, output: Any) -> None:
         """Look the subscribers up (a read: most calls have none), then write their messages."""
         now = self._reactor.seconds()
-        type_ = endpoint.path
         try:
             found = await self._db.read(subscribers, endpoint.controller, endpoint.action)
-            messages = []
-            for subscriber in found:
-                if endpoint.hook_roles & subscriber.roles:
-                    data = self._filter(output, endpoint.response_fields(endpoint.granted(subscriber.roles)))
-                    mid = message_id()
-                    messages.append(NewMessage(mid, subscriber.hook_id, type_, payload(mid, type_, now, data)))
+            messages = messages_for(found, endpoint, output, now, self._filter)
             if messages:
                 await self._db.write(insert_messages, messages, now)
         except Exception:
-            log.failure("the webhook events of {endpoint} could not be recorded", endpoint=type_)
+            log.failure("the webhook events of {endpoint} could not be recorded", endpoint=endpoint.path)
             raise InternalError(
-                f"{type_} was carried out, but its webhook events could not be recorded; the error was logged"
+                f"{endpoint.path} was carried out, but its webhook events could not be recorded; the error was logged"
             ) from None
         if messages:
             self._wake()
+
+    def write(self, endpoint: Endpoint, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Run `work(connection, *args)` and record the endpoint's events from what it returns,
+        in one transaction: both commit or neither does."""
+        now = self._reactor.seconds()
+
+        def unit(connection: Connection) -> tuple[T, int]:
+            result = work(connection, *args)
+            return result, record_events(connection, endpoint, result, now, self._filter)
+
+        def woken(outcome: tuple[T, int]) -> T:
+            result, written = outcome
+            if written:
+                self._wake()
+            return result
+
+        return self._db.write(unit).addCallback(woken)
+
+
+class AccountEvents:
+    """The `person` events of changes made outside IO State endpoints (sign-up, validation,
+    password reset, `apid user add`), recorded in the change's transaction exactly as
+    `person/create` and `person/update` record theirs. Called in a database thread."""
+
+    def __init__(self, rules: Callable[[], RuleSet], filter_output: Callable[[Any, frozenset[str]], Any],
+                 clock: Callable[[], float], wake: Callable[[], None] = lambda: None) -> None:
+        self._rules = rules
+        self._filter = filter_output
+        self._clock = clock
+        self._wake = wake  # thread-safe: called in the database thread
+
+    def record(self, connection: Connection, action: str, account: Any) -> None:
+        """The events of `person/{action}` (create or update) for the account as it is now."""
+        endpoint = current_endpoint(self._rules(), "person", action)
+        if endpoint is not None and endpoint.emits_events:
+            if record_events(connection, endpoint, account, self._clock(), self._filter):
+                self._wake()
+
+
+def current_endpoint(rules: RuleSet, controller: str, action: str) -> Endpoint | None:
+    """The endpoint of the controller's current stable API version, if it has that action."""
+    state = rules.controller(controller)
+    version = state.versions.get(state.current_stable) if state is not None else None
+    return version.endpoints.get(action) if version is not None else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
 
 from apid.hooks.signing import new_secret
 from apid.hooks.urls import UrlRefused, origin
@@ -49,6 +49,7 @@ class Hook:
     disabled_reason: str | None
     date_created: str | None
     last_modified: str | None
+    pending: int  # messages recorded and not yet delivered: the hook's backlog
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class Hook:
             "disabledReason": self.disabled_reason,
             "dateCreated": self.date_created,
             "lastModified": self.last_modified,
+            "pending": self.pending,
         }
 
 
@@ -71,7 +73,7 @@ def _hook(row: Any) -> Hook:
         id=row.id, version=row.version, user_id=row.user_id, url=row.url, service=row.service,
         format=row.format, is_enabled=bool(row.is_enabled), attempts=row.attempts,
         disabled_reason=row.disabled_reason, date_created=iso(row.date_created),
-        last_modified=iso(row.last_modified),
+        last_modified=iso(row.last_modified), pending=row.pending,
     )
 
 
@@ -83,7 +85,7 @@ def _now() -> datetime:
 
 @dataclass(frozen=True)
 class Subscriber:
-    """An enabled hook subscribed to an endpoint, and its owner's roles."""
+    """A hook subscribed to an endpoint, and its owner's roles."""
 
     hook_id: int
     user_id: int
@@ -95,12 +97,15 @@ _SUBSCRIBERS = (
     .join(person, and_(person.c.id == hook.c.user_id, person.c.enabled.is_(True)))
     .outerjoin(person_role, person_role.c.person_id == hook.c.user_id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
-    .where(hook.c.is_enabled.is_(True), hook.c.service.in_(bindparam("services", expanding=True)))
+    .where(hook.c.service.in_(bindparam("services", expanding=True)))
 )
 
 
 def subscribers(connection: Connection, controller: str, action: str) -> list[Subscriber]:
-    """Enabled hooks on the controller or on this one endpoint, whose owner's account is enabled."""
+    """Hooks on the controller or on this one endpoint whose owner's account is enabled.
+
+    Disabled hooks are included, whether disabled by hand or by failures: their messages are
+    recorded and wait, pending, until the hook is enabled again (or `retentionDays` passes)."""
     found: dict[int, tuple[int, set[str]]] = {}
     for hook_id, user_id, authority in connection.execute(
         _SUBSCRIBERS, {"services": [controller, f"{controller}/{action}"]}
@@ -139,6 +144,15 @@ class Claimed:
     host: str  # the key deliveries are counted under for the per-host limit
     secrets: tuple[str, ...]
     payload: bytes
+    # The hook's failed rounds (`attempts`) when this was claimed: its failure counts only if no
+    # other delivery of the same round has been counted yet (see `settle`).
+    round: int = 0
+    claimed_at: float = 0.0
+
+    @property
+    def is_probe(self) -> bool:
+        """Claimed while the hook was failing: the one message that tries the receiver."""
+        return self.round > 0
 
 
 def host_key(url: str) -> str:
@@ -181,46 +195,62 @@ def claim(
 ) -> list[Claimed]:
     """Lease up to `limit` due messages, oldest first, at most `room(host)` per host.
 
-    A hook that is failing (its `attempts` above 0) gets one message: a probe. Its other
-    messages wait until the probe settles, so a receiver that is down costs one attempt per
-    backoff step, not one per waiting message; `retry_at` holds the probe's place meanwhile,
-    for other daemons too.
+    Messages of disabled hooks are never claimed. A hook that is failing (its `attempts`, the
+    count of its failed rounds, above 0) gets one message, its oldest: a probe. Its other
+    messages wait, unclaimed, until the probe settles: delivered, the backlog flows again at
+    full parallelism; failed, one more round is counted and the hook backs off. So a receiver
+    that is down costs one attempt per backoff step, not one per waiting message. `retry_at`
+    holds the probe's place meanwhile; the hold is taken only if no other daemon took it
+    first, so a hook has one probe at a time across daemons.
     """
     hosts: dict[int, str] = {}
     left: dict[str, int] = {}
     secrets: dict[int, tuple[str, ...]] = {}
     fresh_secrets: dict[int, str] = {}
-    probed: set[int] = set()
+    rounds: dict[int, int] = {}
     chosen: list[tuple[str, int, str]] = []
     for row in connection.execute(_CANDIDATES, {"now": now, "limit": limit}):
-        if row.hook_id in probed:
-            continue
+        if rounds.get(row.hook_id, 0) > 0:
+            continue  # its probe is chosen
         host = hosts.get(row.hook_id) or hosts.setdefault(row.hook_id, host_key(row.url))
         if left.setdefault(host, room(host)) <= 0:
             continue
         left[host] -= 1
-        if row.attempts > 0:
-            probed.add(row.hook_id)
+        rounds[row.hook_id] = row.attempts
         if row.hook_id not in secrets:
             current = row.secret or fresh_secrets.setdefault(row.hook_id, new_secret())
             previous = row.previous_secret if (row.previous_secret_expires or 0) > now else None
             secrets[row.hook_id] = (current, previous) if previous else (current,)
         chosen.append((row.id, row.hook_id, row.url))
+    beaten = {
+        hook_id for hook_id, failed in rounds.items() if failed > 0 and not _hold_probe(connection, hook_id, now, lease)
+    }
+    chosen = [entry for entry in chosen if entry[1] not in beaten]
     if not chosen:
         return []
     for hook_id, secret in fresh_secrets.items():
         connection.execute(update(hook).where(hook.c.id == hook_id, hook.c.secret.is_(None)).values(secret=secret))
-    if probed:
-        connection.execute(update(hook).where(hook.c.id.in_(probed)).values(retry_at=now + lease))
     ids = [message_id for message_id, _, _ in chosen]
     connection.execute(
         update(hook_message).where(hook_message.c.id.in_(ids)).values(lease_owner=owner, lease_until=now + lease)
     )
     payloads = dict(connection.execute(_PAYLOADS, {"ids": ids}).all())
     return [
-        Claimed(message_id, hook_id, url, hosts[hook_id], secrets[hook_id], payloads[message_id].encode("utf-8"))
+        Claimed(message_id, hook_id, url, hosts[hook_id], secrets[hook_id], payloads[message_id].encode("utf-8"),
+                rounds[hook_id], now)
         for message_id, hook_id, url in chosen
     ]
+
+
+def _hold_probe(connection: Connection, hook_id: int, now: float, lease: float) -> bool:
+    """Keep a failing hook's other messages (and other daemons) off it while its probe is out;
+    False when another daemon's probe got there first (PostgreSQL re-reads the row once that
+    daemon commits)."""
+    return connection.execute(
+        update(hook)
+        .where(hook.c.id == hook_id, hook.c.attempts > 0, or_(hook.c.retry_at.is_(None), hook.c.retry_at <= now))
+        .values(retry_at=now + lease)
+    ).rowcount == 1
 
 
 class Outcome(enum.Enum):
@@ -241,6 +271,7 @@ class Attempt:
     status_code: int | None = None
     error: str | None = None
     retry_after: float | None = None
+    round: int | None = None  # the claim's `Claimed.round`; None: unknown, a failure counts
 
 
 def settle(
@@ -253,8 +284,11 @@ def settle(
 ) -> list[int]:
     """Record the attempts and what follows from them; the hooks this disabled.
 
-    A success resets the hook's count of consecutive failures; a failure raises it and
-    delays the hook by `backoff(count)`, disabling it when the count reaches `max_attempts`.
+    A hook's `attempts` counts its failed rounds, not its failed deliveries. A success resets
+    it; a failure of the current round (`Attempt.round` equal to the count: no delivery
+    claimed with it has failed yet) raises it, delays the hook by `backoff(count)` and
+    disables it when the count reaches `max_attempts`. A failure of a delivery claimed in a
+    round already counted (it was in flight with the one that failed first) changes nothing.
     Messages not delivered go back to pending, their lease released.
     """
     known = set(connection.execute(
@@ -295,6 +329,8 @@ def _settle_hooks(
     for attempt in attempts:  # in the order they finished: the last word on a hook wins
         if attempt.hook_id not in counts:
             continue
+        if attempt.outcome is Outcome.FAILED and attempt.round is not None and attempt.round < counts[attempt.hook_id]:
+            continue  # its round has already been counted
         change = changes.setdefault(attempt.hook_id, {})
         if attempt.outcome is Outcome.DELIVERED:
             counts[attempt.hook_id] = 0
@@ -309,7 +345,7 @@ def _settle_hooks(
             if count >= max_attempts:
                 change.update(
                     is_enabled=False, retry_at=None,
-                    disabled_reason=f"{count} consecutive failed deliveries; the last: {attempt.error}",
+                    disabled_reason=f"{count} consecutive failed rounds of delivery; the last: {attempt.error}",
                 )
     for hook_id, change in changes.items():
         if change.get("is_enabled") is False:
@@ -340,16 +376,28 @@ def release(connection: Connection, owner: str, message_ids: Iterable[str]) -> N
 
 
 def purge(connection: Connection, before: float) -> int:
-    """Forget messages delivered before `before`, with their attempts."""
-    old = select(hook_message.c.id).where(hook_message.c.state == DELIVERED, hook_message.c.delivered_at < before)
+    """Forget messages delivered before `before` and messages recorded before it and still
+    pending (a hook disabled for longer than the retention keeps only its recent backlog),
+    with their attempts."""
+    old = select(hook_message.c.id).where(or_(
+        and_(hook_message.c.state == DELIVERED, hook_message.c.delivered_at < before),
+        and_(hook_message.c.state == PENDING, hook_message.c.created_at < before),
+    ))
     connection.execute(delete(hook_attempt).where(hook_attempt.c.message_id.in_(old)))
     return connection.execute(delete(hook_message).where(hook_message.c.id.in_(old))).rowcount
 
 
 # --- managing hooks (the hook controller and the command line) ------------------------------
 
+_HOOKS = select(
+    hook,
+    select(func.count()).where(hook_message.c.hook_id == hook.c.id, hook_message.c.state == PENDING)
+    .correlate(hook).scalar_subquery().label("pending"),
+)
+
+
 def get_hook(connection: Connection, hook_id: int) -> Hook | None:
-    row = connection.execute(select(hook).where(hook.c.id == hook_id)).first()
+    row = connection.execute(_HOOKS.where(hook.c.id == hook_id)).first()
     return None if row is None else _hook(row)
 
 
@@ -363,7 +411,7 @@ def owned_hook(connection: Connection, hook_id: int, user_id: int | None) -> Hoo
 
 
 def list_hooks(connection: Connection, user_id: int | None, offset: int, limit: int) -> list[Hook]:
-    query = select(hook).order_by(hook.c.id).offset(offset).limit(limit)
+    query = _HOOKS.order_by(hook.c.id).offset(offset).limit(limit)
     if user_id is not None:
         query = query.where(hook.c.user_id == user_id)
     return [_hook(row) for row in connection.execute(query)]

@@ -66,6 +66,11 @@ class Endpoint:
     def is_safe(self) -> bool:
         return self.method in SAFE_METHODS
 
+    @property
+    def emits_events(self) -> bool:
+        """Whether a call is a webhook event: it changes something and hooks may hear of it."""
+        return bool(self.hook_roles) and not self.is_safe
+
     def granted(self, roles: Iterable[str]) -> frozenset[str]:
         """The caller's roles that this endpoint admits; empty means the call is forbidden."""
         return self.roles.intersection(roles)
