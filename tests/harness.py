@@ -103,11 +103,13 @@ class Deployment:
 
 
 class Daemon:
-    """`apid serve` in a subprocess; `stop()` sends SIGTERM and waits."""
+    """`apid serve` in a subprocess; `stop()` sends SIGTERM and waits. `python` is the
+    interpreter it runs under (another virtualenv's, to serve the plugins installed there)."""
 
-    def __init__(self, deployment: Deployment, env: dict | None = None) -> None:
+    def __init__(self, deployment: Deployment, env: dict | None = None, python: str = sys.executable) -> None:
         self.deployment = deployment
         self.env = env or {}
+        self.python = python
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
         self.stderr_path = deployment.root / "daemon.stderr"
@@ -115,7 +117,7 @@ class Daemon:
     def start(self, timeout: float = 30) -> Daemon:
         stderr = open(self.stderr_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "apid", "serve", "--config-dir", str(self.deployment.config_dir),
+            [self.python, "-m", "apid", "serve", "--config-dir", str(self.deployment.config_dir),
              "--env", self.deployment.environment, "--listen", "tcp:0:interface=127.0.0.1"],
             stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **self.env},
         )

@@ -27,6 +27,7 @@ from apid.batch import BatchRunner
 from apid.chain import ChainRunner
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
 from apid.links import link_header, wanted as wanted_links
+from apid.openapi import OPENAPI_PATH
 from apid.pipeline import CallRequest, Pipeline
 from apid.plugin import Caller, Controller, RouteCall
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
@@ -57,6 +58,7 @@ class Application:
         chain: ChainRunner,
         public_routes: Iterable[PublicRoute],
         rate_limiter: RateLimiter | None = None,
+        openapi: Callable[[frozenset[str] | None], Any] | None = None,
     ) -> None:
         self.version = version
         self._reserved = reserved_uris
@@ -67,6 +69,7 @@ class Application:
         self._batch = batch
         self._chain = chain
         self._rate_limiter = rate_limiter
+        self._openapi = openapi
         self.klein = Klein()
         self._add_routes(public_routes)
 
@@ -98,6 +101,10 @@ class Application:
                       strict_slashes=False)(self._public(route))
         for rule in API_RULES:
             app.route(rule, methods=API_METHODS, endpoint="api", strict_slashes=False)(self._api)
+        if self._openapi is not None:
+            if ("GET", OPENAPI_PATH) in seen:
+                raise ValueError(f"two endpoints answer GET {OPENAPI_PATH}")
+            app.route(OPENAPI_PATH, methods=["GET"], endpoint="openapi")(self._openapi_document)
         app.route("/", methods=API_METHODS, endpoint="root")(self._nothing)
         app.handle_errors(Problem)(self._problem)
         app.handle_errors(RoutingMethodNotAllowed)(self._wrong_method)
@@ -106,7 +113,7 @@ class Application:
         app.handle_errors(Exception)(self._unexpected)
 
     def _public(self, route: PublicRoute) -> Callable[..., Any]:
-        path = route.path.rstrip("/") or "/"
+        path = route.reserved_as
 
         async def handle(request: Request, **_: Any) -> bytes:
             if path in self._reserved:
@@ -157,6 +164,15 @@ class Application:
             return
         for name, value in (await self._rate_limiter.charge(principal, cost)).items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
+
+    async def _openapi_document(self, request: Request) -> bytes:
+        """The OpenAPI document of the caller's roles; without an Authorization header (and
+        with /openapi.json in reservedUris), the one of the endpoints that need no token."""
+        if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
+            return write_json(request, self._openapi(None))
+        principal = await self.authenticate(request)
+        await self._charge(request, principal, 1)
+        return write_json(request, self._openapi(principal.roles))
 
     def _nothing(self, request: Request) -> bytes:
         raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
@@ -210,6 +226,7 @@ def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> C
         caller = None if principal is None else Caller(
             id=principal.user_id, username=principal.username, roles=principal.roles,
             is_superuser=superuser_role in principal.roles, session=principal.session,
+            all_roles=principal.roles,
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
         if inspect.isawaitable(output):

@@ -2,12 +2,13 @@
 
 The endpoint in the path is the first link; `chain.order` names the rest, in order, each
 mapped to the field of its output that becomes the next link's `id` (the last maps to
-`return`). The whole chain is checked before any link runs: its shape (at most one non-safe
-method, placed where `type` says, matching the request's method), its length, and the
-caller's right to call every link (each link admitted on its own). Then each link runs the
-rest of the single-call pipeline on its own (its fields admitted and typed, its action, its
-output filtered); a failing link stops the chain and its problem says where, and whether the
-non-safe call had already run.
+`return`). The request's method comes first: one no chain starting at the path's endpoint is
+called with is a 405. The whole chain is checked before any link runs: its shape (at most
+one non-safe method, placed where `type` says, matching the request's method), its length,
+and the caller's right to call every link (each link admitted on its own). Then each link
+runs the rest of the single-call pipeline on its own (its fields admitted and typed, its
+action, its output filtered); a failing link stops the chain and its problem says where, and
+whether the non-safe call had already run.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 
 from apid.auth.tokens import Principal
 from apid.batch import parse_combine
-from apid.iostate import Endpoint
+from apid.iostate import Endpoint, RuleSet
 from apid.pipeline import CallRequest, Pipeline
-from apid.problems import BadRequest, Problem, Unprocessable
+from apid.problems import BadRequest, MethodNotAllowed, Problem, Unprocessable
 from apid.routing import Target
 
 RETURN = "return"
@@ -145,6 +146,17 @@ def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str,
         raise ChainRuleBroken(f"this chain must be called with {expected}, not {method}", rule="request-method")
 
 
+def chain_methods(first: Endpoint, rules: RuleSet, roles: frozenset[str]) -> list[str]:
+    """The methods a chain starting at `first` may be called with: a PUT, POST or DELETE call
+    starts a prechain, called with its own method; a GET starts a blankchain (GET) or a
+    postchain, called with the method of its last call, any non-safe endpoint the roles may call."""
+    if not first.is_safe:
+        return [first.method]
+    last = {endpoint.method for state in rules.controllers.values() for version in state.versions.values()
+            for endpoint in version.endpoints.values() if not endpoint.is_safe and endpoint.granted(roles)}
+    return sorted({"GET", *last})
+
+
 class ChainRunner:
     def __init__(self, pipeline: Pipeline, limit: int) -> None:
         self._pipeline = pipeline
@@ -154,8 +166,24 @@ class ChainRunner:
         return CallRequest(controller=link.controller, action=link.action,
                            api_version=target.api_version, method=None, **fields)
 
+    def _check_method(self, principal: Principal, target: Target, method: str) -> None:
+        """405 for a method no chain starting at the path's endpoint can be called with, before
+        the chain object is read (as a plain call's method is checked before its fields); an
+        unknown first link is left to the chain rules (422 unknown-link)."""
+        if target.action is None:
+            return
+        try:
+            first = self._pipeline.endpoint(self._request(Link(0, target.controller, target.action, RETURN), target))
+        except Problem:
+            return
+        allowed = chain_methods(first, self._pipeline.rules(), principal.roles)
+        if method not in allowed:
+            raise MethodNotAllowed(f"a chain starting with {first.path} is called with {', '.join(allowed)}, "
+                                   f"not {method}", allowed)
+
     async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str,
                   text: Mapping[str, list[str]]) -> Any:
+        self._check_method(principal, target, method)
         chain = parse_chain(target, body, method)
         endpoints = []
         for link in chain.links:

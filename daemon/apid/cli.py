@@ -1,4 +1,5 @@
-"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check, routes.
+"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check, routes,
+openapi.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
 is wrong; every failure prints one line saying what and where.
@@ -24,17 +25,22 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 def _engine(config: Config):
+    return _migrated(config)[0]
+
+
+def _migrated(config: Config):
+    """An engine on the configured database, its schema brought up to date, and what that did."""
     from apid.store.database import make_engine
     from apid.store.migrate import MigrationRefused, ensure_sqlite_folder, upgrade
 
     ensure_sqlite_folder(config.server.database_url)
     engine = make_engine(config.server.database_url)
     try:
-        upgrade(engine)
+        change = upgrade(engine)
     except MigrationRefused as refused:
         engine.dispose()
         raise CommandFailed(str(refused)) from None
-    return engine
+    return engine, change
 
 
 def _bound(config: Config):
@@ -63,8 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    _engine(_load(args)).dispose()
-    print("apid: the database schema is up to date")
+    engine, change = _migrated(_load(args))
+    engine.dispose()
+    print(f"apid: {change.describe()}")
     return 0
 
 
@@ -197,6 +204,28 @@ def cmd_routes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_openapi(args: argparse.Namespace) -> int:
+    """The OpenAPI document of the given roles (none: the endpoints that need no token), as
+    `/openapi.json` would answer it, from the installed plugins and the IO State files."""
+    import json
+
+    from apid.apidoc import api_view
+    from apid.openapi import build, document_settings
+
+    config = _load(args)
+    roles = frozenset(args.role or ())
+    unknown = sorted(roles - config.api.security.all_roles)
+    if unknown:
+        print(f"apid: unknown role {unknown[0]}; known roles: {', '.join(sorted(config.api.security.all_roles))}",
+              file=sys.stderr)
+        return 2
+    bound = _bound(config)
+    view = api_view(bound.rules, roles, config.api.version) if roles else None
+    document = build(view, document_settings(config, bound.controllers.values(), config.server.base_url))
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config-dir", type=Path, default=None,
@@ -207,7 +236,9 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", parents=[common], help="run the daemon")
-    serve.add_argument("--listen", help="Twisted endpoint to listen on, e.g. tcp:8080:interface=127.0.0.1")
+    serve.add_argument("--listen", help="a port (8080: on loopback only, tcp:8080:interface=127.0.0.1) "
+                                        "or a Twisted endpoint such as tcp:PORT:interface=ADDR (default: $APID_LISTEN, "
+                                        "then listen in service_server.yml)")
     serve.set_defaults(run=cmd_serve)
 
     commands.add_parser("migrate", parents=[common], help="bring the database schema up to date").set_defaults(
@@ -241,6 +272,11 @@ def parser() -> argparse.ArgumentParser:
     check.set_defaults(run=cmd_iostate_check)
 
     commands.add_parser("routes", parents=[common], help="list every endpoint").set_defaults(run=cmd_routes)
+
+    openapi = commands.add_parser("openapi", parents=[common],
+                                  help="print the OpenAPI 3.1 document of some roles (none: the public endpoints)")
+    openapi.add_argument("--role", action="append", help="a role whose API to describe (repeatable)")
+    openapi.set_defaults(run=cmd_openapi)
     return top
 
 

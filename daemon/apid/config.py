@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -223,6 +224,53 @@ class _Node:
             raise self.fail(f"expected a list of strings, got {_kind(self.value)}")
         return tuple(self.child(f"[{i}]", v).string() for i, v in enumerate(self.value))
 
+    def url(self) -> str:
+        """An absolute http(s) URL: a bare host (`api.example.com`) would make every link
+        built on it relative, and so broken, in a mail or a redirect."""
+        try:
+            return http_url(self.string())
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+
+    def listen(self) -> str:
+        """A `listen` value; YAML reads a bare port (`listen: 8080`) as a number."""
+        if isinstance(self.value, int) and not isinstance(self.value, bool):
+            text = str(self.value)
+        else:
+            text = self.string()
+        try:
+            return listen_endpoint(text)
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+
+
+LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"
+
+
+def listen_endpoint(value: str) -> str:
+    """The Twisted endpoint a `listen` value names. A bare port means that port on loopback
+    only (the safe default: exposing apid is a decision, `tcp:PORT` or `interface=0.0.0.0`);
+    any other value is an endpoint string that `apid serve` checks when it builds the endpoint."""
+    text = value.strip()
+    if re.fullmatch(r"[0-9]+", text):
+        port = int(text)
+        if port > 65535:
+            raise ValueError(f"port {port} is out of range 0-65535")
+        return LOOPBACK_LISTEN.format(port=port)
+    return text
+
+
+def http_url(value: str) -> str:
+    """`value` if it is an absolute http:// or https:// URL with a host and a valid port."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # reading it raises ValueError for a port that is not a number or out of range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an absolute http:// or https:// URL such as https://api.example.com, got {value!r}")
+    return value
+
 
 def _kind(value: Any) -> str:
     if value is None:
@@ -278,9 +326,9 @@ def _sqlite_url(root: Path, url: str) -> str:
 
 def _peer(node: _Node, default_timeout: float) -> PeerServer:
     if isinstance(node.value, str):
-        return PeerServer(url=node.string().rstrip("/"), timeout=default_timeout)
+        return PeerServer(url=node.url().rstrip("/"), timeout=default_timeout)
     section = node.mapping(("url", "timeout"))
-    url = _require(section, node, "url", _Node.string).rstrip("/")
+    url = _require(section, node, "url", _Node.url).rstrip("/")
     return PeerServer(url=url, timeout=_get(section, "timeout", _Node.number, default_timeout))
 
 
@@ -334,7 +382,7 @@ def _accounts(node: _Node | None, base_url: str) -> AccountsConfig:
     return AccountsConfig(
         validation_lifetime=_get(section, "validationLifetime", lambda n: n.integer(minimum=60), 86400),
         reset_lifetime=_get(section, "resetLifetime", lambda n: n.integer(minimum=60), 3600),
-        reset_url=_get(section, "resetUrl", _Node.string, base_url + "/reset-password"),
+        reset_url=_get(section, "resetUrl", _Node.url, base_url + "/reset-password"),
     )
 
 
@@ -394,16 +442,24 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
     servers = section["servers"] if "servers" in section else None
     if servers is not None and not isinstance(servers.value, list):
         raise servers.fail(f"expected a list of peers, got {_kind(servers.value)}")
-    base_url = _get(section, "baseUrl", _Node.string, "http://127.0.0.1:8080").rstrip("/")
+    base_url = _get(section, "baseUrl", _Node.url, "http://127.0.0.1:8080").rstrip("/")
+    if "?" in base_url or "#" in base_url:
+        raise section["baseUrl"].fail(f"must have no query or fragment (links are built on it), got {base_url!r}")
+    listen = _get(section, "listen", _Node.listen, LOOPBACK_LISTEN.format(port=8080))
+    if env.get("APID_LISTEN"):
+        try:
+            listen = listen_endpoint(env["APID_LISTEN"])
+        except ValueError as exc:
+            raise ConfigError(f"APID_LISTEN (or --listen): {exc}") from None
 
     return ServerConfig(
         environment=environment,
         webhook_active=_get(section, "webhookActive", _Node.boolean, False),
         webhooks=_webhooks(section.get("webhooks")),
         api_throttle=_get(section, "apiThrottle", _Node.boolean, False),
-        listen=_overridden(env, "APID_LISTEN", _get(section, "listen", _Node.string, "tcp:8080:interface=127.0.0.1")),
+        listen=listen,
         base_url=base_url,
-        home_url=_get(section, "homeUrl", _Node.string, base_url + "/"),
+        home_url=_get(section, "homeUrl", _Node.url, base_url + "/"),
         accounts=_accounts(section.get("accounts"), base_url),
         secure_cookies=_get(section, "secureCookies", _Node.boolean, environment != "development"),
         database_url=_sqlite_url(
@@ -555,6 +611,13 @@ def load(
     config_dir = (config_dir or Path(env.get("APID_CONFIG_DIR") or "etc")).resolve()
     root = config_dir.parent
     environment = environment or env.get("APID_ENV") or "development"
+    for name in (SERVER_FILE, API_FILE):
+        if not (config_dir / name).exists():
+            # The usual cause: apid run outside the deployment (or checkout) whose etc/ it needs.
+            raise ConfigError(
+                f"{config_dir / name}: cannot read: No such file or directory; name the folder holding "
+                f"{SERVER_FILE} and {API_FILE} with --config-dir or APID_CONFIG_DIR (default: etc in the current directory)"
+            )
     return Config(
         server=load_server(config_dir / SERVER_FILE, environment, root, env),
         api=load_api(config_dir / API_FILE, root),

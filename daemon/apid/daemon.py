@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import txredisapi
 from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.task import deferLater
 from twisted.protocols.policies import WrappingFactory
 from twisted.internet.threads import deferToThread
@@ -36,14 +36,16 @@ from apid.auth.standing import Standings
 from apid.auth.tokens import TokenService, load_secret
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
-from apid.config import Config
+from apid.config import Config, ConfigError
 from apid.cors import Cors
+from apid.docspage import DocsPage
 from apid.hooks.delivery import Deliverer
 from apid.hooks.events import AccountEvents, EventRecorder
 from apid.hooks.service import Hooks
 from apid.hooks.worker import DeliveryWorker
 from apid.http import ApidSite
 from apid.mail import Outbox, make_mailer
+from apid.openapi import OpenApiDocuments, document_settings
 from apid.ping import PeerPinger
 from apid.pipeline import Pipeline, filter_output
 from apid.plugin import Services
@@ -64,6 +66,22 @@ def with_backlog(listen: str) -> str:
     if listen.split(":", 1)[0] in ("tcp", "tcp6") and "backlog=" not in listen:
         return listen + ":backlog=1024"
     return listen
+
+
+def server_endpoint(reactor, listen: str) -> IStreamServerEndpoint:
+    """The endpoint `listen` describes, built before anything starts: a description Twisted
+    cannot use, or a systemd socket that was not passed, is a configuration error (exit 2)."""
+    try:
+        return serverFromString(reactor, with_backlog(listen))
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
+        error = exc
+    if listen.startswith("systemd:") and isinstance(error, (KeyError, IndexError)):
+        reason = (f"systemd passed no such socket ({error}); start apid through its .socket unit, "
+                  "or try it with systemd-socket-activate (docs/operations.md)")
+    else:
+        reason = (f"{error}; give a port (8080 means tcp:8080:interface=127.0.0.1) "
+                  "or an endpoint such as tcp:PORT:interface=ADDR")
+    raise ConfigError(f"listen {listen!r}: {reason}")
 
 
 def notify_systemd(message: str) -> None:
@@ -101,7 +119,7 @@ def describe(port: IListeningPort) -> str:
     return str(getattr(host, "name", host))
 
 
-async def start(reactor, config: Config) -> Running:
+async def start(reactor, config: Config, endpoint: IStreamServerEndpoint) -> Running:
     """Bring everything up and listen; raises (and leaves nothing running) if any step fails."""
     server, api = config.server, config.api
     secret = await deferToThread(load_secret, server.jwt)
@@ -120,7 +138,8 @@ async def start(reactor, config: Config) -> Running:
     pinger = PeerPinger(reactor, server.servers)
     deliveries = webhook_delivery(reactor, config, db)
     hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, deliveries.wake if deliveries else None)
-    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks)
+    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks,
+                        rules=lambda: rule_book.current, version=api.version)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
     redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
@@ -133,6 +152,7 @@ async def start(reactor, config: Config) -> Running:
     pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db)
     public_routes = [
         *ServiceEndpoints(api.version).routes(),
+        *DocsPage().routes(),
         *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
         *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
                           server.home_url, api.security.user_role, account_events).routes(),
@@ -150,6 +170,8 @@ async def start(reactor, config: Config) -> Running:
         chain=ChainRunner(pipeline, api.chain_limit),
         public_routes=public_routes,
         rate_limiter=rate_limiter,
+        openapi=OpenApiDocuments(
+            lambda: rule_book.current, document_settings(config, bound.controllers.values())).document,
     )
     db.start()
     passwords.start()
@@ -158,7 +180,7 @@ async def start(reactor, config: Config) -> Running:
         site = ApidSite(Cors(application.resource(), api.allowed_origins), api.max_body_bytes, server.access_log)
         connections = WrappingFactory(site)
         connections.noisy = False
-        port = await serverFromString(reactor, with_backlog(server.listen)).listen(connections)
+        port = await endpoint.listen(connections)
     except BaseException:
         revocations.stop()
         db.stop()
@@ -246,7 +268,7 @@ def serve(config: Config) -> int:
 
     async def begin() -> None:
         try:
-            running = await start(reactor, config)
+            running = await start(reactor, config, endpoint)
         except Exception as exc:
             print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
             outcome["status"] = 1
@@ -267,6 +289,7 @@ def serve(config: Config) -> int:
         )
         notify_systemd("READY=1\nSTATUS=serving")
 
+    endpoint = server_endpoint(reactor, config.server.listen)  # a bad `listen` ends here, exit 2
     reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
     reactor.run()
     return outcome["status"]

@@ -177,6 +177,16 @@ def typed_fields(
                 fields[name] = None if value is None else kind.check(value)
         except ValueError as exc:
             errors.append({"field": name, "reason": f"{exc} ({kind.name})"})
+    # The body wins on a clash, but a malformed path or query value is refused all the same:
+    # /hook/update/abc with {"id": 1} in the body is a bad request, not an update of hook 1.
+    flagged = {error["field"] for error in errors}
+    for name, values in request.text.items():
+        if name in request.body and name in fields and name not in flagged:
+            kind = state.values[name].type
+            try:
+                _parse_text(kind, values)
+            except ValueError as exc:
+                errors.append({"field": name, "reason": f"{exc} ({kind.name}), in the path or query"})
     return fields, errors
 
 
@@ -242,6 +252,7 @@ class Pipeline:
             roles=granted,
             is_superuser=self._superuser_role in granted,
             session=principal.session,
+            all_roles=principal.roles,
         )
         action = getattr(self._controllers[endpoint.controller], endpoint.action)
         return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller,

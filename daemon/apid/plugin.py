@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from apid.apidoc import ApiView, api_view
 from apid.problems import (
     BadRequest,
     Conflict,
@@ -29,13 +30,13 @@ if TYPE_CHECKING:
     from apid.config import SecurityConfig
     from apid.hooks.service import Hooks
     from apid.ping import PeerPinger
-    from apid.iostate import Endpoint
+    from apid.iostate import Endpoint, RuleSet
     from apid.store.database import Database
 
 __all__ = [
-    "ActionRules", "BadRequest", "Call", "Caller", "Conflict", "Controller", "FieldError", "Forbidden",
+    "ActionRules", "ApiView", "BadRequest", "Call", "Caller", "Conflict", "Controller", "FieldError", "Forbidden",
     "InvalidFields", "NotFound", "Problem", "RouteCall", "Services", "UnitOfWork", "Unprocessable", "action",
-    "route",
+    "api_view", "route",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -114,19 +115,24 @@ class Caller:
     is_superuser: bool
     # The login this request belongs to: a password changed by its owner ends every other one.
     session: str | None = None
+    # Every current role of the caller, whether this endpoint admits it or not (`apidoc`
+    # describes what all of them may call); `roles` is what decides this call.
+    all_roles: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class Services:
     """What the daemon lends a controller: the database, the accounts, the role settings, the
     pinger of the peer servers and the hooks (for the first-party `server` and `hook`
-    controllers)."""
+    controllers), the IO State rule set in force and the application version (for `apidoc`)."""
 
     db: Database
     accounts: Accounts
     security: SecurityConfig
     pinger: PeerPinger
     hooks: Hooks
+    rules: Callable[[], RuleSet]  # the rule set in force now: call it each time, a reload swaps it
+    version: str  # the application version of every path, MAJOR.MINOR ("0.1" in /v0.1/...)
 
 
 class UnitOfWork(Protocol):

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apid.chain import ChainRequest, ChainRuleBroken, ChainType, Link, check_shape, parse_chain
-from apid.iostate import Endpoint, RoleFields
+from apid.chain import ChainRequest, ChainRuleBroken, ChainType, Link, chain_methods, check_shape, parse_chain
+from apid.iostate import ApiVersion, ControllerState, Endpoint, RoleFields, RuleSet
 from apid.problems import BadRequest
 from apid.routing import Target
 
@@ -16,9 +16,9 @@ METHODS = ("GET", "POST", "PUT", "DELETE")
 NO_FIELDS = RoleFields(permit_all=frozenset(), by_role={})
 
 
-def endpoint(method: str, index: int = 0) -> Endpoint:
+def endpoint(method: str, index: int = 0, role: str = "ROLE_ADMIN") -> Endpoint:
     return Endpoint(controller="c", action=f"a{index}", api_version="1", method=method, description="",
-                    roles=frozenset({"ROLE_ADMIN"}), batch_roles=frozenset(), hook_roles=frozenset(),
+                    roles=frozenset({role}), batch_roles=frozenset(), hook_roles=frozenset(),
                     request=NO_FIELDS, response=NO_FIELDS)
 
 
@@ -82,6 +82,17 @@ def test_order_keeps_its_json_order_and_the_path_endpoint_is_the_first_link():
 def test_combine_takes_a_boolean_or_its_string(combine, expected):
     body = {"chain": {"key": "k", "type": "blankchain", "order": {"a/b": "return"}, "combine": combine}}
     assert parse_chain(TARGET, body, "GET").combine is expected
+
+
+def test_a_chain_is_called_with_its_prechain_method_or_get_and_the_methods_a_postchain_may_end_with():
+    endpoints = {e.action: e for e in (endpoint("GET", 0), endpoint("PUT", 1), endpoint("DELETE", 2),
+                                       endpoint("POST", 3), endpoint("PUT", 4, role="ROLE_USER"))}
+    rules = RuleSet(controllers={"c": ControllerState(
+        name="c", network_group="public", values={}, current_stable="1", source="test",
+        versions={"1": ApiVersion(name="1", default_action=None, deprecated=None, endpoints=endpoints)})})
+    assert chain_methods(endpoints["a1"], rules, frozenset({"ROLE_ADMIN"})) == ["PUT"]
+    assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_ADMIN"})) == ["DELETE", "GET", "POST", "PUT"]
+    assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_USER"})) == ["GET", "PUT"]
 
 
 def test_a_get_chain_without_type_is_a_blankchain():

@@ -493,3 +493,78 @@ def test_bad_abuse_limits_are_refused_naming_the_key(config_dir, limits, error):
     data = repo_yaml(API_FILE)
     data["abuseLimits"] = limits
     assert error in api_error(config_dir, data)
+
+
+# --- listen -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [18236, "18236"])
+def test_a_bare_port_listens_on_loopback(config_dir, value):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["listen"] = value
+    write(config_dir, SERVER_FILE, data)
+    assert load(config_dir, "development", NO_ENV).server.listen == "tcp:18236:interface=127.0.0.1"
+
+
+def test_a_bare_port_in_apid_listen_listens_on_loopback():
+    assert load(ETC, "development", {"APID_LISTEN": "18236"}).server.listen == "tcp:18236:interface=127.0.0.1"
+
+
+def test_an_endpoint_string_is_kept_as_written():
+    listen = "systemd:domain=INET:name=http"
+    assert load(ETC, "development", {"APID_LISTEN": listen}).server.listen == listen
+
+
+def test_a_port_out_of_range_is_refused_naming_the_key_or_the_variable(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["production"]["listen"] = 70000
+    assert "production.listen: port 70000 is out of range 0-65535" in server_error(config_dir, data)
+    with pytest.raises(ConfigError, match=r"^APID_LISTEN \(or --listen\): port 99999 is out of range"):
+        load(ETC, "development", {"APID_LISTEN": "99999"})
+
+
+# --- URLs -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("baseUrl", "api.example.com", "development.baseUrl"),
+    ("baseUrl", "//api.example.com", "development.baseUrl"),
+    ("baseUrl", "ftp://api.example.com", "development.baseUrl"),
+    ("baseUrl", "https://api.example.com:port", "development.baseUrl"),
+    ("homeUrl", "www.example.com/", "development.homeUrl"),
+    ("accounts", {"resetUrl": "www.example.com/reset-password"}, "development.accounts.resetUrl"),
+    ("servers", ["10.0.0.12:8080"], "development.servers[0]"),
+    ("servers", [{"url": "peer"}], "development.servers[0].url"),
+])
+def test_a_url_without_a_scheme_or_host_is_refused_naming_the_key(config_dir, key, value, named):
+    data = repo_yaml(SERVER_FILE)
+    data["development"][key] = value
+    message = server_error(config_dir, data)
+    assert f"{named}: must be an absolute http:// or https:// URL such as https://api.example.com" in message
+
+
+def test_a_base_url_with_a_query_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["baseUrl"] = "https://api.example.com/?x=1"
+    assert "development.baseUrl: must have no query or fragment" in server_error(config_dir, data)
+
+
+def test_urls_keep_their_paths_and_the_base_url_loses_its_trailing_slash(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"].update(baseUrl="https://example.com/api/", homeUrl="https://www.example.com/",
+                               accounts={"resetUrl": "http://127.0.0.1:3000/reset"})
+    server = load_server(write(config_dir, SERVER_FILE, data), "development", config_dir.parent, NO_ENV)
+    assert (server.base_url, server.home_url, server.accounts.reset_url) == (
+        "https://example.com/api", "https://www.example.com/", "http://127.0.0.1:3000/reset")
+
+
+# --- where the files are ----------------------------------------------------------------------
+
+
+def test_a_missing_config_folder_names_the_option_and_the_variable(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path / "etc", "development", NO_ENV)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'etc' / SERVER_FILE}: cannot read: No such file or directory")
+    assert "--config-dir" in message and "APID_CONFIG_DIR" in message
+    assert "\n" not in message

@@ -119,3 +119,17 @@ def test_rows_dangling_before_a_migration_do_not_stop_it(tmp_path):
     with engine.connect() as connection:
         assert connection.execute(text("SELECT person_id FROM person_role ORDER BY person_id")).scalars().all() == [1, 99]
     engine.dispose()
+
+
+# --- what an upgrade reports (apid migrate prints it) -------------------------------------------
+
+
+def test_upgrade_reports_whether_it_created_upgraded_or_found_the_schema_up_to_date(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    created = upgrade(engine, "0003")
+    assert (created.before, created.after) == (None, "0003")
+    assert created.describe() == "created the database schema (revision 0003)"
+    upgraded = upgrade(engine)
+    assert upgraded.before == "0003" and upgraded.after != "0003"
+    assert upgraded.describe() == f"upgraded the database schema from revision 0003 to {upgraded.after}"
+    assert upgrade(engine).describe() == f"the database schema is up to date (revision {upgraded.after})"

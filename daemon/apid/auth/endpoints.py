@@ -29,17 +29,30 @@ class PublicRoute:
     method: str
     handler: Handler
 
+    @property
+    def reserved_as(self) -> str:
+        """The `reservedUris` entry that makes this route public: its path, or for a path with
+        a variable part (`/docs/assets/<name>`) the fixed part before it (`/docs/assets`)."""
+        return self.path.split("<", 1)[0].rstrip("/") or "/"
+
 
 def string_fields(body: Mapping[str, Any], *names: str) -> list[str]:
-    """The named fields as strings; one 400 listing every field missing or of another type."""
+    """The named fields as non-empty strings; one 400 listing every field missing, empty or
+    of another type."""
     errors = [
-        {"field": name, "reason": "is required" if body.get(name) is None else "must be a string"}
+        {"field": name, "reason": _string_reason(body.get(name))}
         for name in names
         if not isinstance(body.get(name), str) or not body[name]
     ]
     if errors:
         raise InvalidFields(errors)
     return [body[name] for name in names]
+
+
+def _string_reason(value: Any) -> str:
+    if value is None:
+        return "is required"
+    return "must not be empty" if value == "" else "must be a string"
 
 
 def fields_of(body: Mapping[str, Any], *checks: Callable[[], Any], allowed: tuple[str, ...]) -> list[Any]:

@@ -92,8 +92,8 @@ class SessionEndpoints:
         return self._tokens.verify(token, allow_expired=True)
 
     async def refresh(self, request: Request, _principal: Principal | None) -> bytes:
+        principal = self._current_token(request)  # the token first (401), then the fields (400), as for any call
         name = query_value(request, "name")
-        principal = self._current_token(request)
         cookie = request.getCookie(REFRESH_COOKIE)
         # Names compare in any letter case, as at login (the token holds the stored spelling).
         if principal.username.lower() != name.lower() or not cookie or self._revocations.refuses(principal):

@@ -140,6 +140,8 @@ class Standings:
         return self._reads.get(person_id).addCallback(keep)
 
     def forget(self, person_ids: Iterable[int]) -> None:
-        self._generation += 1
-        for person_id in person_ids:
+        forgotten = list(person_ids)
+        if forgotten:  # the poll calls this every half second, mostly with nothing
+            self._generation += 1
+        for person_id in forgotten:
             self._entries.pop(person_id, None)

@@ -94,6 +94,7 @@ def _values(raw: Any, where: _Where) -> dict[str, FieldSpec]:
             description=str(spec.get("description", "")),
             key=key,
             reference=reference,
+            mock_data=spec.get("mockData"),
         )
     return values
 

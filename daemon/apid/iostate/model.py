@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from apid.iostate.types import ValueType
 
@@ -22,6 +23,8 @@ class FieldSpec:
     description: str
     key: str | None = None
     reference: str | None = None
+    # `mockData` as written (any JSON value): shown in the API docs, never checked
+    mock_data: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

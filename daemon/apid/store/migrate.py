@@ -8,6 +8,7 @@ otherwise take the rows referencing it along) and the keys are checked before co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -24,6 +25,21 @@ class MigrationRefused(Exception):
     which rows and what to do."""
 
 
+@dataclass(frozen=True)
+class SchemaChange:
+    """What an upgrade did: the schema revision before (None: an empty database) and after."""
+
+    before: str | None
+    after: str | None
+
+    def describe(self) -> str:
+        if self.before == self.after:
+            return f"the database schema is up to date (revision {self.after})"
+        if self.before is None:
+            return f"created the database schema (revision {self.after})"
+        return f"upgraded the database schema from revision {self.before} to {self.after}"
+
+
 def _alembic_config() -> AlembicConfig:
     config = AlembicConfig()
     config.set_main_option("script_location", "apid.store:migrations")
@@ -36,9 +52,9 @@ def ensure_sqlite_folder(url: str) -> None:
         Path(url[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def upgrade(engine: Engine, revision: str = "head") -> SchemaChange:
     """Apply every migration not yet applied (up to `revision`, for tests of one migration);
-    running it again changes nothing."""
+    running it again changes nothing. Returns the revisions before and after."""
     config = _alembic_config()
     with engine.connect() as connection:
         if connection.dialect.name == "postgresql":
@@ -48,13 +64,15 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         enforced = _sqlite_foreign_keys(connection, False) if sqlite else False
         try:
             # Checking reads every referencing table: only when there is something to migrate.
-            pending = sqlite and _revision(connection) != ScriptDirectory.from_config(config).get_revision(revision).revision
+            before = _revision(connection)
+            pending = sqlite and before != ScriptDirectory.from_config(config).get_revision(revision).revision
             dangling = _dangling(connection) if pending else set()
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
             if pending and (broken := _dangling(connection) - dangling):
                 raise RuntimeError(f"the migrations left rows whose foreign keys point nowhere "
                                    f"(table, rowid, parent, key): {sorted(broken)}")
+            after = _revision(connection)
             connection.commit()
         finally:
             if connection.dialect.name == "postgresql":
@@ -63,6 +81,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             if enforced:
                 connection.rollback()  # the pragma is ignored inside a transaction
                 _sqlite_foreign_keys(connection, True)
+    return SchemaChange(before, after)
 
 
 def _sqlite_foreign_keys(connection: Connection, on: bool) -> bool:

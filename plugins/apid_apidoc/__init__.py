@@ -1,0 +1,25 @@
+"""The `apidoc` controller: the API described for the caller's roles, from the IO State in force."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apid.plugin import Call, Controller, NotFound, action, api_view
+
+
+class ApidocController(Controller):
+    name = "apidoc"
+
+    @action
+    def show(self, call: Call) -> dict[str, Any]:
+        """Every controller and action the caller's roles may call, with the fields they send and
+        receive; `controller` narrows it to one. Read from the rule set in force at each call,
+        so a reload shows at once."""
+        view = api_view(self.services.rules(), call.caller.all_roles, self.services.version)
+        document = view.to_dict()
+        wanted = call.fields.get("controller")
+        if wanted is not None:
+            if wanted not in document["controllers"]:
+                raise NotFound(f"your roles may call no controller named {wanted!r}")
+            document["controllers"] = {wanted: document["controllers"][wanted]}
+        return document

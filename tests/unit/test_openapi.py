@@ -1,0 +1,256 @@
+"""OpenAPI 3.1 documents (apid.openapi) of the repository's IO State and the sample plugin,
+each validated with openapi-spec-validator."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from openapi_spec_validator import OpenAPIV31SpecValidator, validate
+
+from apid.apidoc import api_view
+from apid.config import load
+from apid.iostate import RuleSet
+from apid.openapi import OPENAPI_PATH, OpenApiDocuments, build, document_settings
+from apid.plugins import load_all
+from iostate_rules import SAMPLE_TEAM, expected_api_paths, network_roles, read_states
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = load(ROOT / "etc", "development", {})
+BOUND = load_all(ROOT / "iostate", CONFIG.api.security)
+SETTINGS = document_settings(CONFIG, BOUND.controllers.values())
+STATES = read_states(ROOT / "iostate", SAMPLE_TEAM)
+ADMIN, USER = "ROLE_ADMIN", "ROLE_USER"
+API_PATH = re.compile(r"/[vbc][0-9]+\.[0-9]+")
+PUBLIC = {"/authenticate", "/refreshToken", "/logout", "/register", "/validate", "/forgotPassword",
+          "/validateResetPassword", "/resetPassword", "/health", "/error", OPENAPI_PATH}
+
+
+def document(*roles: str) -> dict:
+    return build(api_view(BOUND.rules, roles, "0.1") if roles else None, SETTINGS)
+
+
+def operations(doc: dict) -> dict[tuple[str, str], dict]:
+    return {(path, method): op for path, item in doc["paths"].items() for method, op in item.items()}
+
+
+def api_operations(doc: dict) -> set[tuple[str, str]]:
+    return {key for key in operations(doc) if API_PATH.match(key[0])}
+
+
+def api_operation_map(doc: dict) -> dict[tuple[str, str], dict]:
+    return {key: op for key, op in operations(doc).items() if API_PATH.match(key[0])}
+
+
+def schema(doc: dict, reference: dict) -> dict:
+    assert set(reference) == {"$ref"}
+    kind, name = reference["$ref"].removeprefix("#/components/").split("/")
+    return doc["components"][kind][name]
+
+
+@pytest.mark.parametrize("roles", [(), (USER,), (ADMIN,), (ADMIN, USER)])
+def test_every_document_is_valid_openapi_3_1(roles):
+    doc = document(*roles)
+    validate(doc, cls=OpenAPIV31SpecValidator)
+    assert doc["openapi"] == "3.1.0"
+    assert doc["info"]["version"] == "0.1"
+
+
+@pytest.mark.parametrize("roles", [{USER}, {ADMIN}, {ADMIN, USER}])
+def test_the_api_operations_are_exactly_those_the_io_state_gives_the_roles(roles):
+    expected = expected_api_paths(STATES, roles, network_roles(), "0.1")
+    assert api_operations(document(*roles)) == expected
+
+
+def test_admin_and_user_documents_differ_exactly_as_their_io_state_does():
+    admin, user = api_operations(document(ADMIN)), api_operations(document(USER))
+    groups = network_roles()
+    expected_admin = expected_api_paths(STATES, {ADMIN}, groups, "0.1")
+    expected_user = expected_api_paths(STATES, {USER}, groups, "0.1")
+    assert admin - user == expected_admin - expected_user != set()
+    assert user - admin == expected_user - expected_admin
+    assert ("/v0.1/server/pingServers", "get") in admin - user
+
+
+def test_without_a_token_the_document_holds_only_the_endpoints_that_need_none():
+    doc = document()
+    assert set(doc["paths"]) == PUBLIC & CONFIG.api.reserved_uris
+    assert not api_operations(doc)
+    assert "/teamCount" not in doc["paths"]  # the sample plugin's route: not in reservedUris
+    for (path, _method), operation in operations(doc).items():
+        if path not in ("/refreshToken", "/logout"):  # these two take the current token, expired or not
+            assert operation["security"] == [], path
+    assert not any(name.endswith((".request", ".record", ".output")) for name in doc["components"]["schemas"])
+
+
+def test_a_public_endpoint_not_in_reserved_uris_needs_the_token():
+    settings = document_settings(CONFIG, BOUND.controllers.values())
+    settings = type(settings)(**{**settings.__dict__, "reserved_uris": settings.reserved_uris - {"/health"}})
+    anonymous = build(None, settings)
+    assert "/health" not in anonymous["paths"]
+    user = build(api_view(BOUND.rules, {USER}, "0.1"), settings)
+    health = user["paths"]["/health"]["get"]
+    assert health["security"] == [{"bearerAuth": []}]
+    assert "401" in health["responses"]
+    team_count = user["paths"]["/teamCount"]["get"]
+    assert team_count["security"] == [{"bearerAuth": []}] and "apid-sample-plugin" in team_count["description"]
+
+
+def test_plain_calls_have_their_fields_as_query_parameters_or_a_json_body():
+    doc = document(USER)
+    show = doc["paths"]["/v0.1/person/show"]["get"]
+    assert [p for p in show["parameters"] if "name" in p] == [{
+        "name": "id", "in": "query", "required": False,
+        "schema": {"type": "integer", "format": "int64", "minimum": -2**63, "maximum": 2**63 - 1,
+                   "description": "Person id. Primary key.", "examples": [1]}}]
+    by_id = doc["paths"]["/v0.1/person/show/{id}"]["get"]
+    assert [p["in"] for p in by_id["parameters"] if "in" in p] == ["path"]
+    assert {"$ref": "#/components/parameters/LinkRelations"} in by_id["parameters"]
+
+    update = doc["paths"]["/v0.1/person/update/{id}"]["put"]
+    body = schema(doc, update["requestBody"]["content"]["application/json"]["schema"])
+    assert set(body["properties"]) == {"id", "version", "email", "password", "currentPassword"}
+    assert body["additionalProperties"] is False
+    output = schema(doc, update["responses"]["200"]["content"]["application/json"]["schema"])
+    record = schema(doc, output["anyOf"][0])
+    assert set(record["properties"]) == {"id", "version"}
+    assert output["anyOf"][1] == {"type": "array", "items": output["anyOf"][0]}
+
+
+def test_the_admin_sees_admin_fields_and_the_user_does_not():
+    admin, user = document(ADMIN), document(USER)
+    fields = lambda doc: set(doc["components"]["schemas"]["person.1.show.record"]["properties"])  # noqa: E731
+    assert fields(admin) - fields(user) == {"enabled", "accountLocked", "accountExpired", "passwordExpired",
+                                            "roles", "dateCreated", "lastUpdated"}
+    assert "budget" in admin["components"]["schemas"]["team.1.show.record"]["properties"]
+    assert "budget" not in user["components"]["schemas"]["team.1.show.record"]["properties"]
+
+
+def test_values_types_become_json_schema_with_their_mock_data_as_example():
+    schemas = document(ADMIN)["components"]["schemas"]
+    person = schemas["person.1.list.record"]["properties"]
+    team = schemas["team.1.create.record"]["properties"]
+    hook = schemas["hook.1.create.record"]["properties"]
+    assert person["id"]["type"] == ["integer", "null"] and person["id"]["format"] == "int64"
+    assert (person["id"]["minimum"], person["id"]["maximum"]) == (-2**63, 2**63 - 1)
+    assert schemas["person.1.list.request"]["properties"]["max"] == {
+        "type": ["integer", "null"], "format": "int32", "minimum": -2**31, "maximum": 2**31 - 1,
+        "description": "Records per page, 1 to 100 (list)", "examples": [20]}
+    assert team["budget"]["type"] == ["number", "null"] and team["budget"]["examples"] == [1000.5]
+    assert person["enabled"]["type"] == ["boolean", "null"] and person["enabled"]["examples"] == [True]
+    assert person["email"]["format"] == "email" and person["email"]["examples"] == ["jdoe@example.com"]
+    assert person["dateCreated"]["format"] == "date-time"
+    assert person["roles"]["type"] == ["array", "null"] and person["roles"]["examples"] == [["ROLE_USER"]]
+    assert hook["url"]["format"] == "uri"
+    assert team["leaderId"]["description"] == "The person leading the team. Refers to a person (its id)."
+    assert "examples" not in hook["disabledReason"]  # mockData "null": no example
+    assert schemas["apidoc.1.show.record"]["properties"]["controllers"]["type"] == ["object", "null"]
+
+
+def test_api_versions_other_than_the_current_carry_their_name_in_the_path():
+    doc = document(USER)
+    assert "/v0.1-2/team/show/{id}" in doc["paths"]
+    assert "/v0.1-1/team/show" not in doc["paths"]
+    assert set(doc["components"]["schemas"]["team.2.show.record"]["properties"]) == {"id", "name"}
+
+
+def test_batch_forms_post_a_batch_and_answer_207_with_the_errors():
+    doc = document(USER)
+    batch = doc["paths"]["/b0.1/person/show"]["post"]
+    body = batch["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["batch"]
+    assert body["properties"]["batch"]["maxItems"] == CONFIG.api.batch_limit
+    assert body["properties"]["batch"]["items"] == {"$ref": "#/components/schemas/person.1.show.request"}
+    multi = batch["responses"]["207"]["content"]["application/json"]["schema"]
+    assert multi["required"] == ["data", "errors"]
+    assert multi["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/BatchError"}
+    assert "/b0.1/person/update" not in doc["paths"]  # ROLE_USER is not in its BATCH list
+
+
+def test_chain_forms_start_a_blankchain_postchain_or_prechain():
+    doc = document(ADMIN)
+    starting_with_show = doc["paths"]["/c0.1/team/show/{id}"]
+    assert set(starting_with_show) == {"get", "put", "post", "delete"}
+    blank = starting_with_show["get"]["requestBody"]["content"]["application/json"]["schema"]
+    assert blank["required"] == ["chain"] and blank["properties"]["chain"] == {"$ref": "#/components/schemas/Chain"}
+    assert "422" in starting_with_show["put"]["responses"]
+    prechain = doc["paths"]["/c0.1/team/create"]
+    assert set(prechain) == {"post"}
+    body = prechain["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == {"name", "leaderId", "budget", "chain"}
+    chain = doc["components"]["schemas"]["Chain"]
+    assert chain["required"] == ["key", "order"]
+    assert chain["properties"]["type"]["enum"] == ["postchain", "prechain", "blankchain"]
+
+
+def test_a_postchain_or_prechain_names_its_type_and_links_are_those_the_roles_may_call():
+    admin, user = document(ADMIN), document(USER)
+    body = admin["paths"]["/c0.1/team/show/{id}"]["put"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["chain"] == {"allOf": [
+        {"$ref": "#/components/schemas/Chain"}, {"required": ["type"], "properties": {"type": {"const": "postchain"}}}]}
+    prechain = admin["paths"]["/c0.1/team/create"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert prechain["properties"]["chain"]["allOf"][1]["properties"]["type"] == {"const": "prechain"}
+    admin_links = admin["components"]["schemas"]["Chain"]["properties"]["order"]["propertyNames"]["enum"]
+    user_links = user["components"]["schemas"]["Chain"]["properties"]["order"]["propertyNames"]["enum"]
+    assert {"person/create", "person/show", "team/show"} <= set(admin_links)
+    assert "person/show" in user_links and "person/create" not in user_links
+    assert admin["components"]["schemas"]["Combine"]["anyOf"][0] == {"type": ["boolean", "null"]}
+
+
+def test_every_call_may_answer_the_conflicts_and_refusals_plugins_raise():
+    doc = document(ADMIN)
+    for (path, method), operation in api_operation_map(doc).items():
+        assert {"409", "422"} <= set(operation["responses"]), (path, method)
+    assert schema(doc, doc["paths"]["/v0.1/person/create"]["post"]["responses"]["409"])["content"] == {
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+def test_public_endpoints_refuse_empty_strings_and_say_the_account_policy():
+    doc = document()
+
+    def body(path: str) -> dict:
+        return doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+
+    assert body("/authenticate")["username"] == {"type": "string", "minLength": 1}
+    register = body("/register")
+    assert re.fullmatch(register["username"]["pattern"].strip("^$"), "jdoe.2")
+    assert not re.fullmatch(register["username"]["pattern"].strip("^$"), "-x")
+    assert (register["password"]["minLength"], register["password"]["maxLength"]) == (8, 128)
+    assert register["email"]["format"] == "email"
+    assert body("/resetPassword")["id"]["minLength"] == 1
+    assert doc["paths"]["/validate"]["get"]["parameters"][0]["schema"] == {"type": "string", "minLength": 1}
+
+
+def test_errors_are_rfc_9457_problems_and_calls_say_their_headers():
+    doc = document(USER)
+    show = doc["paths"]["/v0.1/person/show"]["get"]["responses"]
+    assert set(show["200"]["headers"]) == {"RateLimit", "RateLimit-Policy", "Link"}
+    for status in ("400", "401", "403", "404", "405", "409", "413", "415", "422", "429", "500", "503"):
+        response = schema(doc, show[status])
+        assert response["content"] == {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    problem = doc["components"]["schemas"]["Problem"]
+    assert problem["required"] == ["type", "title", "status", "detail"]
+    assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/FieldError"}
+    assert set(doc["components"]["responses"]["TooManyRequests"]["headers"]) == {"Retry-After", "RateLimit", "RateLimit-Policy"}
+    assert doc["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "The access token from POST /authenticate, as Authorization: Bearer <token>"}
+    assert doc["security"] == [{"bearerAuth": []}]
+
+
+def test_operation_ids_are_unique():
+    ids = [op["operationId"] for op in operations(document(ADMIN, USER)).values()]
+    assert len(ids) == len(set(ids))
+
+
+def test_documents_are_built_once_per_rule_set_and_roles():
+    holder = {"rules": BOUND.rules}
+    documents = OpenApiDocuments(lambda: holder["rules"], SETTINGS)
+    first = documents.document(frozenset({USER}))
+    assert documents.document(frozenset({USER})) is first
+    assert documents.document(None) is not first
+    holder["rules"] = RuleSet(controllers={k: v for k, v in BOUND.rules.controllers.items() if k != "team"})
+    after = documents.document(frozenset({USER}))
+    assert after is not first
+    assert not any("/team/" in path for path in after["paths"])
