@@ -123,6 +123,7 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint) -> Run
     """Bring everything up and listen; raises (and leaves nothing running) if any step fails."""
     server, api = config.server, config.api
     secret = await deferToThread(load_secret, server.jwt)
+    docs_page = await deferToThread(DocsPage)  # reads and compresses the viewer's files
     engine = make_engine(server.database_url, server.database_pool_size)
     if server.migrate_on_start:
         ensure_sqlite_folder(server.database_url)
@@ -152,7 +153,7 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint) -> Run
     pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db)
     public_routes = [
         *ServiceEndpoints(api.version).routes(),
-        *DocsPage().routes(),
+        *docs_page.routes(),
         *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
         *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
                           server.home_url, api.security.user_role, account_events).routes(),
