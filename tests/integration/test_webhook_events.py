@@ -39,17 +39,6 @@ def deployment(tmp_path_factory, receiver):
 
 
 @pytest.fixture(scope="module")
-def daemon(deployment):
-    with running_daemon(deployment) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def admin_token(daemon) -> str:
-    return daemon.login(*ADMIN[:2])
-
-
-@pytest.fixture(scope="module")
 def hook_path(daemon, admin_token, receiver) -> str:
     """The administrator's hook on `person`, at a receiver path of this module."""
     path = f"/people-{uuid.uuid4().hex[:6]}"
