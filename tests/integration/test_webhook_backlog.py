@@ -10,8 +10,10 @@ first failure and its disabling, instead of 11-22 minutes with the defaults.
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from harness import ADMIN, V, burst, deployment_with_accounts, new_person, running_daemon
 from receiver import Answer, Receiver
@@ -34,13 +36,28 @@ SHORTEST, LONGEST = window(0.0), window(1.0)  # 7.5 s, 15 s
 OUTAGE = 0.8 * SHORTEST  # as 60 s is well inside the default window (648 s at the shortest)
 
 
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def database_url(request, tmp_path_factory) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('backlog-db') / 'apid.db'}"
+    return request.getfixturevalue("postgres").new_database(f"backlog_{uuid.uuid4().hex[:8]}")
+
+
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory, receiver):
+def deployment(tmp_path_factory, receiver, database_url):
     return deployment_with_accounts(
         tmp_path_factory.mktemp("backlog"),
-        server={"webhookActive": True, "webhooks": SETTINGS},
+        server={"webhookActive": True, "webhooks": SETTINGS, "database": {"url": database_url}},
         api={"attempts": ATTEMPTS, "cors": {"allowedOrigins": [receiver.origin]}},
     )
+
+
+@pytest.fixture(scope="module")
+def database(database_url):
+    """The deployment's database, read as any SQL client would."""
+    engine = create_engine(database_url)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +93,13 @@ def received_ids(receiver: Receiver, path: str) -> list[str]:
     return [r.headers["webhook-id"] for r in list(receiver.received) if r.path == path]
 
 
+def query(database, sql: str, **values) -> list:
+    with database.connect() as connection:
+        return connection.execute(text(sql), values).all()
+
+
 def recorded_ids(database, hook_id: int) -> set[str]:
-    return {row[0] for row in database.execute("select id from hook_message where hook_id = ?", (hook_id,))}
+    return {row[0] for row in query(database, "select id from hook_message where hook_id = :hook", hook=hook_id)}
 
 
 def wait_until(check, timeout: float):
@@ -89,9 +111,8 @@ def wait_until(check, timeout: float):
 
 def sent_in_order_of_recording(database, hook_id: int) -> bool:
     """Each successful attempt started no earlier than those of messages recorded before it."""
-    rows = database.execute(
-        "select m.created_at from hook_attempt a join hook_message m on m.id = a.message_id "
-        "where a.hook_id = ? and a.status_code = 200 order by a.attempted_at, m.created_at", (hook_id,)).fetchall()
+    rows = query(database, "select m.created_at from hook_attempt a join hook_message m on m.id = a.message_id "
+                 "where a.hook_id = :hook and a.status_code = 200 order by a.attempted_at, m.created_at", hook=hook_id)
     created = [row[0] for row in rows]
     return created == sorted(created)
 

@@ -33,9 +33,16 @@ def hooked_deployment(root, receiver: Receiver, **server) -> Deployment:
     )
 
 
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def database_url(request, tmp_path_factory) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('events-db') / 'apid.db'}"
+    return request.getfixturevalue("postgres").new_database(f"events_{uuid.uuid4().hex[:8]}")
+
+
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory, receiver):
-    return hooked_deployment(tmp_path_factory.mktemp("events"), receiver)
+def deployment(tmp_path_factory, receiver, database_url):
+    return hooked_deployment(tmp_path_factory.mktemp("events"), receiver, database={"url": database_url})
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +69,8 @@ def event_of(receiver: Receiver, path: str, type_: str, person_id: int, **data) 
     return event
 
 
-def person_id_named(deployment: Deployment, name: str) -> int:
-    engine = create_engine(f"sqlite:///{deployment.root / 'var' / 'test.db'}")
+def person_id_named(database_url: str, name: str) -> int:
+    engine = create_engine(database_url)
     try:
         with engine.connect() as connection:
             return connection.execute(text("select id from person where username = :n"), {"n": name}).scalar_one()
@@ -71,12 +78,13 @@ def person_id_named(deployment: Deployment, name: str) -> int:
         engine.dispose()
 
 
-def test_sign_up_validation_and_reset_are_person_events(daemon, deployment, admin_token, receiver, hook_path):
+def test_sign_up_validation_and_reset_are_person_events(daemon, deployment, database_url, admin_token, receiver,
+                                                         hook_path):
     name, password, address = f"ev{uuid.uuid4().hex[:6]}", "signed-up-password", f"ev{uuid.uuid4().hex[:6]}@example.org"
     outbox = Outbox(deployment)
     reply = daemon.request("POST", "/register", {"username": name, "password": password, "email": address})
     assert reply.status == 200, reply.body
-    person_id = person_id_named(deployment, name)
+    person_id = person_id_named(database_url, name)
     created = event_of(receiver, hook_path, "person/create", person_id)
     # the payload of person/create for an administrator: its RESPONSE fields, nothing more
     assert created["data"] == {"id": person_id, "version": 0}
@@ -89,12 +97,13 @@ def test_sign_up_validation_and_reset_are_person_events(daemon, deployment, admi
     event_of(receiver, hook_path, "person/update", person_id, version=2)
 
 
-def test_an_account_made_on_the_command_line_is_a_person_event(daemon, deployment, receiver, hook_path):
+def test_an_account_made_on_the_command_line_is_a_person_event(daemon, deployment, database_url, receiver,
+                                                                hook_path):
     name = f"cli{uuid.uuid4().hex[:6]}"
     done = deployment.cli("user", "add", name, "--email", f"{name}@example.org", "--role", "ROLE_USER",
                           "--password-stdin", input="cli-password-123\n")
     assert done.returncode == 0, done.stderr
-    event_of(receiver, hook_path, "person/create", person_id_named(deployment, name), version=0)
+    event_of(receiver, hook_path, "person/create", person_id_named(database_url, name), version=0)
 
 
 def test_a_registration_that_creates_nothing_is_no_event(daemon, deployment, receiver, hook_path):
