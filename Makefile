@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# The integration modules run a second time with every daemon on the asyncio reactor (README.md, Tests)
+ASYNCIO_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test_chain.py test_accounts.py \
+	test_webhooks.py test_ping.py test_throttle.py test_lifecycle.py test_reload.py test_postgresql.py)
 
 .PHONY: run test system-deps clean
 
 $(INSTALLED): pyproject.toml tests/sample_plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,postgresql]' -e tests/sample_plugin
+	$(BIN)/pip install --quiet -e '.[test,postgresql,asyncio]' -e tests/sample_plugin
 	touch $@
 
 run: $(INSTALLED)
@@ -25,6 +28,7 @@ system-deps:
 
 test: $(INSTALLED) system-deps
 	$(BIN)/pytest
+	APID_TEST_REACTOR=asyncio $(BIN)/pytest $(ASYNCIO_TESTS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

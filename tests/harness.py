@@ -35,6 +35,9 @@ USER = ("alice", "alice-password-1", "alice@example.com")
 ADMIN_ACCOUNT = (*ADMIN, "ROLE_ADMIN")
 USER_ACCOUNT = (*USER, "ROLE_USER")
 V = "/v0.1"
+# APID_TEST_REACTOR=asyncio runs every daemon on that reactor, unless its deployment names one
+# (`server={"reactor": ...}`); README.md, Tests, says which modules `make test` runs so.
+TEST_REACTOR = os.environ.get("APID_TEST_REACTOR") or None
 _serial = itertools.count(1)
 
 
@@ -77,6 +80,8 @@ class Deployment:
         etc.mkdir(parents=True, exist_ok=True)
         server = yaml.safe_load((REPO / "etc/service_server.yml").read_text())
         server[self.environment] = deep_merge(server.get(self.environment) or {}, self.server)
+        if TEST_REACTOR and "reactor" not in self.server:
+            server[self.environment]["reactor"] = TEST_REACTOR
         api = deep_merge(yaml.safe_load((REPO / "etc/service_api.yml").read_text()), self.api)
         (etc / "service_server.yml").write_text(yaml.safe_dump(server))
         (etc / "service_api.yml").write_text(yaml.safe_dump(api))
@@ -87,8 +92,10 @@ class Deployment:
     def config_dir(self) -> Path:
         return self.root / "etc"
 
-    def cli(self, *args: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "apid", *args]
+    def cli(self, *args: str, input: str | None = None, env: dict | None = None,
+            python: str = sys.executable) -> subprocess.CompletedProcess:
+        """`apid ARGS` on this deployment, run by `python` (another virtualenv's: its plugins)."""
+        command = [str(python), "-m", "apid", *args]
         if args and args[0] not in ("--help",):
             command += ["--config-dir", str(self.config_dir), "--env", self.environment]
         return subprocess.run(
@@ -129,6 +136,7 @@ class Daemon:
             self.process.wait()
             raise RuntimeError(f"apid did not become ready: {line!r}\n{self.stderr}")
         self.port = int(match.group(1))
+        self.ready = line  # "apid ready on ... (environment ..., API version ..., reactor ...)"
         return self
 
     def _read_line(self, timeout: float) -> str | None:
@@ -263,6 +271,16 @@ def burst(daemon: Daemon, token: str, count: int) -> None:
         batch = [{"name": f"team {n}", "leaderId": 1} for n in range(start, min(count, start + 100))]
         reply = daemon.request("POST", "/b0.1/team/create", {"batch": batch}, token=token)
         assert reply.status == 200, reply.body
+
+
+def without_uvloop(root: Path) -> dict[str, str]:
+    """The environment of a daemon that cannot import uvloop (a module in `root` that refuses
+    to load comes first on its path): `reactor: asyncio` then runs on the standard loop."""
+    hidden = root / "without-uvloop" / "uvloop"
+    hidden.mkdir(parents=True, exist_ok=True)
+    (hidden / "__init__.py").write_text('raise ImportError("uvloop is hidden from this daemon")\n')
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(hidden.parent), path]))}
 
 
 def free_port() -> int:

@@ -34,6 +34,9 @@ from pathlib import Path
 from harness import REPO, Deployment
 
 FENCE = re.compile(r"^```(\w*)\s*$")
+# pip installing a plugin in a test, offline. PIP_NO_BUILD_ISOLATION=0 is pip's spelling of
+# --no-build-isolation: the test extra's hatchling builds.
+OFFLINE_PIP = {"PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ def checkout_like(root: Path, *, server: dict | None = None, api: dict | None = 
 def layered_venv(path: Path) -> Path:
     """A virtualenv at `path` that sees every package of the checkout's .venv and installs into
     itself, so that a test installs a plugin (`.venv/bin/pip install -e ...`) without changing
-    what the rest of the suite runs. Its `bin/pip` and `bin/apid` run that pip and that apid."""
+    what the rest of the suite runs. Its `bin/pip`, `bin/apid` and `bin/pytest` run those of it."""
     base = REPO / ".venv"
     subprocess.run([base / "bin" / "python", "-m", "venv", "--without-pip", path], check=True)
     python = path / "bin" / "python"
@@ -263,7 +266,7 @@ def layered_venv(path: Path) -> Path:
     # files, the editable installs) come after this venv's own.
     Path(found.stdout.strip(), "_checkout_venv.pth").write_text(
         f"import site; site.addsitedir({inherited.stdout.strip()!r})\n")
-    for command, module in (("pip", "pip"), ("apid", "apid")):
+    for command, module in (("pip", "pip"), ("apid", "apid"), ("pytest", "pytest")):
         script = path / "bin" / command
         script.write_text(f'#!/bin/sh\nexec "{python}" -m {module} "$@"\n')
         script.chmod(0o755)

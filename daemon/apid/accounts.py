@@ -94,7 +94,7 @@ def check_credentials(username: str | None, password: str | None) -> None:
         elif username is not None and password.casefold() == username.casefold():
             errors.append({"field": "password", "reason": "must not be the username"})
     if errors:
-        raise InvalidFields(errors)
+        raise InvalidFields(errors=errors)
 
 
 def email_key(address: str) -> str:

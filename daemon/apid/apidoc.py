@@ -16,8 +16,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from apid.iostate.model import ControllerState, Endpoint, FieldSpec, RuleSet
+from apid.iostate.model import ControllerState, Endpoint, FieldSpec
 from apid.iostate.types import ValueType, value_type
+from apid.plugin import RuleSet
 from apid.routing import call_path
 
 ID = "id"  # the request field a path's last segment fills: /v0.1/person/show/2
@@ -152,7 +153,9 @@ class ApiView:
 
 
 def api_view(rules: RuleSet, roles: Iterable[str], app_version: str) -> ApiView:
-    """What `roles` may call in `rules`, and nothing else."""
+    """What `roles` may call in `rules`, and nothing else. `rules` is typed as the plugin API
+    names it, so that the `apidoc` controller passes `services.rules()`; its controllers are
+    IO State's `ControllerState`s."""
     roles = frozenset(roles)
     controllers = []
     for state in rules.controllers.values():

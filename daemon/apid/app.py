@@ -25,6 +25,7 @@ from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
+from apid.coroutines import started
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
 from apid.links import link_header, wanted as wanted_links
 from apid.openapi import OPENAPI_PATH
@@ -136,7 +137,7 @@ class Application:
             text["id"] = [target.id]
         if target.kind == "b":
             if method != "POST" or target.action is None or target.id is not None:
-                raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", ["POST"])
+                raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", allow=["POST"])
             outcome = await self._batch.run(principal, target, body, request.path.decode("utf-8", "replace"))
             return write_json(request, outcome.body, outcome.status)
         if target.kind == "c":
@@ -183,7 +184,8 @@ class Application:
     def _wrong_method(self, request: Request, failure: Failure) -> bytes:
         allow = sorted(failure.value.valid_methods or [])
         return write_problem(
-            request, MethodNotAllowed(f"{request.path.decode()} is not called with {request.method.decode()}", allow)
+            request,
+            MethodNotAllowed(f"{request.path.decode()} is not called with {request.method.decode()}", allow=allow),
         )
 
     def _not_found(self, request: Request, failure: Failure) -> bytes:
@@ -230,7 +232,7 @@ def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> C
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
         if inspect.isawaitable(output):
-            output = await output
+            output = await started(output)  # an asyncio task under the asyncio reactor, as actions
         return write_json(request, output)
 
     return handle

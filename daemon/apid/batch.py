@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.defer import ensureDeferred
+from twisted.internet.defer import CancelledError, ensureDeferred
 
 from apid.auth.tokens import Principal
 from apid.pipeline import CallRequest, CallResult, Pipeline, Purpose
@@ -83,7 +83,13 @@ class BatchRunner:
             # All start now and run together; their outcomes are then collected in order, an
             # element already finished read at once (no DeferredList bookkeeping per element).
             running = [ensureDeferred(self._pipeline.execute(admitted, call)) for call in calls]
-            outcomes = [await _outcome(element) for element in running]
+            try:
+                outcomes = [await _outcome(element) for element in running]
+            except CancelledError:  # the client went away: every element still running stops too
+                for element in running:
+                    element.cancel()
+                    element.addErrback(lambda _: None)
+                raise
         else:
             outcomes = [await _outcome(self._pipeline.execute(admitted, call)) for call in calls]
         return summarise(outcomes, batch.combine, instance)

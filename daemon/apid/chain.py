@@ -1,8 +1,10 @@
 """Chained calls: several endpoints in one request, each output's key feeding the next link.
 
 The endpoint in the path is the first link; `chain.order` names the rest, in order, each
-mapped to the field of its output that becomes the next link's `id` (the last maps to
-`return`). The request's method comes first: one no chain starting at the path's endpoint is
+mapped to the field of its output handed to the next link (the last maps to `return`). The
+next link receives it under the name of its controller's FKEY to that field when it has one
+the caller may send it (`person/show > team/list` passes `leaderId`), else as its `id`
+(`handoff_field`). The request's method comes first: one no chain starting at the path's endpoint is
 called with is a 405. The whole chain is checked before any link runs: its shape (at most
 one non-safe method, placed where `type` says, matching the request's method), its length,
 and the caller's right to call every link (each link admitted on its own). Then each link
@@ -20,7 +22,7 @@ from typing import Any
 
 from apid.auth.tokens import Principal
 from apid.batch import parse_combine
-from apid.iostate import Endpoint, RuleSet
+from apid.iostate import PATH_ID, ControllerState, Endpoint, RuleSet
 from apid.pipeline import CallRequest, Pipeline
 from apid.problems import BadRequest, MethodNotAllowed, Problem, Unprocessable
 from apid.routing import Target
@@ -179,7 +181,7 @@ class ChainRunner:
         allowed = chain_methods(first, self._pipeline.rules(), principal.roles)
         if method not in allowed:
             raise MethodNotAllowed(f"a chain starting with {first.path} is called with {', '.join(allowed)}, "
-                                   f"not {method}", allowed)
+                                   f"not {method}", allow=allowed)
 
     async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str,
                   text: Mapping[str, list[str]]) -> Any:
@@ -194,19 +196,20 @@ class ChainRunner:
                                       link={"position": link.position, "endpoint": link.path}) from None
         check_shape(chain, endpoints, method, self._limit)
         admitted = [self._pipeline.admit(principal, self._request(link, target)) for link in chain.links]
+        # receives[i]: the field link i + 1 gets link i's key in, decided before any link runs
+        receives = [handoff_field(source.state.name, link.passes, following.state,
+                                  following.endpoint.request_fields(following.granted))
+                    for link, source, following in zip(chain.links, admitted, admitted[1:])]
 
         outputs: list[Any] = []
-        passed: list[str] | None = None
+        passed: dict[str, list[str]] = {}
         non_safe_done = False
         for link, admission in zip(chain.links, admitted):
             endpoint = admission.endpoint
-            call_text = dict(text) if link.position == 0 else {}
-            if passed is not None:
-                call_text["id"] = passed
-            call_body = {} if endpoint.is_safe else chain.fields
-            if passed is not None:
-                # the id handed on by the previous link names the record; the body cannot override it
-                call_body = {name: value for name, value in call_body.items() if name != "id"}
+            call_text = dict(text) if link.position == 0 else dict(passed)
+            # the key handed on by the previous link names the record; the body cannot override it
+            call_body = {} if endpoint.is_safe else {
+                name: value for name, value in chain.fields.items() if name not in passed}
             call = self._request(link, target, body=call_body, text=call_text)
             try:
                 output = (await self._pipeline.execute(admission, call)).data
@@ -217,12 +220,21 @@ class ChainRunner:
             non_safe_done = non_safe_done or not endpoint.is_safe
             outputs.append(output)
             if link.passes != RETURN:
-                passed = [_passed_key(output, link, non_safe_done)]
+                passed = {receives[link.position]: [_passed_key(output, link, non_safe_done)]}
         return outputs if chain.combine else outputs[-1]
 
 
+def handoff_field(source: str, key: str, target: ControllerState, accepted: frozenset[str]) -> str:
+    """The request field in which the next link receives the value of field `key` read from
+    controller `source`'s output: the first FKEY, in VALUES order, of the next link's
+    controller that references that field and that the next link accepts from the caller's
+    roles (`accepted`); else `id`, which then names a record of the next link's controller."""
+    return next((spec.name for spec in target.values.values()
+                 if spec.references(source, key) and spec.name in accepted), PATH_ID)
+
+
 def _passed_key(output: Any, link: Link, non_safe_done: bool) -> str:
-    """The value of the link's key in its output, as text: it becomes the next link's id."""
+    """The value of the link's key in its output, as text, for the next link's request."""
     if not isinstance(output, Mapping) or output.get(link.passes) is None:
         raise ChainRuleBroken(
             f"link {link.position}, {link.path}, returned no {link.passes!r} to pass on (or your role may not see it)",

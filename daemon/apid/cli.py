@@ -1,5 +1,5 @@
 """The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check, routes,
-openapi.
+openapi, new-plugin.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
 is wrong; every failure prints one line saying what and where.
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from apid import config as config_module
-from apid.config import Config, ConfigError
+from apid.config import REACTORS, Config, ConfigError
 
 
 def _load(args: argparse.Namespace) -> Config:
@@ -29,18 +29,37 @@ def _engine(config: Config):
 
 
 def _migrated(config: Config):
-    """An engine on the configured database, its schema brought up to date, and what that did."""
-    from apid.store.database import make_engine
-    from apid.store.migrate import MigrationRefused, ensure_sqlite_folder, upgrade
+    """An engine on the configured database, apid's schema and every installed plugin's brought
+    up to date, and what that did to each."""
+    from apid.plugins import PluginError
+    from apid.store.migrate import MigrationRefused, upgrade_all
 
-    ensure_sqlite_folder(config.server.database_url)
-    engine = make_engine(config.server.database_url)
+    sources = _migration_sources()
+    engine = _database(config)
     try:
-        change = upgrade(engine)
-    except MigrationRefused as refused:
+        changes = upgrade_all(engine, sources)
+    except (MigrationRefused, PluginError) as refused:
         engine.dispose()
         raise CommandFailed(str(refused)) from None
-    return engine, change
+    return engine, changes
+
+
+def _database(config: Config):
+    from apid.store.database import make_engine
+    from apid.store.migrate import ensure_sqlite_folder
+
+    ensure_sqlite_folder(config.server.database_url)
+    return make_engine(config.server.database_url)
+
+
+def _migration_sources():
+    """The installed plugins' migrations; a broken entry point ends the command."""
+    from apid.plugins import PluginError, migration_sources
+
+    try:
+        return migration_sources()
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
 
 
 def _bound(config: Config):
@@ -61,17 +80,46 @@ class CommandFailed(Exception):
 def cmd_serve(args: argparse.Namespace) -> int:
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
-    from apid.daemon import serve
+    from apid.reactors import install
 
     config = _load(args)
+    # first: the daemon's modules (txredisapi among them) import twisted.internet.reactor
+    reactor = install(args.reactor or config.server.reactor)
+    from apid.daemon import serve
+
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-    return serve(config)
+    return serve(config, reactor)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    engine, change = _migrated(_load(args))
+    config = _load(args)
+    if args.status:
+        return _migration_status(config)
+    engine, changes = _migrated(config)
     engine.dispose()
-    print(f"apid: {change.describe()}")
+    for change in changes:
+        print(f"apid: {change.describe()}")
+    return 0
+
+
+def _migration_status(config: Config) -> int:
+    """`apid migrate --status`: one line per schema; exit status 1 while any has a migration pending."""
+    from apid.plugins import PluginError
+    from apid.store.migrate import schema_status
+
+    sources = _migration_sources()
+    engine = _database(config)
+    try:
+        statuses = schema_status(engine, sources)
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
+    finally:
+        engine.dispose()
+    for status in statuses:
+        print(status.describe())
+    if any(status.pending for status in statuses):
+        print("apid: migrations are pending; `apid migrate` applies them", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -226,6 +274,21 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from apid.scaffold import PluginNames, ScaffoldRefused, write_plugin
+
+    try:
+        names = PluginNames.of(args.name, args.controller)
+        target = args.directory or Path(names.distribution)
+        written = write_plugin(names, target)
+    except ScaffoldRefused as refused:
+        raise CommandFailed(str(refused)) from None
+    for path in written:
+        print(f"wrote {path}")
+    print(f"\nnext: pip install -e '{target}[test]' && apid migrate && (cd {target} && pytest)")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config-dir", type=Path, default=None,
@@ -239,10 +302,17 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", help="a port (8080: on loopback only, tcp:8080:interface=127.0.0.1) "
                                         "or a Twisted endpoint such as tcp:PORT:interface=ADDR (default: $APID_LISTEN, "
                                         "then listen in service_server.yml)")
+    serve.add_argument("--reactor", choices=REACTORS,
+                       help="the Twisted reactor: asyncio lets plugin actions await asyncio libraries "
+                            "(default: reactor in service_server.yml, else default)")
     serve.set_defaults(run=cmd_serve)
 
-    commands.add_parser("migrate", parents=[common], help="bring the database schema up to date").set_defaults(
-        run=cmd_migrate)
+    migrate = commands.add_parser("migrate", parents=[common],
+                                  help="bring the database schema up to date, apid's then each plugin's")
+    migrate.add_argument("--status", action="store_true",
+                         help="show each schema's revision, head and pending migrations, change nothing "
+                              "(exit status 1 while any is pending)")
+    migrate.set_defaults(run=cmd_migrate)
 
     user = commands.add_parser("user", help="manage accounts").add_subparsers(dest="user_command", required=True)
     add = user.add_parser("add", parents=[common], help="create an enabled account")
@@ -272,6 +342,12 @@ def parser() -> argparse.ArgumentParser:
     check.set_defaults(run=cmd_iostate_check)
 
     commands.add_parser("routes", parents=[common], help="list every endpoint").set_defaults(run=cmd_routes)
+
+    new_plugin = commands.add_parser("new-plugin", help="write a ready plugin distribution to start from")
+    new_plugin.add_argument("name", help="the plugin's name: apid-NAME, package apid_NAME, its migrations' branch")
+    new_plugin.add_argument("--controller", help="the controller's name, its URL segment (default: the plugin's)")
+    new_plugin.add_argument("--directory", type=Path, help="where to write it (default: ./apid-NAME)")
+    new_plugin.set_defaults(run=cmd_new_plugin)
 
     openapi = commands.add_parser("openapi", parents=[common],
                                   help="print the OpenAPI 3.1 document of some roles (none: the public endpoints)")

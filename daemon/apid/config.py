@@ -108,6 +108,7 @@ class ServerConfig:
     servers: tuple[PeerServer, ...]
     ping_timeout: float
     access_log: bool
+    reactor: str  # one of REACTORS (apid.reactors)
 
 
 @dataclass(frozen=True)
@@ -413,8 +414,11 @@ def _webhooks(node: _Node | None) -> WebhooksConfig:
 
 SERVER_KEYS = (
     "webhookActive", "webhooks", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
-    "mail", "jwt", "servers", "pingTimeout", "accessLog",
+    "mail", "jwt", "servers", "pingTimeout", "accessLog", "reactor",
 )
+# The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
+REACTORS = ("default", "asyncio")
+DEFAULT_REACTOR = "default"
 
 
 def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
@@ -439,6 +443,9 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
     if on_failure not in ("open", "closed"):
         raise redis["onFailure"].fail(f"must be open or closed, got {on_failure!r}")
     ping_timeout = _get(section, "pingTimeout", _Node.number, 2.0)
+    reactor = _get(section, "reactor", _Node.string, DEFAULT_REACTOR)
+    if reactor not in REACTORS:
+        raise section["reactor"].fail(f"must be {' or '.join(REACTORS)}, got {reactor!r}")
     servers = section["servers"] if "servers" in section else None
     if servers is not None and not isinstance(servers.value, list):
         raise servers.fail(f"expected a list of peers, got {_kind(servers.value)}")
@@ -477,6 +484,7 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
         ),
         ping_timeout=ping_timeout,
         access_log=_get(section, "accessLog", _Node.boolean, True),
+        reactor=reactor,
     )
 
 

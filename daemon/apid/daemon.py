@@ -1,4 +1,5 @@
-"""Assembling and running the daemon: storage, plugins, the application, the listening port.
+"""Starting and running the daemon: storage, plugins, the application (wired by
+`apid.assembly`, as the testing kit wires it), the listening port.
 
 Start order matters: the database is migrated and reachable and every plugin is bound to
 valid IO State before the port listens; only then the ready line and systemd's READY=1.
@@ -12,7 +13,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from dataclasses import dataclass
 
 import txredisapi
@@ -24,37 +24,22 @@ from twisted.protocols.policies import WrappingFactory
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
-from apid.accounts import Accounts
-from apid.app import Application, plugin_routes
-from apid.auth.endpoints import ServiceEndpoints
-from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
-from apid.auth.login import SessionEndpoints
+from apid.assembly import assemble
 from apid.auth.passwords import Passwords
-from apid.auth.registration import AccountEndpoints
 from apid.auth.sessions import Revocations
-from apid.auth.standing import Standings
-from apid.auth.tokens import TokenService, load_secret
-from apid.batch import BatchRunner
-from apid.chain import ChainRunner
+from apid.auth.tokens import load_secret
 from apid.config import Config, ConfigError
-from apid.cors import Cors
+from apid.coroutines import end_tasks
 from apid.docspage import DocsPage
 from apid.hooks.delivery import Deliverer
-from apid.hooks.events import AccountEvents, EventRecorder
-from apid.hooks.service import Hooks
 from apid.hooks.worker import DeliveryWorker
 from apid.http import ApidSite
-from apid.mail import Outbox, make_mailer
-from apid.openapi import OpenApiDocuments, document_settings
+from apid.mail import Outbox
 from apid.ping import PeerPinger
-from apid.pipeline import Pipeline, filter_output
-from apid.plugin import Services
 from apid.iostate import IOStateError
-from apid.plugins import PluginError, RuleBook, load_all
+from apid.plugins import PluginError, RuleBook, load_all, migration_sources
 from apid.store.database import Database, make_engine
-from apid.store.redis import redis_pool
-from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
-from apid.store.migrate import ensure_sqlite_folder, upgrade
+from apid.store.migrate import ensure_sqlite_folder, require_current, upgrade_all
 
 log = Logger(namespace="apid.daemon")
 
@@ -125,75 +110,39 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint) -> Run
     secret = await deferToThread(load_secret, server.jwt)
     docs_page = await deferToThread(DocsPage)  # reads and compresses the viewer's files
     engine = make_engine(server.database_url, server.database_pool_size)
+    sources = await deferToThread(migration_sources)
+    ensure_sqlite_folder(server.database_url)
     if server.migrate_on_start:
-        ensure_sqlite_folder(server.database_url)
-        await deferToThread(upgrade, engine)
+        await deferToThread(upgrade_all, engine, sources)
+    else:  # a database behind the plugins installed: refuse, naming what to run
+        await deferToThread(require_current, engine, sources)
     bound = await deferToThread(load_all, api.iostate_dir, api.security)
-    rule_book = RuleBook(bound, api.iostate_dir, api.security)
 
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
-    standings = Standings(reactor, db)
-    revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
-    accounts = Accounts(reactor, db, passwords, revocations)
-    pinger = PeerPinger(reactor, server.servers)
     deliveries = webhook_delivery(reactor, config, db)
-    hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, deliveries.wake if deliveries else None)
-    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks,
-                        rules=lambda: rule_book.current, version=api.version)
-    controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
-    tokens = TokenService(server.jwt, secret, time.time)
-    redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
-    limiter = abuse_limiting(reactor, config, redis)
-    outbox = Outbox(make_mailer(server.mail, reactor), reactor)
-    events = EventRecorder(reactor, db, filter_output, deliveries.wake) if deliveries else None
-    account_events = AccountEvents(
-        lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(deliveries.wake),
-    ) if deliveries else None
-    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db)
-    public_routes = [
-        *ServiceEndpoints(api.version).routes(),
-        *docs_page.routes(),
-        *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
-        *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
-                          server.home_url, api.security.user_role, account_events).routes(),
-        *plugin_routes(controllers, api.security.superuser_role),
-    ]
-    rate_limiter = rate_limiting(reactor, config, redis)
-    application = Application(
-        version=api.version,
-        reserved_uris=api.reserved_uris,
-        tokens=tokens,
-        revocations=revocations,
-        standings=standings,
-        pipeline=pipeline,
-        batch=BatchRunner(pipeline, api.batch_limit),
-        chain=ChainRunner(pipeline, api.chain_limit),
-        public_routes=public_routes,
-        rate_limiter=rate_limiter,
-        openapi=OpenApiDocuments(
-            lambda: rule_book.current, document_settings(config, bound.controllers.values())).document,
-    )
+    parts = assemble(reactor, config, secret=secret, docs_page=docs_page, bound=bound, db=db, passwords=passwords,
+                     wake=deliveries.wake if deliveries else None)
     db.start()
     passwords.start()
     try:
-        await revocations.start()
-        site = ApidSite(Cors(application.resource(), api.allowed_origins), api.max_body_bytes, server.access_log)
+        await parts.revocations.start()
+        site = ApidSite(parts.resource, api.max_body_bytes, server.access_log)
         connections = WrappingFactory(site)
         connections.noisy = False
         port = await endpoint.listen(connections)
     except BaseException:
-        revocations.stop()
+        parts.revocations.stop()
         db.stop()
         passwords.stop()
-        if redis is not None:
-            redis.disconnect()  # stops its reconnecting; nothing waits on the Deferred
+        if parts.redis is not None:
+            parts.redis.disconnect()  # stops its reconnecting; nothing waits on the Deferred
         raise
     if deliveries is not None:
         deliveries.start()
     return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
-                   rule_book=rule_book, revocations=revocations, outbox=outbox, pinger=pinger, redis=redis,
-                   deliveries=deliveries)
+                   rule_book=parts.rule_book, revocations=parts.revocations, outbox=parts.outbox,
+                   pinger=parts.pinger, redis=parts.redis, deliveries=deliveries)
 
 
 def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | None:
@@ -203,22 +152,6 @@ def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | 
     settings = config.server.webhooks
     deliverer = Deliverer(reactor, config.api.allowed_origins, settings.timeout, settings.per_host)
     return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
-
-
-def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> RateLimiter | None:
-    """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set."""
-    if not config.server.api_throttle:
-        return None
-    store = RedisCounters(redis, reactor) if redis is not None else MemoryCounters(reactor)
-    throttle = config.api.throttle
-    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
-
-
-def abuse_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> AbuseLimiter:
-    """The limits on logins, registrations and reset requests: counting in Redis when
-    redis.url is set (whatever apiThrottle says), so that every daemon shares them."""
-    store = RedisWindows(redis, reactor) if redis is not None else MemoryWindows(reactor)
-    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open)
 
 
 async def reload_rules(rule_book: RuleBook) -> None:
@@ -261,11 +194,16 @@ async def stop(reactor, running: Running) -> None:
     log.info("apid stopped")
 
 
-def serve(config: Config) -> int:
-    """Run the daemon until SIGTERM or SIGINT; the exit status tells whether it started."""
+def serve(config: Config, reactor_name: str) -> int:
+    """Run the daemon until SIGTERM or SIGINT; the exit status tells whether it started.
+    `reactor_name` says which reactor `apid.reactors.install` installed, for the ready line."""
     from twisted.internet import reactor
 
     outcome = {"status": 0}
+
+    async def shutdown(running: Running) -> None:
+        await stop(reactor, running)
+        await end_tasks(reactor)  # the asyncio reactor's: what the closed connections cancelled
 
     async def begin() -> None:
         try:
@@ -275,7 +213,7 @@ def serve(config: Config) -> int:
             outcome["status"] = 1
             reactor.stop()
             return
-        reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(stop(reactor, running)))
+        reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(running)))
         signal.signal(
             signal.SIGHUP,
             lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(reload_rules(running.rule_book))),
@@ -285,7 +223,7 @@ def serve(config: Config) -> int:
         gc.freeze()
         print(
             f"apid ready on {describe(running.port)} "
-            f"(environment {config.server.environment}, API version {config.api.version})",
+            f"(environment {config.server.environment}, API version {config.api.version}, reactor {reactor_name})",
             flush=True,
         )
         notify_systemd("READY=1\nSTATUS=serving")

@@ -140,7 +140,7 @@ class ApidRequest(SiteRequest):
 
     def process(self) -> None:
         if self.path == b"*" and self.method != b"OPTIONS":
-            self.early_answer = MethodNotAllowed("only OPTIONS may be asked of * (the whole server)", ["OPTIONS"])
+            self.early_answer = MethodNotAllowed("only OPTIONS may be asked of * (the whole server)", allow=["OPTIONS"])
         if self.early_answer is None:
             super().process()
         else:
@@ -325,7 +325,7 @@ def query_fields(request: Request) -> dict[str, list[str]]:
         raise BadRequest("the query string is not valid UTF-8") from None
     with_nul = [key for key, values in fields.items() if "\x00" in key or any("\x00" in v for v in values)]
     if with_nul:
-        raise InvalidFields([{"field": key, "reason": "holds a NUL character (%00)"} for key in with_nul])
+        raise InvalidFields(errors=[{"field": key, "reason": "holds a NUL character (%00)"} for key in with_nul])
     return fields
 
 

@@ -52,8 +52,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if "\\" in text and _SUSPECT_ESCAPE.search(text):
         errors = list(string_errors(body))
         if errors:
-            raise InvalidFields(errors, detail=f"the request body holds text that cannot be stored: "
-                                               f"{', '.join(error['field'] for error in errors)}")
+            raise InvalidFields(f"the request body holds text that cannot be stored: "
+                                f"{', '.join(error['field'] for error in errors)}", errors=errors)
     return body
 
 
@@ -75,8 +75,8 @@ def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(members) < len(pairs):
         counts = Counter(name for name, _ in pairs)
         name = _shown(next(name for name, count in counts.items() if count > 1))
-        raise InvalidFields([{"field": name, "reason": "is given more than once in one object"}],
-                            detail=f"the request body gives the member {name!r} twice in one object")
+        raise InvalidFields(f"the request body gives the member {name!r} twice in one object",
+                            errors=[{"field": name, "reason": "is given more than once in one object"}])
     return members
 
 

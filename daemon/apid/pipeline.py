@@ -5,6 +5,8 @@ role's REQUEST fields, typed by VALUES, with the fields the action requires and 
 field rules (one 400 lists every bad field) -> run the controller action -> return only the
 role's RESPONSE fields. Each step is a small function; `Pipeline.run` composes them and
 reads like that list. Nothing here trusts an earlier call: every run authorises on its own.
+An action's coroutine runs where `apid.coroutines` says: on Twisted's driver, or as an asyncio
+task under the asyncio reactor.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
 from apid.auth.tokens import Principal
+from apid.coroutines import asyncio_required, needs_asyncio, started
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem
@@ -149,7 +152,7 @@ def admit_fields(
     if declared.validate is not None:
         errors += _validated(declared.validate, fields, endpoint)
     if errors:
-        raise InvalidFields(errors)
+        raise InvalidFields(errors=errors)
     return fields
 
 
@@ -237,6 +240,7 @@ class Pipeline:
         self._superuser_role = superuser_role
         self._events = events  # None when webhookActive is false
         self._db = db
+        self._told_asyncio: set[str] = set()  # the actions logged as awaiting asyncio
 
     def admit(
         self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT
@@ -277,13 +281,27 @@ class Pipeline:
         call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit)
         try:
             output = admitted.action(call)
-            if isinstance(output, Deferred) or inspect.isawaitable(output):
+            if isinstance(output, Deferred):
                 output = await output
+            elif inspect.isawaitable(output):
+                output = await started(output)
         except (Problem, CancelledError):
             raise
-        except Exception:
+        except Exception as error:
+            if needs_asyncio(error):
+                raise self._asyncio_required(endpoint.path, error) from None
             log.failure("controller {endpoint} raised", endpoint=endpoint.path)
             raise InternalError(f"{endpoint.path} failed; the error was logged") from None
         if self._events is not None and endpoint.emits_events and not unit.recorded:
             await self._events.record(endpoint, output)
         return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))
+
+    def _asyncio_required(self, path: str, error: Exception) -> InternalError:
+        """The 500 of an action that awaited asyncio under the default reactor, logged the
+        first time only: every call of it fails the same way, and a line says it all."""
+        if path not in self._told_asyncio:
+            self._told_asyncio.add(path)
+            log.error("{endpoint} awaited asyncio ({error}), which runs only under the asyncio reactor: set "
+                      "`reactor: asyncio` in service_server.yml (logged once per action)",
+                      endpoint=path, error=repr(error))
+        return asyncio_required(path)

@@ -4,18 +4,23 @@ A controller is a class with a `name` (its IO State NAME) and methods marked `@a
 An action receives a `Call` (the request fields already filtered for the caller's role and
 typed, the caller, the services) and returns data, a Deferred or a coroutine. What it
 returns is filtered to the caller's RESPONSE fields by the daemon, never by the plugin.
+
+This module is the whole contract. What the daemon lends a controller (`Services`) is named
+by small protocols defined here, which the daemon's own classes keep, so the module imports
+nothing of the daemon but its problems (`apid.problems`, which imports nothing of apid), and
+the daemon's inner modules depend on it, never the other way round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from apid.apidoc import ApiView, api_view
 from apid.problems import (
     BadRequest,
     Conflict,
+    FieldError,
     Forbidden,
     InvalidFields,
     NotFound,
@@ -24,19 +29,14 @@ from apid.problems import (
 )
 
 if TYPE_CHECKING:
+    from sqlalchemy import Select
     from twisted.internet.defer import Deferred
 
-    from apid.accounts import Accounts
-    from apid.config import SecurityConfig
-    from apid.hooks.service import Hooks
-    from apid.ping import PeerPinger
-    from apid.iostate import Endpoint, RuleSet
-    from apid.store.database import Database
-
 __all__ = [
-    "ActionRules", "ApiView", "BadRequest", "Call", "Caller", "Conflict", "Controller", "FieldError", "Forbidden",
-    "InvalidFields", "NotFound", "Problem", "RouteCall", "Services", "UnitOfWork", "Unprocessable", "action",
-    "api_view", "route",
+    "Account", "Accounts", "ActionRules", "BadRequest", "Call", "Caller", "Conflict", "Controller", "Database",
+    "Endpoint", "FieldError", "Forbidden", "Hooks", "InvalidFields", "NotFound", "PeerPinger", "Problem",
+    "RouteCall", "RuleSet", "SecuritySettings", "Services", "UnitOfWork", "Unprocessable", "Validator", "action",
+    "route",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,10 +44,8 @@ T = TypeVar("T")
 _ACTION_MARK = "__apid_action__"
 _ROUTE_MARK = "__apid_route__"
 
-FieldError = dict[str, str]
-"""One entry of an `InvalidFields` problem's `errors`: `{"field": name, "reason": text}`."""
-
 Validator = Callable[[Mapping[str, Any]], Iterable[FieldError] | None]
+"""What `@action(validate=...)` takes: the admitted, typed fields to the field errors found."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +118,166 @@ class Caller:
     all_roles: frozenset[str] = frozenset()
 
 
+class Endpoint(Protocol):
+    """The IO State endpoint a call is for (`call.endpoint`), in the API version called."""
+
+    @property
+    def controller(self) -> str: ...
+
+    @property
+    def action(self) -> str: ...
+
+    @property
+    def api_version(self) -> str: ...
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str:
+        """`controller/action`."""
+
+    @property
+    def is_safe(self) -> bool:
+        """A GET: it changes nothing and is no webhook event."""
+
+
+class RuleSet(Protocol):
+    """The IO State rules in force: each controller's NAME to its rules, the model of
+    docs/iostate.md. The `apidoc` controller describes them with `apid.apidoc.api_view`."""
+
+    @property
+    def controllers(self) -> Mapping[str, Any]: ...
+
+
+class UnitOfWork(Protocol):
+    """Runs `work(connection, *args)` in one write transaction, off the reactor thread."""
+
+    def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]: ...
+
+
+class Database(UnitOfWork, Protocol):
+    """The database handle (`services.db`). A unit of work is a plain function of a SQLAlchemy
+    `Connection` and any arguments, run in one transaction in the database thread pool, never
+    on the reactor thread; `write` rolls back when it raises."""
+
+    def read(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Run `work(connection, *args)` in a read transaction."""
+
+    def prepare(self, statement: Select[Any]) -> Any:
+        """`statement` compiled once, for `select`: the fastest read of one row by key."""
+
+    def select(self, prepared: Any, **values: Any) -> Deferred[list[Any]]:
+        """The rows (named tuples) of a `prepare`d statement for these parameter values."""
+
+
+class Account(Protocol):
+    """An account as `services.accounts` answers it; it never carries the password hash."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def email(self) -> str: ...
+
+    @property
+    def roles(self) -> frozenset[str]: ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """The account under the field names of person.json, as the `person` controller answers it."""
+
+
+class Accounts(Protocol):
+    """The accounts (`services.accounts`), hashing passwords off the reactor thread. A change
+    made for a call passes `unit=call`, so that it commits with the call's webhook events."""
+
+    def get(self, account_id: int) -> Awaitable[Account | None]: ...
+
+    def list(self, offset: int, limit: int) -> Awaitable[list[Account]]: ...
+
+    async def create(
+        self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True,
+        *, unit: UnitOfWork | None = None,
+    ) -> Account: ...
+
+    async def update(
+        self,
+        account_id: int,
+        changes: Mapping[str, Any],
+        expected_version: int | None = None,
+        password: str | None = None,
+        roles: Iterable[str] | None = None,
+        *,
+        current_password: str | None = None,
+        keep_session: str | None = None,
+        unit: UnitOfWork | None = None,
+    ) -> Account:
+        """`changes` maps the account's attribute names to new values; a stale `expected_version`
+        is a 409. A new password ends the account's logins but `keep_session`; with
+        `current_password` (an owner changing their own), a wrong one is a 403."""
+
+    async def delete(self, account_id: int, *, unit: UnitOfWork | None = None) -> bool:
+        """False when there was no such account."""
+
+    async def login(self, username: str, password: str) -> Account | None:
+        """The account if the name and password match and it may log in."""
+
+
+class SecuritySettings(Protocol):
+    """The role settings of service_api.yml (`services.security`)."""
+
+    @property
+    def user_role(self) -> str:
+        """The role of an account created without roles."""
+
+    @property
+    def all_roles(self) -> frozenset[str]:
+        """Every role the configuration knows."""
+
+
+class PeerPinger(Protocol):
+    """The peer API servers of the deployment (`services.pinger`), for the `server` controller."""
+
+    async def ping_all(self) -> dict[str, Any]:
+        """Every peer of `servers` (service_server.yml) asked at once for its /health."""
+
+
+class Hooks(Protocol):
+    """The caller's webhooks (`services.hooks`), for the `hook` controller: a caller reaches only
+    their own hooks, the superuser everyone's, and subscribes only to what their roles may
+    receive. Each dict is a hook (or delivery) under the field names of hook.json."""
+
+    def services(self, caller: Caller) -> list[str]:
+        """The controllers and endpoints whose changes the caller's roles may receive."""
+
+    async def show(self, caller: Caller, hook_id: int) -> dict[str, Any]: ...
+
+    async def create(self, caller: Caller, url: str, service: str) -> dict[str, Any]:
+        """The new hook with its secret, which is shown only here and by `rotate_secret`."""
+
+    async def update(self, caller: Caller, hook_id: int, url: str | None, service: str | None,
+                     version: int | None) -> dict[str, Any]: ...
+
+    async def delete(self, caller: Caller, hook_id: int) -> dict[str, Any]: ...
+
+    async def enable(self, caller: Caller, hook_id: int, enabled: bool) -> dict[str, Any]: ...
+
+    async def rotate_secret(self, caller: Caller, hook_id: int) -> dict[str, Any]: ...
+
+    async def deliveries(self, caller: Caller, hook_id: int, offset: int, limit: int) -> list[dict[str, Any]]: ...
+
+    async def redeliver(self, caller: Caller, hook_id: int, message: str) -> dict[str, Any]: ...
+
+    async def ping(self, caller: Caller, hook_id: int) -> dict[str, Any]:
+        """Queue a `hook/ping` message, delivered like any other, to test the receiver."""
+
+    # Last: below it, `list` in this class would name the method, not the type.
+    async def list(self, caller: Caller, offset: int, limit: int) -> list[dict[str, Any]]: ...
+
+
 @dataclass(frozen=True)
 class Services:
     """What the daemon lends a controller: the database, the accounts, the role settings, the
@@ -128,17 +286,11 @@ class Services:
 
     db: Database
     accounts: Accounts
-    security: SecurityConfig
+    security: SecuritySettings
     pinger: PeerPinger
     hooks: Hooks
     rules: Callable[[], RuleSet]  # the rule set in force now: call it each time, a reload swaps it
     version: str  # the application version of every path, MAJOR.MINOR ("0.1" in /v0.1/...)
-
-
-class UnitOfWork(Protocol):
-    """Runs `work(connection, *args)` in one write transaction, off the reactor thread."""
-
-    def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]: ...
 
 
 @dataclass(frozen=True)
@@ -168,8 +320,8 @@ class Call:
         missing = [name for name in names if self.fields.get(name) is None]
         if missing:
             raise InvalidFields(
-                [{"field": name, "reason": "is required"} for name in missing],
-                detail=f"required fields missing: {', '.join(missing)}",
+                f"required fields missing: {', '.join(missing)}",
+                errors=[{"field": name, "reason": "is required"} for name in missing],
             )
 
     def page(self, default: int = 20, maximum: int = 100) -> tuple[int, int]:
@@ -184,7 +336,7 @@ class Call:
         if not 1 <= limit <= maximum:
             errors.append({"field": "max", "reason": f"must be 1 to {maximum}"})
         if errors:
-            raise InvalidFields(errors)
+            raise InvalidFields(errors=errors)
         return offset, limit
 
 

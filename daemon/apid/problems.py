@@ -6,11 +6,15 @@ Plugins raise these too (they are re-exported by `apid.plugin`), so a controller
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
 
 PROBLEM_TYPE_BASE = "urn:apid:problem:"
 MEDIA_TYPE = "application/problem+json"
+
+FieldError = dict[str, str]
+"""One entry of an `InvalidFields` problem's `errors`: `{"field": name, "reason": text}`."""
 
 
 class Problem(Exception):
@@ -55,11 +59,13 @@ class BadRequest(Problem):
 
 
 class InvalidFields(BadRequest):
-    """Request fields the role may not send, or values of the wrong type; `errors` lists each."""
+    """Request fields the role may not send, or values of the wrong type; `errors` lists each,
+    and the detail names them unless given."""
 
     slug = "invalid-fields"
 
-    def __init__(self, errors: list[dict[str, str]], detail: str | None = None) -> None:
+    def __init__(self, detail: str | None = None, *, errors: Sequence[FieldError]) -> None:
+        errors = list(errors)  # the body's array
         names = ", ".join(e["field"] for e in errors)
         super().__init__(detail or f"invalid request fields: {names}", errors=errors)
 
@@ -82,7 +88,7 @@ class NotFound(Problem):
 class MethodNotAllowed(Problem):
     status, slug = 405, "method-not-allowed"
 
-    def __init__(self, detail: str, allow: list[str]) -> None:
+    def __init__(self, detail: str, *, allow: list[str]) -> None:
         super().__init__(detail, headers={"Allow": ", ".join(allow)}, allow=allow)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from apid.plugin import Call, Controller, NotFound, action, api_view
+from apid.apidoc import api_view
+from apid.plugin import Call, Controller, NotFound, action
 
 
 class ApidocController(Controller):

@@ -40,7 +40,7 @@ class PersonController(Controller):
             return None
         unknown = [r for r in roles if not isinstance(r, str) or r not in self.services.security.all_roles]
         if unknown:
-            raise InvalidFields([{"field": "roles", "reason": f"unknown roles: {unknown}"}])
+            raise InvalidFields(errors=[{"field": "roles", "reason": f"unknown roles: {unknown}"}])
         return roles
 
     @action(requires=("username", "password", "email"), validate=account_policy)
@@ -77,7 +77,8 @@ class PersonController(Controller):
         changes = {name: fields[name] for name in CHANGEABLE if fields.get(name) is not None}
         own_password = person_id == call.caller.id and fields.get("password") is not None
         if own_password and not fields.get("currentPassword"):
-            raise InvalidFields([{"field": "currentPassword", "reason": "is required to change your own password"}])
+            raise InvalidFields(
+                errors=[{"field": "currentPassword", "reason": "is required to change your own password"}])
         account = await self.services.accounts.update(
             person_id,
             changes,

@@ -459,7 +459,7 @@ def test_b_calls_resolve_the_api_version_named_in_the_path(daemon, admin_token, 
     refused = assert_problem(daemon.request("POST", "/b0.1-2/team/show", element, token=admin_token), 403)
     assert "batch" in refused["detail"]
     # byLeader exists in version 1 only
-    leader = {"batch": [{"id": team["leaderId"]}]}
+    leader = {"batch": [{"leaderId": team["leaderId"]}]}
     assert assert_json(daemon.request("POST", "/b0.1/team/byLeader", leader, token=admin_token))["id"] == team["id"]
     assert_problem(daemon.request("POST", "/b0.1-2/team/byLeader", leader, token=admin_token), 404)
     assert_problem(daemon.request("POST", "/b0.1-3/team/show", element, token=admin_token), 404)

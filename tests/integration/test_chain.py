@@ -152,7 +152,8 @@ def test_a_trailing_slash_and_query_fields_reach_the_first_link(daemon, admin_to
 
 
 def test_a_four_link_chain_passes_each_key_on(daemon, admin_token):
-    """team/show(second) > person/show(leader) > team/byLeader(leader: the first team) > team/summary."""
+    """team/show(second) > person/show(leader) > team/byLeader(leader: the first team) > team/summary:
+    the leader's id reaches byLeader as leaderId (its FKEY to person.id), the others go as id."""
     leader = new_person(daemon, admin_token)
     first = new_team(daemon, admin_token, leader["id"])
     second = new_team(daemon, admin_token, leader["id"])
@@ -169,6 +170,44 @@ def test_a_four_link_chain_passes_each_key_on(daemon, admin_token):
     chain["chain"]["combine"] = False
     last = assert_json(daemon.request("GET", f"{C}/team/show/{second['id']}", chain, token=admin_token))
     assert last == body[3]
+
+
+# --- the hand-off: under the FKEY the next link takes, else as its id ----------------------------
+
+
+def test_a_person_id_reaches_team_list_as_leader_id(daemon, admin_token, user_token, user_id):
+    """person/show > team/list: team.leaderId references person.id, and team/list takes it."""
+    led = [new_team(daemon, admin_token, user_id), new_team(daemon, admin_token, user_id)]
+    new_team(daemon, admin_token, 1)
+    chain = {"chain": {"key": "id", "combine": True, "order": {"team/list": "return"}}}
+    person, listed = assert_json(daemon.request("GET", f"{C}/person/show/{user_id}", chain, token=user_token))
+    assert person["id"] == user_id
+    assert [team["id"] for team in listed] == [team["id"] for team in teams(daemon, admin_token)
+                                               if team["leaderId"] == user_id]
+    assert {team["id"] for team in led} <= {team["id"] for team in listed}
+
+
+def test_a_postchain_creates_the_team_under_the_leader_it_was_handed(daemon, admin_token):
+    """person/show > team/create: the person's id becomes the new team's leaderId; a leaderId in
+    the body cannot override the key handed on."""
+    leader = new_person(daemon, admin_token)
+    name = team_name()
+    body = {"name": name, "leaderId": 1,
+            "chain": {"key": "id", "type": "postchain", "order": {"team/create": "return"}}}
+    created = assert_json(daemon.request("POST", f"{C}/person/show/{leader['id']}", body, token=admin_token))
+    assert created["leaderId"] == leader["id"]
+    assert show_team(daemon, admin_token, created["id"]) == created
+    assert [team["leaderId"] for team in teams_named(daemon, admin_token, name)] == [leader["id"]]
+
+
+def test_a_key_with_no_fkey_to_it_still_goes_as_id(daemon, admin_token, led):
+    """team/show > team/summary: team has no FKEY to team.id, so the team's id goes as id; and
+    team/show > person/show: the leaderId read is no field person references, so it goes as id."""
+    leader, team = led
+    chain = {"chain": {"key": "id", "order": {"team/summary": "return"}}}
+    assert assert_json(daemon.request("GET", f"{C}/team/show/{team['id']}", chain, token=admin_token))["id"] == team["id"]
+    assert assert_json(daemon.request("GET", f"{C}/team/show/{team['id']}", leader_chain(),
+                                      token=admin_token))["id"] == leader["id"]
 
 
 # --- postchain ----------------------------------------------------------------------------------

@@ -12,11 +12,9 @@ from __future__ import annotations
 import shutil
 
 from harness import REPO, Daemon
-from shell_docs import check, checkout_like, layered_venv, run_steps, steps
+from shell_docs import OFFLINE_PIP, check, checkout_like, layered_venv, run_steps, steps
 
 EXAMPLES = REPO / "docs" / "examples"
-# PIP_NO_BUILD_ISOLATION=0 is pip's spelling of --no-build-isolation: the test extra's hatchling builds
-OFFLINE_PIP = {"PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 BEFORE_THE_PLUGIN = ("first-steps.sh", "install-plugin.sh")
 WITH_THE_PLUGIN = ("call-plugin.sh", "concepts.sh")
 

@@ -12,7 +12,8 @@ REL = "urn:apid:rel:"
 
 
 def links(reply) -> dict[str, tuple[str, str]]:
-    """rel -> (target, method) of every link in the answer's Link header."""
+    """rel -> (target, method) of every link in the answer's Link header. Relation types are
+    case-insensitive (RFC 8288 section 2.1): httplink lowers them (team/byleader)."""
     assert reply.status == 200, reply.body
     parsed = parse_link_header(reply.headers["Link"])
     found = {}
@@ -32,6 +33,8 @@ def test_an_admin_gets_self_and_every_other_person_action(daemon, admin_token, h
         f"{REL}person/list": (f"{V}/person/list", "GET"),
         f"{REL}person/update": (f"{V}/person/update/{person['id']}", "PUT"),
         f"{REL}person/delete": (f"{V}/person/delete/{person['id']}", "DELETE"),
+        f"{REL}team/list": (f"{V}/team/list?leaderId={person['id']}", "GET"),
+        f"{REL}team/byleader": (f"{V}/team/byLeader?leaderId={person['id']}", "GET"),
     }
 
 
@@ -40,6 +43,8 @@ def test_a_user_gets_only_the_actions_their_role_may_call(daemon, user_token, us
     assert links(reply) == {
         "self": (f"{V}/person/show/{user_id}", "GET"),
         f"{REL}person/update": (f"{V}/person/update/{user_id}", "PUT"),
+        f"{REL}team/list": (f"{V}/team/list?leaderId={user_id}", "GET"),
+        f"{REL}team/byleader": (f"{V}/team/byLeader?leaderId={user_id}", "GET"),
     }
 
 
@@ -54,6 +59,31 @@ def test_an_fkey_in_the_answer_links_the_referenced_get_actions(daemon, admin_to
                                 headers={"X-LINK_RELATIONS": "1"}))
     assert user[f"{REL}person/show"] == (f"{V}/person/show/{user_id}", "GET")
     assert f"{REL}team/create" not in user and f"{REL}team/create" in admin
+
+
+def test_a_person_answer_links_the_teams_they_lead_and_the_link_answers_them(daemon, admin_token, user_token):
+    """The reverse relation of team.leaderId (an FKEY to person.id): the user follows the link."""
+    leader = new_person(daemon, admin_token)
+    led = [create_team(daemon, admin_token, name, leader["id"], 1.0) for name in ("Led one", "Led two")]
+    create_team(daemon, admin_token, "Led by another", 1, 1.0)
+    found = links(daemon.request("GET", f"{V}/person/show/{leader['id']}", token=admin_token,
+                                 headers={"X-LINK_RELATIONS": "1"}))
+    target, method = found[f"{REL}team/list"]
+    assert (target, method) == (f"{V}/team/list?leaderId={leader['id']}", "GET")
+    reply = daemon.request(method, target, token=user_token)
+    assert reply.status == 200, reply.body
+    assert reply.json == [{key: team[key] for key in ("id", "name", "leaderId")} for team in led]
+    # hook.userId is an FKEY to person as well, but no hook action takes userId
+    assert not [rel for rel in found if rel.startswith(f"{REL}hook/")]
+
+
+def test_a_team_answer_adds_its_id_only_to_actions_whose_id_is_the_teams(daemon, admin_token, user_id):
+    team = create_team(daemon, admin_token, "Own id", user_id, 1.0)
+    found = links(daemon.request("GET", f"{V}/team/show/{team['id']}", token=admin_token,
+                                 headers={"X-LINK_RELATIONS": "1"}))
+    assert found[f"{REL}team/summary"] == (f"{V}/team/summary/{team['id']}", "GET")
+    assert found[f"{REL}team/byleader"] == (f"{V}/team/byLeader", "GET")  # takes leaderId: no team id
+    assert found[f"{REL}team/list"] == (f"{V}/team/list", "GET")
 
 
 def test_without_the_request_header_there_is_no_link_header(daemon, admin_token):

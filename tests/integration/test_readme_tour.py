@@ -2,7 +2,9 @@
 how its comments are checked: `# 403`, the outputs under the commands).
 
 The daemon runs on a deployment laid out like the checkout after `make run` (the development
-section, `.venv/bin/apid`, mails in `var/outbox/`); `B` is set to its address. The tour's later
+section, `.venv/bin/apid`, mails in `var/outbox/`); `B` is set to its address. Its `.venv` is
+layered over the checkout's (tests/shell_docs.py `layered_venv`), so the plugin the tour makes
+and installs stays out of the rest of the suite; pip builds it offline. The tour's later
 sections ask for two switches, `webhookActive` and `apiThrottle`, and a restart: they are on
 from the start, which changes nothing the earlier sections show.
 """
@@ -10,7 +12,7 @@ from the start, which changes nothing the earlier sections show.
 from __future__ import annotations
 
 from harness import REPO, Daemon
-from shell_docs import check, checkout_like, fenced_blocks, run_steps, section, steps
+from shell_docs import OFFLINE_PIP, check, checkout_like, fenced_blocks, layered_venv, run_steps, section, steps
 
 TOUR = "## A five-minute tour"
 
@@ -28,11 +30,12 @@ def test_the_tour_has_no_placeholders_left():
 
 
 def test_the_five_minute_tour_runs_as_written(tmp_path):
-    deployment = checkout_like(tmp_path, server={"webhookActive": True, "apiThrottle": True})
+    python = layered_venv(tmp_path / ".venv")
+    deployment = checkout_like(tmp_path, server={"webhookActive": True, "apiThrottle": True}, venv=None)
     all_steps = tour_steps()
-    daemon = Daemon(deployment).start()
+    daemon = Daemon(deployment, python=str(python)).start()
     try:
-        ran = run_steps(all_steps, tmp_path, {"B": f"http://127.0.0.1:{daemon.port}"})
+        ran = run_steps(all_steps, tmp_path, {"B": f"http://127.0.0.1:{daemon.port}", **OFFLINE_PIP})
     finally:
         daemon.stop()
     check(ran, len(all_steps), "README.md")

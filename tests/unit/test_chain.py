@@ -7,8 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apid.chain import ChainRequest, ChainRuleBroken, ChainType, Link, chain_methods, check_shape, parse_chain
-from apid.iostate import ApiVersion, ControllerState, Endpoint, RoleFields, RuleSet
+from apid.chain import (
+    ChainRequest, ChainRuleBroken, ChainType, Link, chain_methods, check_shape, handoff_field, parse_chain,
+)
+from apid.iostate import ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
+from apid.iostate.types import value_type
 from apid.problems import BadRequest
 from apid.routing import Target
 
@@ -130,3 +133,36 @@ def test_too_many_links_is_a_422():
     with pytest.raises(ChainRuleBroken) as broken:
         check_shape(chain_of(ChainType.BLANKCHAIN, 4), endpoints, "GET", limit=3)
     assert broken.value.extensions["rule"] == "chain-limit"
+
+
+# --- the field a link receives the previous link's key in -----------------------------------------
+
+
+def department(*fkeys: tuple[str, str, str]) -> ControllerState:
+    """A department controller whose VALUES hold `id` (PKEY) and the given (name, controller, field) FKEYs."""
+    long = value_type("Long")
+    values = {"id": FieldSpec(name="id", type=long, description="", key="PKEY")}
+    values.update({name: FieldSpec(name=name, type=long, description="", key="FKEY", reference=controller,
+                                   referenced_field=field) for name, controller, field in fkeys})
+    return ControllerState(name="department", network_group="public", values=values, current_stable="1",
+                           versions={}, source="test")
+
+
+def test_a_key_read_from_the_field_an_fkey_references_goes_under_the_fkey():
+    target = department(("companyId", "company", "id"))
+    assert handoff_field("company", "id", target, frozenset({"id", "companyId"})) == "companyId"
+
+
+@pytest.mark.parametrize("source, key, accepted", [
+    ("company", "id", frozenset({"id"})),  # the link does not take the FKEY from these roles
+    ("company", "code", frozenset({"id", "companyId"})),  # read from another field than the referenced one
+    ("person", "id", frozenset({"id", "companyId"})),  # read from another controller
+])
+def test_otherwise_the_key_goes_under_id_as_before(source, key, accepted):
+    assert handoff_field(source, key, department(("companyId", "company", "id")), accepted) == "id"
+
+
+def test_of_two_fkeys_to_the_same_field_the_first_the_link_takes_in_values_order_wins():
+    target = department(("headId", "person", "id"), ("deputyId", "person", "id"))
+    assert handoff_field("person", "id", target, frozenset({"headId", "deputyId"})) == "headId"
+    assert handoff_field("person", "id", target, frozenset({"deputyId"})) == "deputyId"

@@ -108,6 +108,22 @@ def test_test_environment_listens_on_an_ephemeral_port_without_access_log():
     assert server.access_log is False
 
 
+def test_the_reactor_is_the_default_one_unless_asyncio_is_asked_for(config_dir):
+    assert load(ETC, "production", NO_ENV).server.reactor == "default"
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["reactor"] = "asyncio"
+    write(config_dir, SERVER_FILE, data)
+    assert load(config_dir, "development", NO_ENV).server.reactor == "asyncio"
+
+
+@pytest.mark.parametrize("value, reason", [("trio", "must be default or asyncio, got 'trio'"),
+                                           (True, "expected a non-empty string, got bool True")])
+def test_an_unknown_reactor_is_refused(config_dir, value, reason):
+    data = repo_yaml(SERVER_FILE)
+    data["production"]["reactor"] = value
+    assert server_error(config_dir, data).endswith(f"production.reactor: {reason}")
+
+
 # --- paths ------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from apid.config import API_FILE, SecurityConfig, load_api
-from apid.iostate import IOStateError, check_actions, parse, parse_text, read_dir
+from apid.iostate import IOStateError, RuleSet, bind_references, check_actions, parse, parse_text, read_dir
 from apid_person import PersonController
 from apid_sample import TeamController
 
@@ -234,6 +234,78 @@ def test_fkey_without_reference_is_refused(security, team):
 def test_reference_without_fkey_is_refused(security, team):
     team["VALUES"]["name"]["reference"] = "person"
     refused(team, security, "field name", "reference is only allowed with key FKEY")
+
+
+@pytest.mark.parametrize("reference", ["person.", ".id", "per-son", "person id", "", 7, ["person"]])
+def test_a_reference_that_is_not_controller_or_controller_dot_field_is_refused(security, team, reference):
+    team["VALUES"]["leaderId"]["reference"] = reference
+    refused(team, security, "controller team", "field leaderId",
+            'reference must be "controller" or "controller.field"', repr(reference))
+
+
+# --- references, bound against the other controllers ---------------------------------------------
+
+
+def bound(security, person: dict, team: dict) -> dict:
+    """person and team parsed, then their references bound, as plugins.bind does."""
+    return bind_references({"person": parse(person, "person.json", security),
+                            "team": parse(team, "team.json", security)})
+
+
+def refused_reference(security, person: dict, team: dict, *fragments: str) -> None:
+    with pytest.raises(IOStateError) as info:
+        bound(security, person, team)
+    message = str(info.value)
+    assert message.startswith("team.json: controller team, field leaderId: FKEY reference ")
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_a_reference_names_the_controller_and_the_field(security, person, team):
+    assert team["VALUES"]["leaderId"]["reference"] == "person.id"
+    leader = parse(team, "team.json", security).values["leaderId"]
+    assert (leader.reference, leader.referenced_field) == ("person", "id")
+    assert bound(security, person, team)["team"].values["leaderId"].referenced_field == "id"
+
+
+def test_a_reference_naming_the_controller_alone_means_its_pkey(security, person, team):
+    team["VALUES"]["leaderId"]["reference"] = "person"
+    leader = parse(team, "team.json", security).values["leaderId"]
+    assert (leader.reference, leader.referenced_field) == ("person", None)
+    states = bound(security, person, team)
+    assert states["team"].values["leaderId"].referenced_field == "id"
+    assert states["team"].values["leaderId"].references("person", "id")
+    assert states["person"] == parse(person, "person.json", security)  # no FKEY: unchanged
+
+
+def test_a_reference_to_a_controller_not_installed_is_refused(security, person, team):
+    team["VALUES"]["leaderId"]["reference"] = "company.id"
+    refused_reference(security, person, team, "'company.id' is not an installed controller")
+
+
+def test_a_reference_to_a_field_not_in_values_is_refused(security, person, team):
+    team["VALUES"]["leaderId"]["reference"] = "person.nope"
+    refused_reference(security, person, team, "'person.nope'", "controller person has no field 'nope' in VALUES")
+
+
+def test_a_reference_to_a_field_that_is_not_the_pkey_is_refused(security, person, team):
+    team["VALUES"]["leaderId"]["reference"] = "person.email"
+    refused_reference(security, person, team, "'person.email'", "an FKEY references its controller's PKEY",
+                      "'email' is not person's (its PKEY is 'id')")
+
+
+def test_a_reference_to_a_controller_without_a_pkey_is_refused(security, person, team):
+    del person["VALUES"]["id"]["key"]
+    refused_reference(security, person, team, "'person.id'", "it has no PKEY")
+    team["VALUES"]["leaderId"]["reference"] = "person"
+    refused_reference(security, person, team, "'person': controller person has no PKEY field to reference")
+
+
+def test_the_reverse_relations_of_a_controller_are_the_fkeys_pointing_to_it(security, person, team):
+    rules = RuleSet(controllers=bound(security, person, team))
+    assert [(state.name, spec.name) for state, spec in rules.referring("person")] == [("team", "leaderId")]
+    assert rules.referring("team") == []
+    assert rules.controller("person").primary_key == "id"
 
 
 def test_unknown_key_kind_is_refused(security, person):

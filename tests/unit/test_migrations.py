@@ -1,6 +1,10 @@
-"""The migrations build exactly the schema of apid.store.tables, and running them twice is harmless."""
+"""The migrations build exactly the schema of apid.store.tables, and running them twice is harmless;
+plugins' migrations (the example plugin apid-directory's) run after apid's, each on its own."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -8,8 +12,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
+from apid.plugins import MigrationSource, PluginError
 from apid.store.database import make_engine
-from apid.store.migrate import MigrationRefused, upgrade
+from apid.store.migrate import MigrationRefused, MigrationsPending, require_current, schema_status, upgrade, upgrade_all
 from apid.store.tables import metadata
 
 
@@ -133,3 +138,148 @@ def test_upgrade_reports_whether_it_created_upgraded_or_found_the_schema_up_to_d
     assert upgraded.before == "0003" and upgraded.after != "0003"
     assert upgraded.describe() == f"upgraded the database schema from revision 0003 to {upgraded.after}"
     assert upgrade(engine).describe() == f"the database schema is up to date (revision {upgraded.after})"
+
+
+# --- plugins' migrations: apid-directory, importable from the checkout --------------------------
+
+DIRECTORY = Path(__file__).resolve().parents[2] / "docs" / "examples" / "apid-directory"
+REVISION_0002 = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+
+
+def upgrade():
+    # On SQLite this rebuilds the table (copy, DROP, rename): with foreign keys enforced, the
+    # DROP would take every department along (ON DELETE CASCADE).
+    with op.batch_alter_table("directory_company") as batch:
+        batch.alter_column("name", type_=sa.String(300))
+    op.add_column("directory_company", sa.Column("website", sa.String(200)))
+"""
+
+
+@pytest.fixture
+def directory(monkeypatch) -> MigrationSource:
+    monkeypatch.syspath_prepend(str(DIRECTORY))
+    return MigrationSource.from_package("directory", "apid_directory.migrations", "apid-directory")
+
+
+def directory_with(tmp_path, monkeypatch, package: str, revision: str) -> MigrationSource:
+    """A copy of the directory's migrations, as package `package`, with one more revision file."""
+    folder = tmp_path / "packages" / package
+    shutil.copytree(DIRECTORY / "apid_directory" / "migrations", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "0002_next.py").write_text(revision)
+    monkeypatch.syspath_prepend(str(folder.parent))
+    return MigrationSource.from_package("directory", package, "apid-directory")
+
+
+def rows(engine, sql: str) -> list[tuple]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(sql))]
+
+
+def test_upgrade_all_creates_apids_schema_then_each_plugins_with_its_own_version_table(tmp_path, directory):
+    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    changes = upgrade_all(engine, [directory])
+    assert [(c.schema, c.before) for c in changes] == [("apid", None), ("directory", None)]
+    assert [c.describe() for c in changes] == [f"created the database schema (revision {changes[0].after})",
+                                               "created the schema of plugin directory (revision 0001)"]
+    again = upgrade_all(engine, [directory])
+    assert [c.describe() for c in again] == [f"the database schema is up to date (revision {changes[0].after})",
+                                             "the schema of plugin directory is up to date (revision 0001)"]
+    assert {"directory_company", "directory_department", "alembic_version_directory"} <= set(
+        inspect(engine).get_table_names())
+    assert rows(engine, "SELECT version_num FROM alembic_version") == [(changes[0].after,)]
+    assert rows(engine, "SELECT version_num FROM alembic_version_directory") == [("0001",)]
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1  # enforcement is back
+    engine.dispose()
+
+
+def test_a_plugins_tables_reference_apids(tmp_path, directory):
+    """created_by -> person.id ON DELETE SET NULL; company_id -> directory_company.id ON DELETE CASCADE."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    upgrade_all(engine, [directory])
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO person (id, username, password, email, email_key) "
+                                "VALUES (7, 'ann', 'x', 'ann@example.com', 'ann@example.com')"))
+        connection.execute(text("INSERT INTO directory_company (id, name, created_by) VALUES (1, 'Acme', 7)"))
+        connection.execute(text("INSERT INTO directory_department (company_id, name) VALUES (1, 'Research')"))
+    with pytest.raises(IntegrityError), engine.begin() as connection:
+        connection.execute(text("INSERT INTO directory_department (company_id, name) VALUES (2, 'Nowhere')"))
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM person WHERE id = 7"))
+    assert rows(engine, "SELECT id, name, created_by, version FROM directory_company") == [(1, "Acme", None, 0)]
+    with engine.begin() as connection:
+        connection.execute(text("DELETE FROM directory_company WHERE id = 1"))
+    assert rows(engine, "SELECT count(*) FROM directory_department") == [(0,)]
+    engine.dispose()
+
+
+def test_schema_status_gives_each_schemas_revision_head_and_pending_ones(tmp_path, directory):
+    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    apid, plugin = schema_status(engine, [directory])
+    assert (apid.schema, apid.current, apid.pending[:2], apid.pending[-1]) == ("apid", None, ("0001", "0002"), apid.head)
+    assert (plugin.schema, plugin.current, plugin.head, plugin.pending) == ("directory", None, "0001", ("0001",))
+    assert plugin.describe() == "directory: current revision none, head 0001, pending 0001"
+
+    upgrade(engine, "0003")  # apid's alone, part of the way
+    apid, plugin = schema_status(engine, [directory])
+    assert (apid.current, apid.pending) == ("0003", tuple(f"000{n}" for n in range(4, int(apid.head) + 1)))
+    assert plugin.pending == ("0001",)
+    with pytest.raises(MigrationsPending) as pending:
+        require_current(engine, [directory])
+    assert str(pending.value) == (
+        f"migrations are pending and database.migrate is false: {apid.describe()}; {plugin.describe()}; "
+        "run `apid migrate` first")
+
+    upgrade_all(engine, [directory])
+    statuses = schema_status(engine, [directory])
+    assert [s.describe() for s in statuses] == [f"apid: current revision {apid.head}, head {apid.head}, up to date",
+                                                "directory: current revision 0001, head 0001, up to date"]
+    require_current(engine, [directory])
+    engine.dispose()
+
+
+def test_a_plugins_next_revision_upgrades_its_schema_keeping_the_rows_that_reference_it(tmp_path, monkeypatch, directory):
+    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    upgrade_all(engine, [directory])
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO directory_company (id, name) VALUES (1, 'Acme')"))
+        connection.execute(text("INSERT INTO directory_department (company_id, name) VALUES (1, 'Research')"))
+    next_one = directory_with(tmp_path, monkeypatch, "apid_unit_directory_next", REVISION_0002)
+    assert schema_status(engine, [next_one])[1].pending == ("0002",)
+
+    (_, change) = upgrade_all(engine, [next_one])
+    assert change.describe() == "upgraded the schema of plugin directory from revision 0001 to 0002"
+    assert "website" in {c["name"] for c in inspect(engine).get_columns("directory_company")}
+    assert rows(engine, "SELECT company_id, name FROM directory_department") == [(1, "Research")]
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    engine.dispose()
+
+
+def test_a_failing_plugin_revision_names_the_plugin_and_leaves_its_schema_as_it_was(tmp_path, monkeypatch, directory):
+    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    upgrade_all(engine, [directory])
+    failing = directory_with(tmp_path, monkeypatch, "apid_unit_directory_failing", REVISION_0002.replace(
+        'op.add_column("directory_company", sa.Column("website", sa.String(200)))',
+        'raise RuntimeError("the website column is not ready")'))
+    with pytest.raises(PluginError, match=r"plugin directory \(distribution apid-directory\): migrations: "
+                                          r"RuntimeError: the website column is not ready"):
+        upgrade_all(engine, [failing])
+    assert rows(engine, "SELECT version_num FROM alembic_version_directory") == [("0001",)]
+    assert [c["type"].length for c in inspect(engine).get_columns("directory_company") if c["name"] == "name"] == [200]
+    engine.dispose()
+
+
+@pytest.mark.filterwarnings("ignore:Revision 0000 referenced from:UserWarning")  # Alembic, as it fails
+def test_a_plugin_revision_that_breaks_the_history_names_the_plugin(tmp_path, monkeypatch, directory):
+    broken = directory_with(tmp_path, monkeypatch, "apid_unit_directory_broken",
+                            REVISION_0002.replace('down_revision = "0001"', 'down_revision = "0000"'))
+    engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
+    with pytest.raises(PluginError, match=r"plugin directory \(distribution apid-directory\): migrations: .*0000"):
+        schema_status(engine, [broken])
+    engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import reactor, task
 from twisted.internet.defer import succeed
+from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.auth.tokens import Principal
 from apid.config import load_api
@@ -292,6 +294,30 @@ async def test_failing_deferred_becomes_an_internal_error():
         await run(people=people)
 
 
+@pytest_twisted.ensureDeferred
+async def test_an_action_awaiting_asyncio_under_the_default_reactor_is_a_500_naming_the_setting_logged_once():
+    async def answer(call):
+        await asyncio.sleep(0.01)
+        return dict(RECORD)
+
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        pipeline = Pipeline(lambda: RULES, {"person": People(answer)}, SECURITY.superuser_role)
+        for _ in range(2):
+            with pytest.raises(InternalError) as caught:
+                await pipeline.run(USER, CallRequest(controller="person", action="show", api_version=None, method="GET"))
+            assert caught.value.status == 500
+            assert "person/show awaits asyncio" in caught.value.detail
+            assert "`reactor: asyncio` in service_server.yml" in caught.value.detail
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    told = [event for event in logged if event.get("log_namespace") == "apid.pipeline"]
+    assert len(told) == 1, told
+    assert told[0]["log_level"] is LogLevel.error and told[0]["endpoint"] == "person/show"
+    assert "reactor: asyncio" in told[0]["log_format"] and "no running event loop" in told[0]["error"]
+
+
 # --- filter_output ----------------------------------------------------------------------------
 
 KEYS = st.sampled_from(["id", "name", "email", "password", "roles", "version"])
@@ -384,7 +410,7 @@ async def test_validate_sees_only_the_admitted_typed_fields():
 @pytest_twisted.ensureDeferred
 async def test_validate_may_raise_invalid_fields_instead_of_returning_them():
     def refuse(fields):
-        raise InvalidFields([{"field": "email", "reason": "is taken"}])
+        raise InvalidFields(errors=[{"field": "email", "reason": "is taken"}])
 
     people = People()
     people.create = action(requires=("username",), validate=refuse)(lambda call: dict(RECORD))

@@ -14,7 +14,10 @@ import pytest
 from apid.config import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, action
-from apid.plugins import GROUP, FoundPlugin, LoadedController, PluginError, bind, discover, load
+from apid.plugins import (
+    GROUP, MIGRATIONS_GROUP, FoundPlugin, LoadedController, MigrationSource, PluginError, bind, discover, load,
+    migration_sources,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security
@@ -185,7 +188,7 @@ def test_bind_lets_a_same_name_file_in_the_iostate_dir_override_the_shipped_one(
 
 
 def test_bind_refuses_an_fkey_reference_to_a_controller_that_is_not_installed(tmp_path):
-    with pytest.raises(IOStateError, match="field leaderId: FKEY reference 'person' is not an installed controller"):
+    with pytest.raises(IOStateError, match="field leaderId: FKEY reference 'person.id' is not an installed controller"):
         bind(loaded_team(), tmp_path, SECURITY)
 
 
@@ -221,3 +224,63 @@ def test_bind_refuses_a_single_module_plugin_with_no_io_state(tmp_path, monkeypa
     loaded = load([found("solo", "apid_unit_single_module:Solo", "solo-dist")])
     with pytest.raises(PluginError, match=r"solo \(distribution solo-dist\): controller 'solo' has no IO State"):
         bind(loaded, tmp_path / "iostate", SECURITY)
+
+
+# --- migration sources (entry point group apid.migrations) --------------------------------------
+
+DIRECTORY = ROOT / "docs" / "examples" / "apid-directory"
+
+
+def migrations(name: str, package: str, distribution: str) -> FakeEntryPoint:
+    return FakeEntryPoint(name, package, SimpleNamespace(name=distribution), MIGRATIONS_GROUP)
+
+
+@pytest.fixture
+def directory_on_path(monkeypatch):
+    """The example plugin importable without installing it (only its package is needed)."""
+    monkeypatch.syspath_prepend(str(DIRECTORY))
+
+
+def test_migration_sources_find_each_package_folder_sorted_by_name(directory_on_path):
+    sources = migration_sources([migrations("directory", "apid_directory.migrations", "apid-directory"),
+                                 migrations("audit", "apid.store.migrations", "apid-audit")])
+    assert [(s.name, s.distribution, s.package) for s in sources] == [
+        ("audit", "apid-audit", "apid.store.migrations"),
+        ("directory", "apid-directory", "apid_directory.migrations")]
+    assert sources[1].folder == DIRECTORY / "apid_directory" / "migrations"
+    assert sources[1].version_table == "alembic_version_directory"
+    assert sources[1] == MigrationSource.from_package("directory", "apid_directory.migrations", "apid-directory")
+
+
+def test_migration_sources_count_a_distribution_seen_twice_on_sys_path_once(directory_on_path):
+    twice = [migrations("directory", "apid_directory.migrations", "apid-directory")] * 2
+    assert [s.name for s in migration_sources(twice)] == ["directory"]
+
+
+def test_migration_sources_refuse_two_distributions_with_one_name(directory_on_path):
+    with pytest.raises(PluginError, match=r"plugin directory \(distribution other-dist\): migrations named "
+                                          r"'directory' are already provided by directory \(distribution apid-directory\)"):
+        migration_sources([migrations("directory", "apid_directory.migrations", "apid-directory"),
+                           migrations("directory", "apid.store.migrations", "other-dist")])
+
+
+@pytest.mark.parametrize("name", ["apid", "Directory", "2nd", "a-b", "x" * 48])
+def test_a_migration_name_must_make_a_plain_version_table_name(name):
+    with pytest.raises(PluginError, match=rf"plugin {name} \(distribution d\): the migrations' name must be"):
+        MigrationSource.from_package(name, "apid.store.migrations", "d")
+
+
+def test_a_migrations_package_that_does_not_import_names_the_distribution():
+    with pytest.raises(PluginError, match=r"plugin directory \(distribution apid-directory\): migrations package "
+                                          r"apid_nowhere.migrations failed to load: ModuleNotFoundError"):
+        migration_sources([migrations("directory", "apid_nowhere.migrations", "apid-directory")])
+
+
+def test_a_migrations_module_that_is_not_a_package_is_refused():
+    with pytest.raises(PluginError, match=r"migrations package apid.plugins failed to load: TypeError"):
+        MigrationSource.from_package("directory", "apid.plugins", "apid-directory")
+
+
+def test_the_example_plugin_with_tables_is_not_installed_in_the_checkouts_venv():
+    """Only tests/integration/test_plugin_migrations.py installs it, into a venv of its own."""
+    assert "directory" not in {source.name for source in migration_sources()}

@@ -45,7 +45,7 @@ def string_fields(body: Mapping[str, Any], *names: str) -> list[str]:
         if not isinstance(body.get(name), str) or not body[name]
     ]
     if errors:
-        raise InvalidFields(errors)
+        raise InvalidFields(errors=errors)
     return [body[name] for name in names]
 
 
@@ -66,7 +66,7 @@ def fields_of(body: Mapping[str, Any], *checks: Callable[[], Any], allowed: tupl
         except InvalidFields as invalid:
             errors.extend(invalid.extensions["errors"])
     if errors:
-        raise InvalidFields(errors)
+        raise InvalidFields(errors=errors)
     return results
 
 
@@ -75,13 +75,13 @@ def email_field(body: Mapping[str, Any], name: str = "email") -> str:
     try:
         return EMAIL.check(email)
     except ValueError as error:
-        raise InvalidFields([{"field": name, "reason": str(error)}]) from None
+        raise InvalidFields(errors=[{"field": name, "reason": str(error)}]) from None
 
 
 def query_value(request: Request, name: str) -> str:
     values = query_fields(request).get(name) or [""]
     if len(values) != 1 or not values[0]:
-        raise InvalidFields([{"field": name, "reason": "is required once in the query"}])
+        raise InvalidFields(errors=[{"field": name, "reason": "is required once in the query"}])
     return values[0]
 
 

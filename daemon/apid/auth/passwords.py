@@ -28,11 +28,12 @@ def verify_password(stored: str | None, password: str) -> bool:
 
 
 class Passwords:
-    """Hashes and verifies in a small thread pool of its own (argon2 releases the GIL)."""
+    """Hashes and verifies in a small thread pool of its own (argon2 releases the GIL), or in
+    `pool` when given (the testing kit's, which runs each at once)."""
 
-    def __init__(self, reactor: IReactorThreads, threads: int) -> None:
+    def __init__(self, reactor: IReactorThreads, threads: int, pool: ThreadPool | None = None) -> None:
         self._reactor = reactor
-        self._pool = ThreadPool(minthreads=0, maxthreads=threads, name="apid-passwords")
+        self._pool = ThreadPool(minthreads=0, maxthreads=threads, name="apid-passwords") if pool is None else pool
 
     def start(self) -> None:
         self._pool.start()

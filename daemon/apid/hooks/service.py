@@ -29,7 +29,8 @@ from apid.hooks.store import (
 )
 from apid.hooks.urls import UrlRefused, check_url
 from apid.iostate import RuleSet
-from apid.plugin import Caller, Conflict, InvalidFields
+from apid.plugin import Caller
+from apid.problems import Conflict, InvalidFields
 from apid.store.database import Database
 
 ROTATION_GRACE = 24 * 3600.0  # the old secret signs beside the new one for a day
@@ -69,8 +70,8 @@ def check_hook(
                 f"{service!r} is no controller or controller/action whose changes these roles may receive; "
                 f"they may receive: {', '.join(choices) or 'nothing'}")})
     if errors:
-        raise InvalidFields(errors, detail="the hook cannot be saved: " + "; ".join(
-            f"{e['field']} {e['reason']}" for e in errors))
+        raise InvalidFields("the hook cannot be saved: " + "; ".join(
+            f"{e['field']} {e['reason']}" for e in errors), errors=errors)
     return values
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,28 @@ def _values(raw: Any, where: _Where) -> dict[str, FieldSpec]:
         if reference is not None and key != "FKEY":
             raise here.error("reference is only allowed with key FKEY")
         if key == "FKEY" and reference is None:
-            raise here.error("an FKEY field needs a reference (the controller it points to)")
+            raise here.error("an FKEY field needs a reference (\"controller\" or \"controller.field\" it points to)")
+        controller, referenced_field = _reference(reference, here) if reference is not None else (None, None)
         values[name] = FieldSpec(
             name=name,
             type=kind,
             description=str(spec.get("description", "")),
             key=key,
-            reference=reference,
+            reference=controller,
+            referenced_field=referenced_field,
             mock_data=spec.get("mockData"),
         )
     return values
+
+
+def _reference(raw: Any, where: _Where) -> tuple[str, str | None]:
+    """`"company.id"` is the controller and its field; `"company"` alone leaves the field to
+    binding, which reads it as company's PKEY."""
+    text = raw if isinstance(raw, str) else ""
+    controller, dot, field_name = text.partition(".")
+    if not NAME.fullmatch(controller) or (dot and not field_name):
+        raise where.error(f"reference must be \"controller\" or \"controller.field\", got {raw!r}")
+    return controller, field_name or None
 
 
 def _role_fields(
@@ -276,3 +289,39 @@ def check_actions(state: ControllerState, implemented: Iterable[str], plugin: st
                     f"action {action}: the controller of {plugin} implements no such action "
                     f"(it has: {', '.join(sorted(implemented)) or 'none'})"
                 )
+
+
+def bind_references(states: Mapping[str, ControllerState]) -> dict[str, ControllerState]:
+    """The states with every FKEY checked against the controller it points to and bound to
+    the field it holds. That field must be the controller's PKEY: an FKEY value names one
+    record, which only the PKEY promises, and links and chains hand the value to actions
+    that take that key."""
+    bound = {}
+    for name, state in states.items():
+        values = dict(state.values)
+        for spec in state.values.values():
+            if spec.key == "FKEY":
+                values[spec.name] = replace(spec, referenced_field=_referenced_field(state, spec, states))
+        bound[name] = replace(state, values=values)
+    return bound
+
+
+def _referenced_field(state: ControllerState, spec: FieldSpec, states: Mapping[str, ControllerState]) -> str:
+    written = spec.reference if spec.referenced_field is None else f"{spec.reference}.{spec.referenced_field}"
+    where = _Where(state.source, f"controller {state.name}", f"field {spec.name}")
+    target = states.get(spec.reference)
+    if target is None:
+        raise where.error(f"FKEY reference {written!r} is not an installed controller")
+    key = target.primary_key
+    if spec.referenced_field is None:
+        if key is None:
+            raise where.error(f"FKEY reference {written!r}: controller {target.name} has no PKEY field to reference")
+        return key
+    if spec.referenced_field not in target.values:
+        raise where.error(f"FKEY reference {written!r}: controller {target.name} has no field "
+                          f"{spec.referenced_field!r} in VALUES")
+    if spec.referenced_field != key:
+        its_key = f"its PKEY is {key!r}" if key else "it has no PKEY"
+        raise where.error(f"FKEY reference {written!r}: an FKEY references its controller's PKEY, and "
+                          f"{spec.referenced_field!r} is not {target.name}'s ({its_key})")
+    return key

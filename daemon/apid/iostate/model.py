@@ -14,6 +14,7 @@ from apid.iostate.types import ValueType
 
 SAFE_METHODS = frozenset({"GET"})
 METHODS = ("GET", "POST", "PUT", "DELETE")
+PATH_ID = "id"  # the request field a path's last segment fills: /v0.1/person/show/2
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,16 @@ class FieldSpec:
     type: ValueType
     description: str
     key: str | None = None
-    reference: str | None = None
+    reference: str | None = None  # the controller an FKEY points to
+    # the field of it the FKEY holds, its PKEY; None until bound when the file names the
+    # controller alone (`"person"`), which means its PKEY
+    referenced_field: str | None = None
     # `mockData` as written (any JSON value): shown in the API docs, never checked
     mock_data: Any = field(default=None, compare=False)
+
+    def references(self, controller: str, field_name: str) -> bool:
+        """Whether this is an FKEY holding values of `controller`'s field `field_name`."""
+        return self.key == "FKEY" and self.reference == controller and self.referenced_field == field_name
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,10 @@ class ControllerState:
     versions: Mapping[str, ApiVersion]
     source: str
 
+    @property
+    def primary_key(self) -> str | None:
+        return next((name for name, spec in self.values.items() if spec.key == "PKEY"), None)
+
 
 @dataclass(frozen=True)
 class RuleSet:
@@ -109,3 +121,9 @@ class RuleSet:
 
     def controller(self, name: str) -> ControllerState | None:
         return self.controllers.get(name)
+
+    def referring(self, name: str) -> list[tuple[ControllerState, FieldSpec]]:
+        """The reverse relations of controller `name`: every FKEY of any controller (itself
+        included) that points to it, by controller name and then in VALUES order."""
+        return [(state, spec) for _, state in sorted(self.controllers.items())
+                for spec in state.values.values() if spec.key == "FKEY" and spec.reference == name]

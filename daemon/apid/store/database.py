@@ -111,13 +111,16 @@ class Database:
     is free, so concurrent writes (webhook events, claims, settlements, sessions) stalled for
     milliseconds. Queued for one thread, they run back to back. Readers are never blocked by
     the writer in WAL mode; other processes still meet busy_timeout.
+
+    `pool`, when given, runs every unit of work instead of the pools made here: the testing
+    kit's runs each at once, so no reactor has to turn for a call to finish.
     """
 
-    def __init__(self, reactor: IReactorThreads, engine: Engine, threads: int) -> None:
+    def __init__(self, reactor: IReactorThreads, engine: Engine, threads: int, pool: ThreadPool | None = None) -> None:
         self.engine = engine
         self._reactor = reactor
-        self._pool = ThreadPool(minthreads=1, maxthreads=threads, name="apid-db")
-        single_writer = engine.dialect.name == "sqlite"
+        self._pool = ThreadPool(minthreads=1, maxthreads=threads, name="apid-db") if pool is None else pool
+        single_writer = pool is None and engine.dialect.name == "sqlite"
         self._writer = ThreadPool(minthreads=1, maxthreads=1, name="apid-db-writer") if single_writer else self._pool
 
     def start(self) -> None:

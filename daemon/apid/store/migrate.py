@@ -1,5 +1,10 @@
 """Bringing a database to the schema this build expects (Alembic, no alembic.ini needed).
 
+apid's schema comes first, then each plugin's (`apid.plugins.MigrationSource`), since a
+plugin's tables may reference apid's. Every schema has a version table of its own
+(`alembic_version`, `alembic_version_<name>`) and is upgraded in a transaction of its own;
+apid's env.py runs the plugins' revision files too.
+
 Several daemons may start at once against one PostgreSQL: the upgrade holds an advisory
 lock so that only one of them migrates and the others wait, then find nothing to do.
 SQLite migrates with foreign key enforcement off (a table rebuilt by a batch migration would
@@ -8,6 +13,8 @@ otherwise take the rows referencing it along) and the keys are checked before co
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +24,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
+from apid.plugins import MigrationSource, PluginError
+
 MIGRATION_LOCK = 0x61706964  # "apid"
+APID = "apid"  # the name of apid's own schema in what the functions below report
 
 
 class MigrationRefused(Exception):
@@ -25,25 +35,65 @@ class MigrationRefused(Exception):
     which rows and what to do."""
 
 
+class MigrationsPending(Exception):
+    """The daemon may not migrate (`database.migrate: false`) and the database is behind."""
+
+
 @dataclass(frozen=True)
 class SchemaChange:
-    """What an upgrade did: the schema revision before (None: an empty database) and after."""
+    """What an upgrade did to one schema (apid's, or a plugin's by its name): the revision
+    before (None: none of its tables yet) and after."""
 
     before: str | None
     after: str | None
+    schema: str = APID
 
     def describe(self) -> str:
+        what = "the database schema" if self.schema == APID else f"the schema of plugin {self.schema}"
         if self.before == self.after:
-            return f"the database schema is up to date (revision {self.after})"
+            return f"{what} is up to date (revision {self.after})"
         if self.before is None:
-            return f"created the database schema (revision {self.after})"
-        return f"upgraded the database schema from revision {self.before} to {self.after}"
+            return f"created {what} (revision {self.after})"
+        return f"upgraded {what} from revision {self.before} to {self.after}"
 
 
-def _alembic_config() -> AlembicConfig:
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Where one schema stands: its revision in the database, the newest installed, and the
+    revisions between them, oldest first."""
+
+    schema: str
+    current: str | None
+    head: str | None
+    pending: tuple[str, ...]
+
+    def describe(self) -> str:
+        state = f"pending {', '.join(self.pending)}" if self.pending else "up to date"
+        return f"{self.schema}: current revision {self.current or 'none'}, head {self.head or 'none'}, {state}"
+
+
+def _alembic_config(source: MigrationSource | None = None) -> AlembicConfig:
+    """apid's revisions, or a plugin's run by apid's env.py with the plugin's version table."""
     config = AlembicConfig()
     config.set_main_option("script_location", "apid.store:migrations")
+    if source is not None:
+        config.set_main_option("path_separator", "os")
+        config.set_main_option("version_locations", str(source.folder).replace("%", "%%"))
+        config.attributes["version_table"] = source.version_table
     return config
+
+
+def _version_table(config: AlembicConfig) -> str:
+    return config.attributes.get("version_table", "alembic_version")
+
+
+@contextmanager
+def _naming(source: MigrationSource) -> Iterator[None]:
+    """A plugin's revisions that cannot be read or run fail naming the plugin."""
+    try:
+        yield
+    except Exception as exc:
+        raise PluginError(f"plugin {source.label}: migrations: {type(exc).__name__}: {exc}") from exc
 
 
 def ensure_sqlite_folder(url: str) -> None:
@@ -52,36 +102,88 @@ def ensure_sqlite_folder(url: str) -> None:
         Path(url[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
 
 
+def upgrade_all(engine: Engine, sources: Iterable[MigrationSource]) -> list[SchemaChange]:
+    """Apply every migration not yet applied, apid's first, then each plugin's, all under the
+    one lock; running it again changes nothing. Returns what it did to each schema."""
+    with _migrating(engine) as connection:
+        changes = [_upgrade(connection, _alembic_config(), APID)]
+        for source in sources:
+            with _naming(source):
+                changes.append(_upgrade(connection, _alembic_config(source), source.name))
+    return changes
+
+
 def upgrade(engine: Engine, revision: str = "head") -> SchemaChange:
-    """Apply every migration not yet applied (up to `revision`, for tests of one migration);
-    running it again changes nothing. Returns the revisions before and after."""
-    config = _alembic_config()
+    """apid's schema alone, up to `revision` (for tests of one migration)."""
+    with _migrating(engine) as connection:
+        return _upgrade(connection, _alembic_config(), APID, revision)
+
+
+def schema_status(engine: Engine, sources: Iterable[MigrationSource]) -> list[SchemaStatus]:
+    """Where apid's schema and each plugin's stand; reads only, without the lock."""
     with engine.connect() as connection:
-        if connection.dialect.name == "postgresql":
+        statuses = [_status(connection, _alembic_config(), APID)]
+        for source in sources:
+            with _naming(source):
+                statuses.append(_status(connection, _alembic_config(source), source.name))
+    return statuses
+
+
+def require_current(engine: Engine, sources: Iterable[MigrationSource]) -> None:
+    """Raise MigrationsPending, naming each schema behind, unless every one is up to date."""
+    behind = [status for status in schema_status(engine, sources) if status.pending]
+    if behind:
+        raise MigrationsPending(
+            f"migrations are pending and database.migrate is false: "
+            f"{'; '.join(status.describe() for status in behind)}; run `apid migrate` first"
+        )
+
+
+@contextmanager
+def _migrating(engine: Engine) -> Iterator[Connection]:
+    """A connection holding the migration lock on PostgreSQL, with SQLite's foreign key
+    enforcement off; both given back on leaving, whatever happened."""
+    with engine.connect() as connection:
+        postgresql = connection.dialect.name == "postgresql"
+        if postgresql:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
             connection.commit()
-        sqlite = connection.dialect.name == "sqlite"
-        enforced = _sqlite_foreign_keys(connection, False) if sqlite else False
+        enforced = _sqlite_foreign_keys(connection, False) if connection.dialect.name == "sqlite" else False
         try:
-            # Checking reads every referencing table: only when there is something to migrate.
-            before = _revision(connection)
-            pending = sqlite and before != ScriptDirectory.from_config(config).get_revision(revision).revision
-            dangling = _dangling(connection) if pending else set()
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
-            if pending and (broken := _dangling(connection) - dangling):
-                raise RuntimeError(f"the migrations left rows whose foreign keys point nowhere "
-                                   f"(table, rowid, parent, key): {sorted(broken)}")
-            after = _revision(connection)
-            connection.commit()
+            yield connection
         finally:
-            if connection.dialect.name == "postgresql":
+            connection.rollback()  # a failed upgrade's work, never committed by the unlock below
+            if postgresql:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
                 connection.commit()
             if enforced:
-                connection.rollback()  # the pragma is ignored inside a transaction
-                _sqlite_foreign_keys(connection, True)
-    return SchemaChange(before, after)
+                _sqlite_foreign_keys(connection, True)  # outside a transaction, where the pragma works
+
+
+def _upgrade(connection: Connection, config: AlembicConfig, schema: str, revision: str = "head") -> SchemaChange:
+    """Upgrade one schema in one transaction; on SQLite, fail if it leaves keys pointing nowhere."""
+    table = _version_table(config)
+    # Checking reads every referencing table: only when there is something to migrate.
+    before = _revision(connection, table)
+    target = ScriptDirectory.from_config(config).get_revision(revision)
+    pending = connection.dialect.name == "sqlite" and before != (target.revision if target else None)
+    dangling = _dangling(connection) if pending else set()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+    if pending and (broken := _dangling(connection) - dangling):
+        raise RuntimeError(f"the migrations left rows whose foreign keys point nowhere "
+                           f"(table, rowid, parent, key): {sorted(broken)}")
+    after = _revision(connection, table)
+    connection.commit()
+    return SchemaChange(before, after, schema)
+
+
+def _status(connection: Connection, config: AlembicConfig, schema: str) -> SchemaStatus:
+    script = ScriptDirectory.from_config(config)
+    current = _revision(connection, _version_table(config))
+    head = script.get_current_head()
+    pending = [] if head is None else [s.revision for s in script.iterate_revisions(head, current or "base")]
+    return SchemaStatus(schema, current, head, tuple(reversed(pending)))
 
 
 def _sqlite_foreign_keys(connection: Connection, on: bool) -> bool:
@@ -99,8 +201,8 @@ def _sqlite_foreign_keys(connection: Connection, on: bool) -> bool:
     return was_on
 
 
-def _revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+def _revision(connection: Connection, version_table: str) -> str | None:
+    return MigrationContext.configure(connection, opts={"version_table": version_table}).get_current_revision()
 
 
 def _dangling(connection: Connection) -> set[tuple]:

@@ -32,14 +32,15 @@ class TeamController(Controller):
 
     @action
     async def list(self, call: Call) -> list[dict[str, Any]]:
-        return list(self._teams.values())
+        leader = call.fields.get("leaderId")
+        return [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
 
-    @action(requires=("id",))
+    @action(requires=("leaderId",))
     def byLeader(self, call: Call) -> dict[str, Any]:
         for team in self._teams.values():
-            if team["leaderId"] == call.fields["id"]:
+            if team["leaderId"] == call.fields["leaderId"]:
                 return team
-        raise NotFound(f"person {call.fields['id']} leads no team")
+        raise NotFound(f"person {call.fields['leaderId']} leads no team")
 
     @action(requires=("id",))
     def summary(self, call: Call) -> dict[str, Any]:
@@ -51,3 +52,43 @@ class TeamController(Controller):
     def count(self, call: RouteCall) -> dict[str, Any]:
         """A path outside IO State: public when listed in reservedUris, private otherwise."""
         return {"teams": len(self._teams), "caller": call.caller.username if call.caller else None}
+
+    cancelled_audits = 0  # audits stopped because their caller went away: GET /teamAudits
+
+    @action(requires=("id",))
+    async def audit(self, call: Call) -> dict[str, Any]:
+        """One team, once an audit service (POST $APID_SAMPLE_AUDIT_URL/audit/{id}) has been told who
+        read it and who leads it; a 503 from the service is tried again once, a moment later.
+        httpx is an asyncio HTTP client: this action needs `reactor: asyncio`."""
+        import asyncio
+        import os
+
+        import httpx  # a test dependency: only this action needs it
+        from twisted.logger import Logger
+
+        from apid.plugin import Problem
+
+        team = self.show(call)
+        leader = await self.services.accounts.get(team["leaderId"])  # a Deferred, awaited beside asyncio
+        record = {"team": team["id"], "reader": call.caller.username, "leader": leader.username if leader else None}
+        service = os.environ.get("APID_SAMPLE_AUDIT_URL")
+        if not service:
+            raise Problem("no audit service: the daemon's APID_SAMPLE_AUDIT_URL is not set")
+        url = f"{service}/audit/{team['id']}"
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                reply = await client.post(url, json=record)
+                if reply.status_code == 503:
+                    await asyncio.sleep(0.1)
+                    reply = await client.post(url, json=record)
+        except asyncio.CancelledError:
+            self.cancelled_audits += 1
+            Logger(namespace="apid_sample").info("audit of team {id} cancelled", id=team["id"])
+            raise
+        if reply.is_error:
+            raise Problem(f"the audit service answered {reply.status_code}")
+        return team
+
+    @route("/teamAudits", "GET")
+    def audits(self, call: RouteCall) -> dict[str, Any]:
+        return {"cancelled": self.cancelled_audits}

@@ -1,0 +1,142 @@
+"""Wiring the request path: the one `Application` the daemon serves, built in one place.
+
+`apid.daemon.start` and the testing kit (`apid.testing`) both build it here, so what a
+plugin's tests call is what the daemon serves. What touches the outside stays with the
+caller: reading the secret and the viewer's files, migrating, binding the plugins, the
+database's and the passwords' thread pools, and the webhook delivery worker. Nothing is
+started here; the caller starts the pools and `revocations`, and listens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import txredisapi
+from twisted.web.resource import IResource
+
+from apid.accounts import Accounts
+from apid.app import Application, plugin_routes
+from apid.auth.endpoints import ServiceEndpoints
+from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
+from apid.auth.login import SessionEndpoints
+from apid.auth.passwords import Passwords
+from apid.auth.registration import AccountEndpoints
+from apid.auth.sessions import Revocations
+from apid.auth.standing import Standings
+from apid.auth.tokens import TokenService
+from apid.batch import BatchRunner
+from apid.chain import ChainRunner
+from apid.config import Config
+from apid.cors import Cors
+from apid.docspage import DocsPage
+from apid.hooks.events import AccountEvents, EventRecorder
+from apid.hooks.service import Hooks
+from apid.mail import Outbox, make_mailer
+from apid.openapi import OpenApiDocuments, document_settings
+from apid.ping import PeerPinger
+from apid.pipeline import Events, Pipeline, filter_output
+from apid.plugin import Services
+from apid.plugins import Bound, RuleBook
+from apid.store.database import Database
+from apid.store.redis import redis_pool
+from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """What `assemble` built, nothing of it started: the resource to serve, and the parts
+    that are started, stopped or asked for later (by the daemon, or by the testing kit)."""
+
+    application: Application
+    resource: IResource  # the application behind CORS: what the daemon's site serves
+    rule_book: RuleBook
+    accounts: Accounts
+    tokens: TokenService
+    revocations: Revocations
+    outbox: Outbox
+    pinger: PeerPinger
+    redis: txredisapi.ConnectionHandler | None
+
+
+def assemble(
+    reactor,
+    config: Config,
+    *,
+    secret: bytes,
+    docs_page: DocsPage,
+    bound: Bound,
+    db: Database,
+    passwords: Passwords,
+    wake: Callable[[], None] | None,
+    wrap_events: Callable[[EventRecorder], Events] | None = None,
+) -> Assembly:
+    """Build the application over these parts.
+
+    `wake` tells the webhook delivery worker that messages wait; None means webhooks are off
+    and no events are recorded. `wrap_events`, if given, wraps the recorder each call reports
+    its events to (the testing kit collects them this way)."""
+    server, api = config.server, config.api
+    rule_book = RuleBook(bound, api.iostate_dir, api.security)
+    standings = Standings(reactor, db)
+    revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
+    accounts = Accounts(reactor, db, passwords, revocations)
+    pinger = PeerPinger(reactor, server.servers)
+    hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
+    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks,
+                        rules=lambda: rule_book.current, version=api.version)
+    controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
+    tokens = TokenService(server.jwt, secret, time.time)
+    redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
+    limiter = abuse_limiting(reactor, config, redis)
+    outbox = Outbox(make_mailer(server.mail, reactor), reactor)
+    recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
+    events = wrap_events(recorder) if recorder and wrap_events else recorder
+    account_events = AccountEvents(
+        lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(wake),
+    ) if wake else None
+    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db)
+    public_routes = [
+        *ServiceEndpoints(api.version).routes(),
+        *docs_page.routes(),
+        *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
+        *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
+                          server.home_url, api.security.user_role, account_events).routes(),
+        *plugin_routes(controllers, api.security.superuser_role),
+    ]
+    rate_limiter = rate_limiting(reactor, config, redis)
+    application = Application(
+        version=api.version,
+        reserved_uris=api.reserved_uris,
+        tokens=tokens,
+        revocations=revocations,
+        standings=standings,
+        pipeline=pipeline,
+        batch=BatchRunner(pipeline, api.batch_limit),
+        chain=ChainRunner(pipeline, api.chain_limit),
+        public_routes=public_routes,
+        rate_limiter=rate_limiter,
+        openapi=OpenApiDocuments(
+            lambda: rule_book.current, document_settings(config, bound.controllers.values())).document,
+    )
+    return Assembly(
+        application=application, resource=Cors(application.resource(), api.allowed_origins), rule_book=rule_book,
+        accounts=accounts, tokens=tokens, revocations=revocations, outbox=outbox, pinger=pinger, redis=redis,
+    )
+
+
+def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> RateLimiter | None:
+    """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set."""
+    if not config.server.api_throttle:
+        return None
+    store = RedisCounters(redis, reactor) if redis is not None else MemoryCounters(reactor)
+    throttle = config.api.throttle
+    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
+
+
+def abuse_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> AbuseLimiter:
+    """The limits on logins, registrations and reset requests: counting in Redis when
+    redis.url is set (whatever apiThrottle says), so that every daemon shares them."""
+    store = RedisWindows(redis, reactor) if redis is not None else MemoryWindows(reactor)
+    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open)

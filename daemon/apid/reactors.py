@@ -1,0 +1,58 @@
+"""Which Twisted reactor runs the daemon: the `reactor` setting and its installation.
+
+`default` is Twisted's choice for the platform (epoll on Linux), the fastest; `asyncio` is
+AsyncioSelectorReactor, on uvloop when it is installed (the `asyncio` extra) and on the
+standard event loop otherwise, under which plugin actions may await asyncio libraries
+(apid.coroutines). A reactor is installed once per process, before anything imports
+twisted.internet.reactor: `apid serve` installs it before it imports the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from apid.config import REACTORS
+
+
+class ReactorInstalled(RuntimeError):
+    """A reactor was installed before apid chose one: something imported it too early."""
+
+
+def install(choice: str) -> str:
+    """Install the reactor `choice` names; returns what runs, for the log ("asyncio on uvloop")."""
+    if choice not in REACTORS:
+        raise ValueError(f"reactor must be one of {', '.join(REACTORS)}, not {choice!r}")
+    if "twisted.internet.reactor" in sys.modules:
+        from twisted.internet import reactor
+
+        raise ReactorInstalled(
+            f"{type(reactor).__name__} was installed before apid could install the {choice} reactor: "
+            "a module imported twisted.internet.reactor too early"
+        )
+    if choice == "default":
+        from twisted.internet import default
+
+        default.install()
+        from twisted.internet import reactor
+
+        return f"default ({type(reactor).__name__})"
+    from twisted.internet import asyncioreactor
+
+    from apid.coroutines import bridge_tasks
+
+    loop, name = new_loop()
+    asyncio.set_event_loop(loop)
+    bridge_tasks(loop)
+    asyncioreactor.install(loop)
+    return f"asyncio on {name}"
+
+
+def new_loop() -> tuple[asyncio.AbstractEventLoop, str]:
+    """A new event loop, uvloop's when it is installed (the faster one, docs/benchmarks.md),
+    and its name."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop(), "the standard event loop"
+    return uvloop.new_event_loop(), "uvloop"

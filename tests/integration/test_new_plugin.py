@@ -1,0 +1,104 @@
+"""`apid new-plugin`, used as a plugin author uses it: the command writes a distribution, which
+installs with pip (offline, into a virtualenv layered over the checkout's, so the rest of the
+suite never sees it), migrates with `apid migrate`, is served by the daemon, and passes its own
+generated tests, which run it through `apid.testing`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import ADMIN, ADMIN_ACCOUNT, Daemon, deployment_with_accounts
+from shell_docs import OFFLINE_PIP, layered_venv
+
+APID = [sys.executable, "-m", "apid"]
+
+
+def new_plugin(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([*APID, "new-plugin", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """(the plugin's folder, the interpreter of a virtualenv it is installed in, editable)."""
+    root = tmp_path_factory.mktemp("new-plugin")
+    done = new_plugin("inventory", "--controller", "item", cwd=root)
+    assert done.returncode == 0, done.stderr
+    folder = root / "apid-inventory"
+    python = layered_venv(root / ".venv")
+    installed = subprocess.run([python, "-m", "pip", "install", "--quiet", "-e", str(folder)],
+                               capture_output=True, text=True, timeout=300, env={**os.environ, **OFFLINE_PIP})
+    assert installed.returncode == 0, installed.stderr
+    return folder, str(python)
+
+
+def test_the_command_writes_a_whole_distribution(made):
+    folder, _python = made
+    written = sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
+                     if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path))
+    assert written == [
+        "README.md",
+        "apid_inventory/__init__.py",
+        "apid_inventory/iostate/item.json",
+        "apid_inventory/item.py",
+        "apid_inventory/migrations/0001_item.py",
+        "apid_inventory/migrations/__init__.py",
+        "apid_inventory/store.py",
+        "pyproject.toml",
+        "tests/test_item.py",
+    ]
+    assert 'item = "apid_inventory.item:ItemController"' in (folder / "pyproject.toml").read_text()
+    assert 'inventory = "apid_inventory.migrations"' in (folder / "pyproject.toml").read_text()
+
+
+def test_the_generated_tests_pass_as_generated(made):
+    folder, python = made
+    ran = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=folder,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "6 passed" in ran.stdout
+
+
+def test_it_migrates_and_the_daemon_serves_it(made, tmp_path):
+    _folder, python = made
+    deployment = deployment_with_accounts(tmp_path, accounts=(ADMIN_ACCOUNT,))
+    migrated = deployment.cli("migrate", python=python)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "apid: created the schema of plugin inventory (revision 0001)" in migrated.stdout
+    assert deployment.cli("iostate", "check", python=python).returncode == 0
+
+    daemon = Daemon(deployment, python=python).start()
+    try:
+        token = daemon.login(*ADMIN[:2])
+        created = daemon.request("POST", "/v0.1/item/create", {"name": "a crate"}, token=token)
+        assert created.status == 200, created.body
+        assert created.json == {"id": 1, "name": "a crate", "version": 0}
+        assert daemon.request("GET", "/v0.1/item/list", token=token).json == [created.json]
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize("args, reason", [
+    (("Inventory",), "plugin name 'Inventory'"),
+    (("apid",), "plugin name 'apid'"),
+    (("inventory", "--controller", "class"), "controller name 'class'"),
+    (("inventory", "--controller", "Item"), "controller name 'Item'"),
+])
+def test_names_that_cannot_make_a_plugin_are_refused_and_nothing_is_written(tmp_path, args, reason):
+    done = new_plugin(*args, cwd=tmp_path)
+    assert done.returncode == 1
+    assert reason in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_is_not_empty_is_left_alone(tmp_path):
+    (tmp_path / "apid-inventory").mkdir()
+    (tmp_path / "apid-inventory" / "notes.txt").write_text("mine")
+    done = new_plugin("inventory", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "exists and is not an empty folder" in done.stderr
+    assert [path.name for path in (tmp_path / "apid-inventory").iterdir()] == ["notes.txt"]
+

@@ -1,0 +1,74 @@
+"""Installing the reactor `reactor` names (apid.reactors), each in a fresh interpreter: a
+process installs one reactor, and the tests' own is already there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness import without_uvloop
+
+
+def python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+
+
+INSTALL = """
+from apid.reactors import install
+print(install({choice!r}))
+from twisted.internet import reactor
+print(type(reactor).__name__)
+"""
+
+
+def test_the_asyncio_reactor_runs_on_uvloop_with_tasks_that_await_deferreds():
+    done = python(INSTALL.format(choice="asyncio") + """
+import asyncio
+from twisted.internet.defer import Deferred
+
+async def action():
+    read = Deferred()
+    asyncio.get_running_loop().call_later(0.01, read.callback, 5)
+    return type(asyncio.get_running_loop()).__module__, await read
+
+print(*asyncio.get_event_loop().run_until_complete(action()))
+""")
+    assert done.stdout.splitlines() == ["asyncio on uvloop", "AsyncioSelectorReactor", "uvloop 5"], done.stderr
+
+
+def test_without_uvloop_the_asyncio_reactor_runs_on_the_standard_loop(tmp_path):
+    done = python(INSTALL.format(choice="asyncio"), env={**os.environ, **without_uvloop(tmp_path)})
+    assert done.stdout.splitlines() == ["asyncio on the standard event loop", "AsyncioSelectorReactor"], done.stderr
+
+
+def test_the_default_reactor_is_twisteds_choice_for_the_platform():
+    done = python(INSTALL.format(choice="default"))
+    assert done.stdout.splitlines() == ["default (EPollReactor)", "EPollReactor"], done.stderr
+
+
+def test_apid_serve_imports_no_reactor_before_it_installs_one():
+    """`apid serve` loads its configuration, then installs: what it imports until then must
+    not import twisted.internet.reactor (which installs the default one)."""
+    done = python("""
+import sys
+import apid.cli, apid.config, apid.reactors, twisted.logger
+print('twisted.internet.reactor' in sys.modules)
+""")
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "default"])
+def test_a_reactor_installed_too_early_is_named(choice):
+    done = python(f"""
+import twisted.internet.reactor
+from apid.reactors import ReactorInstalled, install
+try:
+    install({choice!r})
+except ReactorInstalled as exc:
+    print(exc)
+""")
+    assert done.stdout.strip() == (f"EPollReactor was installed before apid could install the {choice} reactor: "
+                                   "a module imported twisted.internet.reactor too early"), done.stderr
