@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # The integration modules run a second time with every daemon on the asyncio reactor (README.md, Tests)
-ASYNCIO_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test_chain.py test_accounts.py \
+ASYNCIO_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test_chain.py test_sessions.py \
 	test_webhooks.py test_ping.py test_throttle.py test_lifecycle.py test_reload.py test_postgresql.py)
 
 .PHONY: run test system-deps clean

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
-from apid.iostate.model import ControllerState, Endpoint, FieldSpec
+from apid.iostate.model import ControllerState, Deprecation, Endpoint, FieldSpec
 from apid.iostate.types import ValueType, value_type
 from apid.plugin import RuleSet
 from apid.routing import call_path
@@ -55,6 +56,7 @@ class ActionDoc:
     hook: bool  # these roles may receive its webhooks
     request: tuple[FieldDoc, ...]
     response: tuple[FieldDoc, ...]
+    deprecated: Deprecation | None = None  # its API version's DEPRECATED and SUNSET
 
     @property
     def name(self) -> str:
@@ -106,14 +108,14 @@ class VersionDoc:
     name: str
     current: bool
     default_action: str | None  # only when these roles may call it
-    deprecated: Any  # DEPRECATED as written in the file, or None
+    deprecated: Deprecation | None
     actions: tuple[ActionDoc, ...]
 
     def to_dict(self, app_version: str) -> dict[str, Any]:
         return {
             "current": self.current,
             "defaultAction": self.default_action,
-            "deprecated": self.deprecated,
+            "deprecated": None if self.deprecated is None else deprecation_dict(self.deprecated),
             "actions": {action.action: action.to_dict(app_version) for action in self.actions},
         }
 
@@ -171,7 +173,7 @@ def _version(state: ControllerState, name: str, roles: frozenset[str]) -> Versio
     version = state.versions[name]
     current = name == state.current_stable
     actions = tuple(
-        _action(state, endpoint, roles, current, endpoint.action == version.default_action)
+        _action(state, endpoint, roles, current, endpoint.action == version.default_action, version.deprecated)
         for endpoint in version.endpoints.values()
         if endpoint.granted(roles)
     )
@@ -180,13 +182,23 @@ def _version(state: ControllerState, name: str, roles: frozenset[str]) -> Versio
         name=name,
         current=current,
         default_action=version.default_action if version.default_action in callable_names else None,
-        deprecated=None if version.deprecated is None else json.loads(version.deprecated),
+        deprecated=version.deprecated,
         actions=actions,
     )
 
 
+def iso_time(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def deprecation_dict(deprecation: Deprecation) -> dict[str, Any]:
+    """DEPRECATED and SUNSET as ISO 8601 UTC times, with DEPRECATED's message (or null)."""
+    return {"since": iso_time(deprecation.since), "message": deprecation.message,
+            "sunset": None if deprecation.sunset is None else iso_time(deprecation.sunset)}
+
+
 def _action(state: ControllerState, endpoint: Endpoint, roles: frozenset[str], current: bool,
-            default: bool) -> ActionDoc:
+            default: bool, deprecated: Deprecation | None) -> ActionDoc:
     granted = endpoint.granted(roles)
     return ActionDoc(
         controller=state.name,
@@ -200,6 +212,7 @@ def _action(state: ControllerState, endpoint: Endpoint, roles: frozenset[str], c
         hook=bool(endpoint.hook_roles & roles),
         request=_fields(state.values, endpoint.request_fields(granted)),
         response=_fields(state.values, endpoint.response_fields(granted)),
+        deprecated=deprecated,
     )
 
 

@@ -2,37 +2,42 @@
 
 Public routes answer without a token only when their path is in `reservedUris`; every other
 route (API calls `/v`, `/b`, `/c`, and plugins' `@route` paths) is authenticated against the
-account's current standing and charged to the caller's rate limit, then handled. Every error,
+account's current standing and charged to the caller's rate limit, then handled. An API call
+without an Authorization header is made as the anonymous role (`security.anonymousRole`), and
+only an endpoint whose IO State roles include it answers one; any other answers 401. Every error,
 Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from klein import Klein
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
 from werkzeug.routing import RequestRedirect
 
-from apid.auth.endpoints import PublicRoute
+from apid.auth.endpoints import PublicRoute, client_address
 from apid.auth.sessions import Revocations
 from apid.auth.standing import Standings
-from apid.auth.tokens import Principal, TokenService
+from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_caller
 from apid.batch import BatchRunner
 from apid.chain import ChainRunner
 from apid.coroutines import started
+from apid.deprecation import announce
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
-from apid.links import link_header, wanted as wanted_links
+from apid.iostate import Endpoint
+from apid.links import add_links, link_header, page_links, wanted as wanted_links
 from apid.openapi import OPENAPI_PATH
-from apid.pipeline import CallRequest, Pipeline
+from apid.pipeline import CallRequest, Pipeline, Purpose
 from apid.plugin import Caller, Controller, RouteCall
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
-from apid.routing import parse_target
+from apid.routing import Target, parse_target
 from apid.throttle import RateLimiter
 
 log = Logger(namespace="apid.app")
@@ -58,8 +63,10 @@ class Application:
         batch: BatchRunner,
         chain: ChainRunner,
         public_routes: Iterable[PublicRoute],
+        clock: IReactorTime,
         rate_limiter: RateLimiter | None = None,
         openapi: Callable[[frozenset[str] | None], Any] | None = None,
+        anonymous_role: str = "ROLE_ANONYMOUS",
     ) -> None:
         self.version = version
         self._reserved = reserved_uris
@@ -70,7 +77,9 @@ class Application:
         self._batch = batch
         self._chain = chain
         self._rate_limiter = rate_limiter
+        self._clock = clock
         self._openapi = openapi
+        self._anonymous = anonymous_caller(anonymous_role)
         self.klein = Klein()
         self._add_routes(public_routes)
 
@@ -82,7 +91,7 @@ class Application:
         roles cut to those the account still holds."""
         token = bearer_token(request)
         if token is None:
-            raise Unauthorized("this endpoint needs an Authorization: Bearer <token> header")
+            raise Unauthorized(NEEDS_TOKEN)
         if not token:
             raise Unauthorized("the Authorization header must read Bearer <token>")
         principal = self._tokens.verify(token)
@@ -128,9 +137,18 @@ class Application:
     async def _api(self, request: Request, prefix: str, controller: str,
                    action: str | None = None, id: str | None = None) -> bytes:
         target = parse_target(self.version, prefix, controller, action, id)
-        principal = await self.authenticate(request)
+        if bearer_token(request) is None:
+            # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
+            principal = self._anonymous
+            self._pipeline.check_anonymous(principal, CallRequest(
+                controller=target.controller, action=target.action, api_version=target.api_version, method=None,
+            ), Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT)
+        else:
+            principal = await self.authenticate(request)
+        announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
         body = read_json_body(request)
-        await self._charge(request, principal, request_cost(target.kind, body))
+        await self._charge(request, principal, request_cost(target.kind, body),
+                           lambda: endpoint_calls(self._pipeline.endpoint, target, body))
         method = request.method.decode("ascii")
         text = query_fields(request)
         if target.id is not None:
@@ -139,9 +157,12 @@ class Application:
             if method != "POST" or target.action is None or target.id is not None:
                 raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", allow=["POST"])
             outcome = await self._batch.run(principal, target, body, request.path.decode("utf-8", "replace"))
+            self._set_links(request, principal, outcome.endpoint, None, target.api_version)
             return write_json(request, outcome.body, outcome.status)
         if target.kind == "c":
-            return write_json(request, await self._chain.run(principal, target, body, method, text))
+            chained = await self._chain.run(principal, target, body, method, text)
+            self._set_links(request, principal, chained.endpoint, chained.record, target.api_version)
+            return write_json(request, chained.body)
         call = CallRequest(
             controller=target.controller,
             action=target.action,
@@ -151,19 +172,32 @@ class Application:
             text=text,
         )
         result = await self._pipeline.run(principal, call)
-        if wanted_links(request):
-            request.setHeader(b"Link", link_header(
-                self._pipeline.rules(), result.endpoint, result.data, principal.roles, self.version,
-                target.api_version, request.uri.decode("utf-8", "replace"),
-            ).encode("utf-8"))
+        self._set_links(request, principal, result.endpoint, result.data, target.api_version,
+                        page_links(result.endpoint, result.granted, result.data, result.page,
+                                   request.uri.decode("utf-8", "replace")))
         return write_json(request, result.data)
 
-    async def _charge(self, request: Request, principal: Principal, cost: int) -> None:
-        """Count the request against the caller's rate limit (a 429 past it) and say so in
-        the RateLimit fields."""
+    def _set_links(self, request: Request, principal: Principal, endpoint: Endpoint, data: Any,
+                   api_version: str | None, paging: Sequence[str] = ()) -> None:
+        """The answer's `Link` header: a list answer's `paging` links always, the related calls
+        of `endpoint` for the record `data` when the request asked for them."""
+        if wanted_links(request):
+            value = link_header(self._pipeline.rules(), endpoint, data, principal.roles, self.version, api_version,
+                                request.uri.decode("utf-8", "replace"), request.method.decode("ascii"), paging)
+        elif paging:
+            value = ", ".join(paging)
+        else:
+            return
+        add_links(request, value)
+
+    async def _charge(self, request: Request, principal: Principal, cost: int,
+                      calls: Callable[[], Sequence[tuple[Endpoint, int]]] = tuple) -> None:
+        """Count the request against the caller's rate limit and its `calls` against their
+        endpoints' RATELIMIT (a 429 past either) and say so in the RateLimit fields."""
         if self._rate_limiter is None:
             return
-        for name, value in (await self._rate_limiter.charge(principal, cost)).items():
+        charged = await self._rate_limiter.charge(principal, cost, client_address(request), calls())
+        for name, value in charged.items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
 
     async def _openapi_document(self, request: Request) -> bytes:
@@ -212,6 +246,30 @@ def request_cost(kind: str, body: Mapping[str, Any]) -> int:
     if kind == "c" and isinstance(chain, dict) and isinstance(chain.get("order"), dict):
         return 1 + len(chain["order"])
     return 1
+
+
+def endpoint_calls(resolve: Callable[[CallRequest], Endpoint], target: Target,
+                   body: Mapping[str, Any]) -> list[tuple[Endpoint, int]]:
+    """The endpoints a call will reach and how many calls each, for their RATELIMIT: a batch's
+    elements all call its endpoint, a chain's links each call theirs. One that does not
+    resolve is left out: the call then fails as it would anyway, before anything runs."""
+    paths = [(target.controller, target.action)]
+    chain = body.get("chain")
+    if target.kind == "c" and isinstance(chain, dict) and isinstance(chain.get("order"), dict):
+        for name in chain["order"]:
+            controller, _, action = name.partition("/")
+            paths.append((controller, action))
+    count = request_cost(target.kind, body) if target.kind == "b" else 1
+    calls: dict[tuple[str, str], tuple[Endpoint, int]] = {}
+    for controller, action in paths:
+        try:
+            endpoint = resolve(CallRequest(controller=controller, action=action or None,
+                                           api_version=target.api_version, method=None))
+        except Problem:
+            continue
+        key = (endpoint.api_version, endpoint.path)
+        calls[key] = (endpoint, calls.get(key, (endpoint, 0))[1] + count)
+    return list(calls.values())
 
 
 def plugin_routes(controllers: Mapping[str, Controller], superuser_role: str) -> list[PublicRoute]:

@@ -116,7 +116,9 @@ def assemble(
         batch=BatchRunner(pipeline, api.batch_limit),
         chain=ChainRunner(pipeline, api.chain_limit),
         public_routes=public_routes,
+        clock=reactor,
         rate_limiter=rate_limiter,
+        anonymous_role=api.security.anonymous_role,
         openapi=OpenApiDocuments(
             lambda: rule_book.current, document_settings(config, bound.controllers.values())).document,
     )

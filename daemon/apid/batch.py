@@ -12,12 +12,13 @@ outputs keep the order of the elements, and every failed element is reported.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from twisted.internet.defer import CancelledError, ensureDeferred
 
 from apid.auth.tokens import Principal
+from apid.iostate import Endpoint
 from apid.pipeline import CallRequest, CallResult, Pipeline, Purpose
 from apid.problems import BadRequest, PayloadTooLarge, Problem
 from apid.routing import Target
@@ -64,6 +65,7 @@ def parse_batch(body: Mapping[str, Any], limit: int) -> BatchRequest:
 class BatchOutcome:
     status: int
     body: Any
+    endpoint: Endpoint | None = None  # the target, whose links the answer carries (set by run)
 
 
 class BatchRunner:
@@ -92,7 +94,7 @@ class BatchRunner:
                 raise
         else:
             outcomes = [await _outcome(self._pipeline.execute(admitted, call)) for call in calls]
-        return summarise(outcomes, batch.combine, instance)
+        return replace(summarise(outcomes, batch.combine, instance), endpoint=admitted.endpoint)
 
 
 async def _outcome(element: Awaitable[CallResult]) -> Any:

@@ -56,6 +56,13 @@ class ChainRequest:
     fields: Mapping[str, Any]  # the non-safe call's own fields: the body less `chain`
 
 
+@dataclass(frozen=True)
+class ChainOutcome:
+    body: Any
+    endpoint: Endpoint  # the last link's: the answer carries its links, for its record
+    record: Any  # the last link's output
+
+
 class ChainRuleBroken(Unprocessable):
     slug = "chain-rule"
 
@@ -184,11 +191,12 @@ class ChainRunner:
                                    f"not {method}", allow=allowed)
 
     async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str,
-                  text: Mapping[str, list[str]]) -> Any:
+                  text: Mapping[str, list[str]]) -> ChainOutcome:
         self._check_method(principal, target, method)
         chain = parse_chain(target, body, method)
         endpoints = []
         for link in chain.links:
+            self._pipeline.check_anonymous(principal, self._request(link, target))
             try:
                 endpoints.append(self._pipeline.endpoint(self._request(link, target)))
             except Problem:
@@ -221,7 +229,8 @@ class ChainRunner:
             outputs.append(output)
             if link.passes != RETURN:
                 passed = {receives[link.position]: [_passed_key(output, link, non_safe_done)]}
-        return outputs if chain.combine else outputs[-1]
+        return ChainOutcome(body=outputs if chain.combine else outputs[-1], endpoint=admitted[-1].endpoint,
+                            record=outputs[-1])
 
 
 def handoff_field(source: str, key: str, target: ControllerState, accepted: frozenset[str]) -> str:

@@ -258,7 +258,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     import json
 
     from apid.apidoc import api_view
-    from apid.openapi import build, document_settings
+    from apid.openapi import anonymous_view, build, document_settings
 
     config = _load(args)
     roles = frozenset(args.role or ())
@@ -268,8 +268,11 @@ def cmd_openapi(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     bound = _bound(config)
-    view = api_view(bound.rules, roles, config.api.version) if roles else None
-    document = build(view, document_settings(config, bound.controllers.values(), config.server.base_url))
+    settings = document_settings(config, bound.controllers.values(), config.server.base_url)
+    if roles:
+        document = build(api_view(bound.rules, roles, config.api.version), settings)
+    else:
+        document = build(anonymous_view(bound.rules, settings), settings, token=False)
     print(json.dumps(document, indent=2, ensure_ascii=False))
     return 0
 

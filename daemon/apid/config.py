@@ -124,6 +124,8 @@ class SecurityConfig:
     user_role: str
     network_groups: tuple[str, ...]
     network_roles: Mapping[str, frozenset[str]]
+    # the role of a caller without a token: endpoints whose roles include it answer anonymously
+    anonymous_role: str = "ROLE_ANONYMOUS"
 
     @property
     def all_roles(self) -> frozenset[str]:
@@ -535,7 +537,7 @@ def _role_numbers(node: _Node | None, roles: frozenset[str]) -> dict[str, int]:
 
 
 def _security(node: _Node) -> SecurityConfig:
-    section = node.mapping(("superuserRole", "userRole", "networkGroups", "networkRoles"))
+    section = node.mapping(("superuserRole", "userRole", "anonymousRole", "networkGroups", "networkRoles"))
     groups = _require(section, node, "networkGroups", _Node.strings)
     roles_node = _require(section, node, "networkRoles", lambda n: n)
     network_roles = {}
@@ -551,10 +553,15 @@ def _security(node: _Node) -> SecurityConfig:
         user_role=_require(section, node, "userRole", _Node.string),
         network_groups=groups,
         network_roles=network_roles,
+        anonymous_role=_get(section, "anonymousRole", _Node.string, "ROLE_ANONYMOUS"),
     )
     for key, role in (("superuserRole", security.superuser_role), ("userRole", security.user_role)):
         if role not in security.all_roles:
             raise section[key].fail(f"role {role!r} is in no group of networkRoles")
+        if role == security.anonymous_role:
+            raise section[key].fail(f"role {role!r} is the anonymous role: every caller without a token would hold it")
+    if "anonymousRole" in section and security.anonymous_role not in security.all_roles:
+        raise section["anonymousRole"].fail(f"role {security.anonymous_role!r} is in no group of networkRoles")
     return security
 
 

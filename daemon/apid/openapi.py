@@ -4,8 +4,9 @@
 roles may call as plain calls (`/v{app}[-{api}]/{controller}/{action}` and its `/{id}` form),
 batch calls where they may batch it, and chains starting there, with the request and response
 fields they send and receive typed as JSON Schema; the public endpoints; RFC 9457 problems as
-error answers; the bearer scheme; the RateLimit, Link and Retry-After headers. `build(None, ...)`
-is the document of someone without a token: the endpoints that answer without one.
+error answers; the bearer scheme; the RateLimit, Link and Retry-After headers. With
+`token=False` it is the document of someone without a token: the endpoints that answer without
+one, the API calls of the anonymous role (`security.anonymousRole`, `anonymous_view`) included.
 `/openapi.json` answers it through `OpenApiDocuments`; `apid openapi` prints it offline.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from apid.accounts import PASSWORD_LENGTH, USERNAME
-from apid.apidoc import ActionDoc, ApiView, FieldDoc, api_view
+from apid.apidoc import ActionDoc, ApiView, FieldDoc, api_view, iso_time
 from apid.config import Config
 from apid.iostate.model import RuleSet
 from apid.iostate.types import INT32, INT64
@@ -60,6 +61,7 @@ class DocumentSettings:
     chain_limit: int
     server_url: str | None = None
     routes: tuple[RouteDoc, ...] = ()
+    anonymous_role: str = "ROLE_ANONYMOUS"
 
 
 def document_settings(config: Config, controllers: Iterable[LoadedController],
@@ -72,7 +74,14 @@ def document_settings(config: Config, controllers: Iterable[LoadedController],
         chain_limit=config.api.chain_limit,
         server_url=server_url,
         routes=plugin_routes(controllers),
+        anonymous_role=config.api.security.anonymous_role,
     )
+
+
+def anonymous_view(rules: RuleSet, settings: DocumentSettings) -> ApiView | None:
+    """What a caller without a token may call in `rules` (as the anonymous role); None when nothing."""
+    view = api_view(rules, {settings.anonymous_role}, settings.version)
+    return view if view.controllers else None
 
 
 def plugin_routes(controllers: Iterable[LoadedController]) -> tuple[RouteDoc, ...]:
@@ -171,13 +180,16 @@ PROBLEM_RESPONSES: Mapping[str, tuple[str, dict[str, Any]]] = {
     "405": ("MethodNotAllowed", _problem_response("Not called with this method", "Allow")),
     "409": ("Conflict", _problem_response(
         "The action refused a change that conflicts with what is stored (a name taken, a stale version)")),
+    "410": ("Gone", _problem_response(
+        "This API version is past its sunset: `currentApiVersion` names the one to call, `successor` its path")),
     "413": ("PayloadTooLarge", _problem_response("The body is over maxBodyBytes, or a batch over batchLimit")),
     "415": ("UnsupportedMediaType", _problem_response("A body that is not application/json")),
     "422": ("Unprocessable", _problem_response(
         "Well-formed but refused: a chain breaks a chain rule (`rule` names it), checked before any link "
         "runs, or a link returned no key to pass on; or an action's own rule")),
     "429": ("TooManyRequests", _problem_response(
-        "Your daily request limit is used up", "Retry-After", "RateLimit", "RateLimit-Policy")),
+        "Your daily request limit, or the endpoint's RATELIMIT, is used up", "Retry-After", "RateLimit",
+        "RateLimit-Policy")),
     "500": ("InternalError", _problem_response("The call failed; the error was logged")),
     "503": ("ServiceUnavailable", _problem_response("A dependency is down", "Retry-After")),
 }
@@ -226,12 +238,20 @@ def _components(links: Iterable[str] = ()) -> dict[str, Any]:
     }
     headers = {
         "RateLimit": ("The quota left: \"<policy>\";r=<requests left>;t=<seconds to reset>, when your "
-                      "roles are rate limited", {"type": "string"}, '"ROLE_USER";r=999;t=86400'),
+                      "roles are rate limited; a second item for an endpoint with its own limit",
+                      {"type": "string"}, '"ROLE_USER";r=999;t=86400'),
         "RateLimit-Policy": ("Your quota: \"<policy>\";q=<requests a day>;w=86400, when your roles are "
-                             "rate limited", {"type": "string"}, '"ROLE_USER";q=1000;w=86400'),
-        "Link": ("RFC 8288 links to related calls, when asked with X-LINK_RELATIONS",
+                             "rate limited; a second item, \"<controller>/<action>\";q=<calls>;w=<seconds>, "
+                             "for an endpoint with its own limit",
+                             {"type": "string"}, '"ROLE_USER";q=1000;w=86400'),
+        "Link": ("RFC 8288 links to related calls, when asked with X-LINK_RELATIONS; a paged list's "
+                 "next, prev and first always",
                  {"type": "string"}, '</v0.1/person/show/2>; rel="self"; method="GET"'),
         "Retry-After": ("Seconds to wait before trying again", {"type": "integer", "minimum": 0}, 3600),
+        "Deprecation": ("RFC 9745: @<Unix seconds> this API version is (or will be) deprecated from",
+                        {"type": "string"}, "@1767225600"),
+        "Sunset": ("RFC 8594: when this API version goes; from then on it answers 410",
+                   {"type": "string"}, "Tue, 30 Jun 2026 00:00:00 GMT"),
         "WWW-Authenticate": ("The scheme to authenticate with", {"type": "string"}, 'Bearer realm="apid"'),
         "Allow": ("The methods allowed", {"type": "string"}, "GET"),
         "Set-Cookie": ("The refresh cookie (HttpOnly), sent back to /refreshToken and /logout",
@@ -459,6 +479,29 @@ def _chain_operations(action: ActionDoc, non_safe_methods: Iterable[str], limit:
     return forms
 
 
+def _marked(action: ActionDoc, operation: dict[str, Any]) -> dict[str, Any]:
+    """An operation of a deprecated API version: `deprecated`, the dates and message in its
+    description, its Deprecation and Sunset headers, and the 410 it answers after the sunset."""
+    deprecation = action.deprecated
+    if deprecation is None:
+        return operation
+    note = (f"Deprecated: API version {action.api_version} of {action.controller} is deprecated from "
+            f"{iso_time(deprecation.since)}.")
+    if deprecation.sunset is not None:
+        note += f" Sunset {iso_time(deprecation.sunset)}: from then on it answers 410 Gone."
+    if deprecation.message:
+        note += f" {deprecation.message}"
+    operation["deprecated"] = True
+    operation["description"] = f"{operation['description']}\n\n{note}"
+    names = ("Deprecation", "Sunset") if deprecation.sunset is not None else ("Deprecation",)
+    for response in operation["responses"].values():
+        if "$ref" not in response:
+            response["headers"] = {**response.get("headers", {}), **_headers(*names)}
+    if deprecation.sunset is not None:
+        operation["responses"] = {**operation["responses"], **_errors(("410",))}
+    return operation
+
+
 def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any], dict[str, Any]]:
     paths: dict[str, dict[str, Any]] = {}
     schemas: dict[str, Any] = {}
@@ -468,13 +511,17 @@ def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any
     for action in actions:
         schemas.update(_action_schemas(action))
         method = action.method.lower()
-        paths.setdefault(action.path("v", app), {})[method] = _plain_operation(action, with_id=False)
+        paths.setdefault(action.path("v", app), {})[method] = _marked(action, _plain_operation(action, with_id=False))
         if action.takes_id:
-            paths.setdefault(action.path("v", app, with_id=True), {})[method] = _plain_operation(action, with_id=True)
+            paths.setdefault(action.path("v", app, with_id=True), {})[method] = _marked(
+                action, _plain_operation(action, with_id=True))
         if action.batch:
-            paths.setdefault(action.path("b", app), {})["post"] = _batch_operation(action, settings.batch_limit)
+            paths.setdefault(action.path("b", app), {})["post"] = _marked(
+                action, _batch_operation(action, settings.batch_limit))
         chain_path = action.path("c", app, with_id=action.takes_id)
-        paths.setdefault(chain_path, {}).update(_chain_operations(action, non_safe, settings.chain_limit))
+        paths.setdefault(chain_path, {}).update({
+            form: _marked(action, operation)
+            for form, operation in _chain_operations(action, non_safe, settings.chain_limit).items()})
     return paths, schemas
 
 
@@ -613,23 +660,30 @@ def _public_paths(settings: DocumentSettings, anonymous: bool) -> dict[str, dict
 
 # --- the document -----------------------------------------------------------------------------
 
-def build(view: ApiView | None, settings: DocumentSettings) -> dict[str, Any]:
-    """The OpenAPI document of what `view`'s roles may call, or with no view (no token) of the
-    endpoints that answer without a token."""
+def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = True) -> dict[str, Any]:
+    """The OpenAPI document of what `view`'s roles may call; with no view, or `token` false, of
+    a caller without a token: the endpoints that answer without one, and what `view` (the
+    anonymous role's, `anonymous_view`) may call."""
+    without_token = view is None or not token
     components = _components(sorted({action.name for action in view.actions()}) if view is not None else ())
-    paths = _public_paths(settings, anonymous=view is None)
+    paths = _public_paths(settings, anonymous=without_token)
     tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]
     if settings.routes:
         tags.append({"name": ROUTES_TAG, "description": "Plugins' own paths, outside IO State"})
-    if view is None:
+    if without_token:
         description = ("The endpoints that answer without a token. Log in (POST /authenticate) and "
                        "send the token to read the API your roles may call.")
     else:
-        api_paths, schemas = _api_paths(view, settings)
-        paths.update(api_paths)
-        components["schemas"].update(schemas)
         description = (f"The API as the roles {', '.join(sorted(view.roles)) or '(none)'} may call it, "
                        "from the IO State rules in force.")
+    if view is not None:
+        api_paths, schemas = _api_paths(view, settings)
+        if without_token:
+            for operations in api_paths.values():
+                for operation in operations.values():
+                    operation["security"] = NO_TOKEN
+        paths.update(api_paths)
+        components["schemas"].update(schemas)
         for controller in view.controllers:
             versions = ", ".join(v.name + (" (current)" if v.current else "") for v in controller.versions)
             tags.append({"name": controller.name, "description": f"Controller {controller.name}: API versions {versions}"})
@@ -666,6 +720,8 @@ class OpenApiDocuments:
             self._documents.clear()
             self._built_from = rules
         if roles not in self._documents:
-            view = None if roles is None else api_view(rules, roles, self._settings.version)
-            self._documents[roles] = build(view, self._settings)
+            if roles is None:
+                self._documents[roles] = build(anonymous_view(rules, self._settings), self._settings, token=False)
+            else:
+                self._documents[roles] = build(api_view(rules, roles, self._settings.version), self._settings)
         return self._documents[roles]

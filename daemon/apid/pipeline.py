@@ -20,11 +20,11 @@ from typing import Any, Protocol
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
-from apid.auth.tokens import Principal
+from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.coroutines import asyncio_required, needs_asyncio, started
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
-from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem
+from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem, Unauthorized
 
 log = Logger(namespace="apid.pipeline")
 
@@ -98,6 +98,7 @@ class CallResult:
     endpoint: Endpoint
     granted: frozenset[str]
     data: Any
+    page: tuple[int, int] | None = None  # (offset, limit) when the action paged (Call.page)
 
 
 def resolve(rules: RuleSet, request: CallRequest) -> tuple[ControllerState, Endpoint]:
@@ -129,11 +130,15 @@ def check_method(endpoint: Endpoint, method: str | None) -> None:
 
 
 def authorize(endpoint: Endpoint, principal: Principal, purpose: Purpose) -> frozenset[str]:
-    """The caller's roles this endpoint admits for this purpose; none at all is a 403."""
+    """The caller's roles this endpoint admits for this purpose; none at all is a 403, or a 401
+    for a caller without a token, who may log in."""
     granted = endpoint.granted(principal.roles)
+    batch_refused = purpose is Purpose.BATCH and not endpoint.batch_roles.intersection(principal.roles)
+    if principal.anonymous and (not granted or batch_refused):
+        raise Unauthorized(NEEDS_TOKEN)
     if not granted:
         raise Forbidden(f"your roles may not call {endpoint.path}")
-    if purpose is Purpose.BATCH and not endpoint.batch_roles.intersection(principal.roles):
+    if batch_refused:
         raise Forbidden(f"your roles may not call {endpoint.path} in a batch")
     return granted
 
@@ -262,6 +267,18 @@ class Pipeline:
         return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller,
                          action=action, action_rules=action_rules(action))
 
+    def check_anonymous(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> None:
+        """For a caller without a token, before anything else is read: a 401 unless the endpoint
+        admits the anonymous role for this purpose, so every other endpoint, an unknown one
+        too, answers as it does without anonymous access."""
+        if not principal.anonymous:
+            return
+        try:
+            endpoint = self.endpoint(request)
+        except NotFound:
+            raise Unauthorized(NEEDS_TOKEN) from None
+        authorize(endpoint, principal, purpose)
+
     def rules(self) -> RuleSet:
         """The rule set in force now."""
         return self._rules()
@@ -294,7 +311,8 @@ class Pipeline:
             raise InternalError(f"{endpoint.path} failed; the error was logged") from None
         if self._events is not None and endpoint.emits_events and not unit.recorded:
             await self._events.record(endpoint, output)
-        return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)))
+        return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)),
+                          page=call.paged)
 
     def _asyncio_required(self, path: str, error: Exception) -> InternalError:
         """The 500 of an action that awaited asyncio under the default reactor, logged the

@@ -14,7 +14,7 @@ the daemon's inner modules depend on it, never the other way round.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from apid.problems import (
@@ -299,6 +299,8 @@ class Call:
     fields: Mapping[str, Any]
     caller: Caller
     unit: UnitOfWork | None = None  # set by the daemon for every call
+    # (offset, limit) of the page `page()` chose: the daemon builds a list answer's links from it
+    paged: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` (a SQLAlchemy connection, in a database thread) in one
@@ -325,7 +327,8 @@ class Call:
             )
 
     def page(self, default: int = 20, maximum: int = 100) -> tuple[int, int]:
-        """(offset, limit) from the `offset` and `max` fields, for actions that list records."""
+        """(offset, limit) from the `offset` and `max` fields, for actions that list records;
+        the answer then gets `next`/`prev`/`first` links (apid.links.page_links)."""
         offset = self.fields.get("offset")
         limit = self.fields.get("max")
         offset = 0 if offset is None else offset
@@ -337,6 +340,7 @@ class Call:
             errors.append({"field": "max", "reason": f"must be 1 to {maximum}"})
         if errors:
             raise InvalidFields(errors=errors)
+        object.__setattr__(self, "paged", (offset, limit))
         return offset, limit
 
 

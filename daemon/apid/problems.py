@@ -96,6 +96,12 @@ class Conflict(Problem):
     status, slug = 409, "conflict"
 
 
+class Gone(Problem):
+    """An API version past its sunset: the problem names the version to call instead."""
+
+    status, slug = 410, "gone"
+
+
 class PayloadTooLarge(Problem):
     status, slug = 413, "payload-too-large"
 
@@ -131,7 +137,7 @@ class ServiceUnavailable(Problem):
 def problem_for_status(status: int, detail: str) -> Problem:
     """A problem of the kind that answers `status`; a status with no kind of its own gets a
     generic problem named after its reason phrase."""
-    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, PayloadTooLarge, UriTooLong,
+    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone, PayloadTooLarge, UriTooLong,
                  UnsupportedMediaType, Unprocessable, TooManyRequests, HeadersTooLarge, InternalError,
                  ServiceUnavailable):
         if kind.status == status:

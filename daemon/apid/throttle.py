@@ -1,12 +1,20 @@
 """Per-role rate limiting (SPEC "Limits"): requests per user over the day, then a lock.
 
 The limit of a user is the largest `throttle.rateLimit` among their roles that have one; a
-user with no such role is not limited. Each request costs one, a batch one per element and a
+user with no such role is not limited. A caller without a token has the anonymous role's
+rule and is counted per client address. Each request costs one, a batch one per element and a
 chain one per link, all charged before anything runs. The request that reaches the limit
 still runs and locks the user for `throttle.expires` seconds; while locked, and for a batch
 or chain that would cross the limit, the answer is 429 with Retry-After. After the lock the
 count starts over. Every answer to a limited user carries the IETF `RateLimit-Policy` and
 `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers), named after the role's rule.
+
+An endpoint may add its own limit (IO State `RATELIMIT`): calls per window per user, the
+most generous rule among the user's roles that have one (`"*"`: none). It is counted by the
+same store under a key of its own, the daily limit first: a window starts with the first call,
+the call that reaches the limit runs and starts a pause of one whole window, and a batch or
+chain that would cross it is refused whole. Its policy, named for the endpoint
+(`"team/show"`), is a second item of the same RateLimit fields.
 
 Counts live in a `CounterStore`: in this process (one daemon) or in Redis (several processes
 or daemons), where one Lua script makes each charge atomic, so counting is exact under load.
@@ -15,8 +23,9 @@ or daemons), where one Lua script makes each charge atomic, so counting is exact
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Protocol
 
 import txredisapi
@@ -25,6 +34,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.auth.tokens import Principal
+from apid.iostate.model import Endpoint
 from apid.problems import TooManyRequests
 from apid.store.redis import run_script, store_unreachable
 
@@ -119,12 +129,23 @@ class RedisCounters:
 
 @dataclass(frozen=True)
 class Rule:
-    policy: str  # the role whose rule applies: the policy's name in the RateLimit fields
+    policy: str  # the role whose rule applies, or the endpoint: the policy's name in the RateLimit fields
     limit: int
+    window: int = DAY
 
     @property
     def policy_field(self) -> str:
-        return f'"{self.policy}";q={self.limit};w={DAY}'
+        return f'"{self.policy}";q={self.limit};w={self.window}'
+
+
+def endpoint_rule(endpoint: Endpoint, roles: frozenset[str]) -> Rule | None:
+    """The endpoint's RATELIMIT for these roles: the most generous (most calls a second, then
+    most calls) among the roles that have one; None when none has, or one has `"*"`."""
+    ruled = [(role, limit) for role, limit in endpoint.rate_limits.items() if role in roles]
+    if not ruled or any(limit.calls is None for _, limit in ruled):
+        return None
+    _, limit = max(ruled, key=lambda item: (Fraction(item[1].calls, item[1].window), item[1].calls, item[0]))
+    return Rule(policy=endpoint.path, limit=limit.calls, window=limit.window)
 
 
 class RateLimiter:
@@ -146,25 +167,39 @@ class RateLimiter:
                 self._known[roles] = Rule(policy=role, limit=limit)
         return self._known[roles]
 
-    async def charge(self, principal: Principal, amount: int) -> dict[str, str]:
-        """Charge the user `amount` requests; the RateLimit fields to answer with, or a 429."""
-        rule = self.rule(principal.roles)
-        if rule is None:
-            return {}
-        try:
-            charge = await self._store.charge(str(principal.user_id), amount, rule.limit, DAY, self._expires)
-        except Exception as error:
-            store_unreachable(log, "rate limiting", error, self._fail_open)
-            return {}
-        reset = max(1, math.ceil(charge.reset))
-        fields = {
-            "RateLimit-Policy": rule.policy_field,
-            "RateLimit": f'"{rule.policy}";r={max(0, charge.remaining)};t={reset}',
-        }
-        if not charge.allowed:
-            raise TooManyRequests(
-                f"the request limit of {rule.limit} a day is used up; try again in {reset} seconds",
-                headers={**fields, "Retry-After": str(reset)},
-                violatedPolicies=[rule.policy],
-            )
+    async def charge(self, principal: Principal, amount: int, address: str = "unknown",
+                     calls: Iterable[tuple[Endpoint, int]] = ()) -> dict[str, str]:
+        """Charge the user `amount` requests of the day, then each endpoint of `calls` its
+        number of calls (RATELIMIT); a caller without a token is counted by the client
+        `address` (they have no account to count). The RateLimit fields to answer with, or a 429."""
+        counted = f"address:{address}" if principal.anonymous else str(principal.user_id)
+        quotas = [(rule, counted, amount, self._expires, f"the request limit of {rule.limit} a day")
+                  for rule in [self.rule(principal.roles)] if rule is not None]
+        for endpoint, count in calls:
+            rule = endpoint_rule(endpoint, principal.roles)
+            if rule is not None:
+                quotas.append((rule, f"{counted}@{endpoint.api_version}/{endpoint.path}", count, rule.window,
+                               f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds"))
+        fields: dict[str, str] = {}
+        for rule, key, count, lock, quota in quotas:
+            try:
+                charge = await self._store.charge(key, count, rule.limit, rule.window, lock)
+            except Exception as error:
+                store_unreachable(log, "rate limiting", error, self._fail_open)
+                continue
+            reset = max(1, math.ceil(charge.reset))
+            fields = _add_item(fields, rule.policy_field, f'"{rule.policy}";r={max(0, charge.remaining)};t={reset}')
+            if not charge.allowed:
+                raise TooManyRequests(
+                    f"{quota} is used up; try again in {reset} seconds",
+                    headers={**fields, "Retry-After": str(reset)},
+                    violatedPolicies=[rule.policy],
+                )
         return fields
+
+
+def _add_item(fields: dict[str, str], policy: str, state: str) -> dict[str, str]:
+    """The RateLimit fields with one more policy: each field is a list, one item per policy."""
+    if not fields:
+        return {"RateLimit-Policy": policy, "RateLimit": state}
+    return {"RateLimit-Policy": f"{fields['RateLimit-Policy']}, {policy}", "RateLimit": f"{fields['RateLimit']}, {state}"}

@@ -131,12 +131,14 @@ def test_mock_data_is_read_as_a_value_of_its_type_where_it_can_be(kind, raw, val
     assert mock_value(value_type(kind), raw) == value
 
 
-def test_deprecated_is_shown_as_written():
-    person = json.loads((ROOT / "iostate/person.json").read_text())["IOSTATE"]
-    person["VERSION"]["1"]["DEPRECATED"] = {"sunset": "2027-01-01"}
-    rules = RuleSet(controllers={"person": parse_text(json.dumps(person), "person.json", SECURITY)})
-    assert api_view(rules, {USER}, "0.1").to_dict()["controllers"]["person"]["versions"]["1"]["deprecated"] == {
-        "sunset": "2027-01-01"}
+def test_deprecation_and_sunset_are_shown_as_utc_times_with_the_message():
+    team = json.loads(SAMPLE_TEAM.read_text())
+    team["VERSION"]["2"].update(DEPRECATED=["12/31/2025", "use v1"], SUNSET="2026-06-30T12:00:00+02:00")
+    rules = RuleSet(controllers={"team": parse_text(json.dumps(team), "team.json", SECURITY)})
+    versions = api_view(rules, {USER}, "0.1").to_dict()["controllers"]["team"]["versions"]
+    assert versions["2"]["deprecated"] == {
+        "since": "2025-12-31T00:00:00Z", "message": "use v1", "sunset": "2026-06-30T10:00:00Z"}
+    assert versions["1"]["deprecated"] is None
 
 
 # --- the apidoc controller through the pipeline ------------------------------------------------------

@@ -366,6 +366,29 @@ def test_user_role_in_no_group_is_refused(config_dir):
     assert "security.userRole: role 'ROLE_MEMBER' is in no group" in message
 
 
+def test_the_anonymous_role_defaults_to_role_anonymous_and_may_be_renamed(config_dir):
+    assert load(ETC, "development", NO_ENV).api.security.anonymous_role == "ROLE_ANONYMOUS"
+    data = repo_yaml(API_FILE)
+    data["security"]["networkRoles"]["open"] = ["ROLE_ADMIN", "ROLE_USER", "ROLE_GUEST"]
+    data["security"]["anonymousRole"] = "ROLE_GUEST"
+    path = write(config_dir, API_FILE, data)
+    assert load_api(path, config_dir.parent).security.anonymous_role == "ROLE_GUEST"
+
+
+def test_an_anonymous_role_in_no_group_is_refused(config_dir):
+    data = repo_yaml(API_FILE)
+    data["security"]["anonymousRole"] = "ROLE_GUEST"
+    message = api_error(config_dir, data)
+    assert "security.anonymousRole: role 'ROLE_GUEST' is in no group" in message
+
+
+def test_the_user_role_may_not_be_the_anonymous_role(config_dir):
+    data = repo_yaml(API_FILE)
+    data["security"]["anonymousRole"] = "ROLE_USER"
+    message = api_error(config_dir, data)
+    assert "security.userRole: role 'ROLE_USER' is the anonymous role" in message
+
+
 def test_reserved_uri_without_leading_slash_is_refused(config_dir):
     data = repo_yaml(API_FILE)
     data["reservedUris"].append("health")

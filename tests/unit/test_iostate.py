@@ -11,6 +11,7 @@ import pytest
 
 from apid.config import API_FILE, SecurityConfig, load_api
 from apid.iostate import IOStateError, RuleSet, bind_references, check_actions, parse, parse_text, read_dir
+from apid.iostate.model import CallLimit, Deprecation
 from apid_person import PersonController
 from apid_sample import TeamController
 
@@ -95,11 +96,82 @@ def test_currentstable_and_version_blocks(security, team):
     assert state.versions["2"].endpoints["show"].response.permit_all == {"id", "name"}
 
 
-def test_deprecated_is_kept_as_json_text(security, team):
-    team["VERSION"]["1"]["DEPRECATED"] = {"sunset": "2027-01-01"}
+JAN_1_2025 = 1735689600  # 2025-01-01T00:00:00Z
+JUN_30_2026 = 1782777600  # 2026-06-30T00:00:00Z
+
+
+@pytest.mark.parametrize("written, since, message", [
+    ("2025-01-01", JAN_1_2025, None),
+    ("2025-01-01T00:00:00Z", JAN_1_2025, None),
+    ("2025-01-01T02:30:00+02:30", JAN_1_2025, None),
+    ("01/01/2025", JAN_1_2025, None),
+    (["01/01/2025", "team v2 is retired, use /v0.1/team/show"], JAN_1_2025, "team v2 is retired, use /v0.1/team/show"),
+    (["2025-01-01", "use v1"], JAN_1_2025, "use v1"),
+])
+def test_deprecated_forms(security, team, written, since, message):
+    team["VERSION"]["2"]["DEPRECATED"] = written
     state = parse(team, SOURCE, security)
-    assert json.loads(state.versions["1"].deprecated) == {"sunset": "2027-01-01"}
-    assert state.versions["2"].deprecated is None
+    assert state.versions["2"].deprecated == Deprecation(since=since, message=message, sunset=None)
+    assert state.versions["1"].deprecated is None
+
+
+@pytest.mark.parametrize("sunset", ["2026-06-30", "06/30/2026", "2026-06-30T00:00:00Z"])
+def test_sunset_forms(security, team, sunset):
+    team["VERSION"]["2"].update(DEPRECATED="2025-01-01", SUNSET=sunset)
+    deprecation = parse(team, SOURCE, security).versions["2"].deprecated
+    assert (deprecation.since, deprecation.sunset) == (JAN_1_2025, JUN_30_2026)
+    assert not deprecation.gone(JUN_30_2026 - 1)
+    assert deprecation.gone(JUN_30_2026)
+
+
+def test_sunset_on_the_day_of_deprecation_is_allowed(security, team):
+    team["VERSION"]["2"].update(DEPRECATED="2025-01-01", SUNSET="2025-01-01")
+    assert parse(team, SOURCE, security).versions["2"].deprecated.sunset == JAN_1_2025
+
+
+DATE_FORMS = ('must be a date: "YYYY-MM-DD", an ISO 8601 date-time with its UTC offset ("2026-06-30T12:00:00Z") '
+              'or "MM/DD/YYYY"')
+LIST_FORM = 'DEPRECATED as a list must be [date, "message"]'
+
+
+@pytest.mark.parametrize("member, written, expected", [
+    ("DEPRECATED", "2025-13-01", f"DEPRECATED {DATE_FORMS}; got '2025-13-01'"),
+    ("DEPRECATED", "31/12/2025", f"DEPRECATED {DATE_FORMS}; got '31/12/2025'"),
+    ("DEPRECATED", "2025-01-01T00:00:00", f"DEPRECATED {DATE_FORMS}; got '2025-01-01T00:00:00'"),  # no offset
+    ("DEPRECATED", "soon", f"DEPRECATED {DATE_FORMS}; got 'soon'"),
+    ("DEPRECATED", 20250101, f"DEPRECATED {DATE_FORMS}; got 20250101"),
+    ("DEPRECATED", {"sunset": "2027-01-01"}, f"DEPRECATED {DATE_FORMS}; got {{'sunset': '2027-01-01'}}"),
+    ("DEPRECATED", ["01/01/2025"], f"{LIST_FORM}; got ['01/01/2025']"),
+    ("DEPRECATED", ["01/01/2025", ""], f"{LIST_FORM}; got ['01/01/2025', '']"),
+    ("DEPRECATED", ["01/01/2025", "a", "b"], f"{LIST_FORM}; got ['01/01/2025', 'a', 'b']"),
+    ("DEPRECATED", ["never", "use v1"], f"DEPRECATED {DATE_FORMS}; got 'never'"),
+    ("SUNSET", "2026-02-30", f"SUNSET {DATE_FORMS}; got '2026-02-30'"),
+    ("SUNSET", ["2026-06-30", "bye"], f"SUNSET {DATE_FORMS}; got ['2026-06-30', 'bye']"),
+])
+def test_bad_dates_are_refused(security, team, member, written, expected):
+    team["VERSION"]["2"].update(DEPRECATED="2025-01-01", SUNSET="2026-06-30")
+    team["VERSION"]["2"][member] = written
+    assert refused(team, security) == f"{SOURCE}: controller team, version 2: {expected}"
+
+
+def test_sunset_before_deprecated_is_refused(security, team):
+    team["VERSION"]["2"].update(DEPRECATED="2026-06-30", SUNSET="2026-06-29T23:59:59Z")
+    refused(team, security, "version 2: SUNSET '2026-06-29T23:59:59Z' is before DEPRECATED '2026-06-30'")
+
+
+def test_sunset_needs_deprecated(security, team):
+    team["VERSION"]["2"]["SUNSET"] = "2026-06-30"
+    refused(team, security, "version 2: SUNSET needs DEPRECATED")
+
+
+def test_sunset_on_currentstable_is_refused(security, team):
+    team["VERSION"]["1"].update(DEPRECATED="2025-01-01", SUNSET="2026-06-30")
+    refused(team, security, "version 1: SUNSET is not allowed on the CURRENTSTABLE version")
+
+
+def test_currentstable_may_be_deprecated(security, team):
+    team["VERSION"]["1"]["DEPRECATED"] = "2025-01-01"
+    assert parse(team, SOURCE, security).versions["1"].deprecated.since == JAN_1_2025
 
 
 def test_numeric_currentstable_names_the_version(security, team):
@@ -437,3 +509,45 @@ def test_check_actions_refuses_an_action_the_controller_does_not_implement(secur
     assert message.startswith("team.json: controller team, version 2, action archive")
     assert "apid-sample" in message
     assert "create, list, show" in message
+
+
+# --- RATELIMIT: calls per window per caller, on top of the daily limit ------------------------
+
+
+def rate_limits(security, person: dict, limits) -> dict:
+    person["VERSION"]["1"]["URI"]["show"]["RATELIMIT"] = limits
+    return parse(person, SOURCE, security).versions["1"].endpoints["show"].rate_limits
+
+
+def test_ratelimit_in_the_original_framework_form_is_calls_per_ten_minutes(security, person):
+    assert rate_limits(security, person, {"ROLE_USER": "100", "ROLE_ADMIN": "*"}) == {
+        "ROLE_USER": CallLimit(100, 600), "ROLE_ADMIN": CallLimit(None, 600)}
+
+
+def test_ratelimit_in_apids_form_names_the_window(security, person):
+    assert rate_limits(security, person, {"ROLE_USER": {"limit": 3, "window": 60}, "ROLE_ADMIN": 1000}) == {
+        "ROLE_USER": CallLimit(3, 60), "ROLE_ADMIN": CallLimit(1000, 600)}
+    assert rate_limits(security, person, {"ROLE_USER": {"limit": 3}}) == {"ROLE_USER": CallLimit(3, 600)}
+
+
+def test_no_ratelimit_means_no_endpoint_limit(security, person):
+    assert parse(person, SOURCE, security).versions["1"].endpoints["show"].rate_limits == {}
+
+
+@pytest.mark.parametrize("limit", [
+    "0", 0, -5, "ten", "", "**", True, None, 1.5, "1.5", "²", [100], {"limit": 0}, {"limit": "100"},
+    {"window": 60}, {"limit": 5, "window": 0}, {"limit": 5, "window": "60"}, {"limit": 5, "per": 60},
+])
+def test_a_bad_ratelimit_is_refused(security, person, limit):
+    person["VERSION"]["1"]["URI"]["show"]["RATELIMIT"] = {"ROLE_USER": limit}
+    refused(person, security, "controller person", "version 1", "action show", "RATELIMIT ROLE_USER")
+
+
+def test_a_ratelimit_that_is_not_an_object_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["show"]["RATELIMIT"] = "100"
+    refused(person, security, "action show", "RATELIMIT must be a JSON object")
+
+
+def test_a_ratelimit_role_the_endpoint_does_not_admit_is_refused(security, person):
+    person["VERSION"]["1"]["URI"]["list"]["RATELIMIT"] = {"ROLE_USER": "100"}  # list is ROLE_ADMIN's only
+    refused(person, security, "action list", "RATELIMIT ROLE_USER", "'ROLE_USER' may not call this endpoint")

@@ -3,6 +3,7 @@ each validated with openapi-spec-validator."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from apid.apidoc import api_view
 from apid.config import load
-from apid.iostate import RuleSet
+from apid.iostate import RuleSet, bind_references, parse_text
 from apid.openapi import OPENAPI_PATH, OpenApiDocuments, build, document_settings
 from apid.plugins import load_all
 from iostate_rules import SAMPLE_TEAM, expected_api_paths, network_roles, read_states
@@ -254,3 +255,39 @@ def test_documents_are_built_once_per_rule_set_and_roles():
     after = documents.document(frozenset({USER}))
     assert after is not first
     assert not any("/team/" in path for path in after["paths"])
+
+
+def test_operations_of_a_deprecated_version_say_so_and_answer_410_after_its_sunset():
+    team = json.loads(SAMPLE_TEAM.read_text())
+    team["VERSION"]["2"].update(DEPRECATED=["12/31/2025", "use v1"], SUNSET="2026-06-30")
+    states = {**BOUND.rules.controllers, "team": parse_text(json.dumps(team), "team.json", CONFIG.api.security)}
+    doc = build(api_view(RuleSet(controllers=bind_references(states)), {USER}, "0.1"), SETTINGS)
+    validate(doc, cls=OpenAPIV31SpecValidator)
+    deprecated = {key for key, op in api_operation_map(doc).items() if op.get("deprecated")}
+    assert deprecated and deprecated == {key for key in api_operations(doc) if "-2/team/" in key[0]}
+    show = doc["paths"]["/v0.1-2/team/show"]["get"]
+    assert show["description"].endswith(
+        "Deprecated: API version 2 of team is deprecated from 2025-12-31T00:00:00Z. "
+        "Sunset 2026-06-30T00:00:00Z: from then on it answers 410 Gone. use v1")
+    assert set(show["responses"]["200"]["headers"]) >= {"Deprecation", "Sunset"}
+    assert schema(doc, show["responses"]["410"])["description"].startswith("This API version is past its sunset")
+    current = doc["paths"]["/v0.1/team/show"]["get"]
+    assert "deprecated" not in current and "410" not in current["responses"]
+    assert "Deprecation" not in current["responses"]["200"]["headers"]
+
+
+def test_without_a_token_the_document_lists_what_the_anonymous_role_may_call():
+    """team in the open group: its actions without a DEFAULT list admit ROLE_ANONYMOUS, and
+    the public document lists them, needing no token; create (admins only) stays out."""
+    team = json.loads(SAMPLE_TEAM.read_text())
+    team["NETWORKGRP"] = "open"
+    states = {**BOUND.rules.controllers, "team": parse_text(json.dumps(team), "team.json", CONFIG.api.security)}
+    documents = OpenApiDocuments(lambda: RuleSet(controllers=bind_references(states)), SETTINGS)
+    doc = documents.document(None)
+    validate(doc, cls=OpenAPIV31SpecValidator)
+    listed = api_operation_map(doc)
+    assert ("/v0.1/team/list", "get") in listed and ("/v0.1/team/show/{id}", "get") in listed
+    assert all(operation["security"] == [] for operation in listed.values())
+    assert not any("/team/create" in path or "/person/" in path for path, _ in listed)
+    assert doc["info"]["description"].startswith("The endpoints that answer without a token")
+    assert set(doc["paths"]) - {path for path, _ in listed} == PUBLIC & CONFIG.api.reserved_uris

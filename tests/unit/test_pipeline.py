@@ -13,12 +13,12 @@ from twisted.internet import reactor, task
 from twisted.internet.defer import succeed
 from twisted.logger import LogLevel, globalLogPublisher
 
-from apid.auth.tokens import Principal
+from apid.auth.tokens import Principal, anonymous_caller
 from apid.config import load_api
 from apid.iostate import RuleSet, parse_text
 from apid.pipeline import CallRequest, Pipeline, Purpose, filter_output
 from apid.plugin import ActionRules, Call, Controller, action, action_rules
-from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound
+from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Unauthorized
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security
@@ -128,6 +128,20 @@ async def test_role_outside_the_endpoint_roles_is_forbidden():
 async def test_role_of_another_network_group_is_forbidden():
     with pytest.raises(Forbidden):
         await run(principal("ROLE_ANONYMOUS"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_caller_without_a_token_is_told_to_log_in_not_forbidden():
+    """person is in the public group, which has no anonymous role: a 401, not a 403, for its
+    endpoints and for an unknown one alike, before the method is looked at."""
+    nobody = anonymous_caller("ROLE_ANONYMOUS")
+    with pytest.raises(Unauthorized):
+        await run(nobody)
+    pipeline = Pipeline(lambda: RULES, {"person": People()}, SECURITY.superuser_role)
+    for controller, name in (("person", "show"), ("person", "nothing"), ("nobody", "show")):
+        with pytest.raises(Unauthorized):
+            pipeline.check_anonymous(nobody, CallRequest(controller, name, None, "POST"))
+    pipeline.check_anonymous(USER, CallRequest("nobody", "show", None, None))  # a token: nothing to check here
 
 
 @pytest_twisted.ensureDeferred

@@ -27,7 +27,8 @@ from twisted.python import failure
 
 from apid.auth.tokens import Principal
 from apid.problems import ServiceUnavailable, TooManyRequests
-from apid.throttle import DAY, Charge, MemoryCounters, RateLimiter, RedisCounters, Rule
+from apid.iostate.model import CallLimit, Endpoint, RoleFields
+from apid.throttle import DAY, Charge, MemoryCounters, RateLimiter, RedisCounters, Rule, endpoint_rule
 from harness import free_port
 
 REDIS_TOLERANCE = 1.0  # seconds: Redis timers run on real time, on a machine that may be loaded
@@ -420,3 +421,84 @@ async def test_simultaneous_batches_on_redis_never_cross_the_limit(redis_pool):
     assert sorted(c.remaining for c in allowed) == list(range(2, 50, 3))
     last = await counters.charge("batches", 2, 50, 100, 30)
     assert last.allowed and last.remaining == 0  # exactly 48 were counted
+
+
+# --- an endpoint's own limit (IO State RATELIMIT) ----------------------------------------------
+
+
+def limited_endpoint(limits: dict[str, CallLimit], action: str = "show") -> Endpoint:
+    no_fields = RoleFields(permit_all=frozenset(), by_role={})
+    return Endpoint(controller="team", action=action, api_version="1", method="GET", description="",
+                    roles=frozenset({"ROLE_USER", "ROLE_ADMIN", "ROLE_GUEST"}), batch_roles=frozenset(),
+                    hook_roles=frozenset(), request=no_fields, response=no_fields, rate_limits=limits)
+
+
+def test_the_endpoint_rule_is_the_most_generous_among_the_ruled_roles():
+    endpoint = limited_endpoint({"ROLE_USER": CallLimit(10, 600), "ROLE_GUEST": CallLimit(2, 60),
+                                 "ROLE_ADMIN": CallLimit(None, 600)})
+    assert endpoint_rule(endpoint, frozenset({"ROLE_USER"})) == Rule("team/show", 10, 600)
+    # 2 a minute is 20 per 10 minutes: more generous than 10 per 10 minutes
+    assert endpoint_rule(endpoint, frozenset({"ROLE_USER", "ROLE_GUEST"})) == Rule("team/show", 2, 60)
+    assert endpoint_rule(endpoint, frozenset({"ROLE_USER", "ROLE_ADMIN"})) is None  # "*": no endpoint limit
+    assert endpoint_rule(endpoint, frozenset({"ROLE_OTHER"})) is None  # no ruled role
+    assert endpoint_rule(limited_endpoint({}), frozenset({"ROLE_USER"})) is None
+    same_rate = limited_endpoint({"ROLE_USER": CallLimit(10, 600), "ROLE_GUEST": CallLimit(1, 60)})
+    assert endpoint_rule(same_rate, frozenset({"ROLE_USER", "ROLE_GUEST"})) == Rule("team/show", 10, 600)
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_endpoint_limit_is_a_second_policy_in_the_same_fields(clock, store_seen, limiter):
+    show = limited_endpoint({"ROLE_USER": CallLimit(3, 600)})
+    fields = await limiter.charge(principal(30, "ROLE_USER"), 1, calls=[(show, 1)])
+    assert fields == {"RateLimit-Policy": '"ROLE_USER";q=5;w=86400, "team/show";q=3;w=600',
+                      "RateLimit": '"ROLE_USER";r=4;t=86400, "team/show";r=2;t=600'}
+    # counted apart from the day's count, per user, endpoint and API version; locked for a window
+    assert store_seen.calls == [("30", 1, 5, DAY, EXPIRES), ("30@1/team/show", 1, 3, 600, 600)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_past_an_endpoint_limit_the_call_is_429_naming_the_endpoint_until_the_window_passes(clock):
+    limiter = RateLimiter(MemoryCounters(clock), {"ROLE_ADMIN": 1000}, EXPIRES)
+    show = limited_endpoint({"ROLE_USER": CallLimit(2, 60)})
+    other = limited_endpoint({}, action="list")
+    user = principal(31, "ROLE_USER")
+    assert await limiter.charge(user, 1, calls=[(show, 1)]) == {
+        "RateLimit-Policy": '"team/show";q=2;w=60', "RateLimit": '"team/show";r=1;t=60'}
+    clock.advance(10)
+    reached = await limiter.charge(user, 1, calls=[(show, 1)])
+    assert reached["RateLimit"] == '"team/show";r=0;t=60'  # the call that reaches the limit runs
+    with pytest.raises(TooManyRequests) as caught:
+        await limiter.charge(user, 1, calls=[(show, 1)])
+    problem = caught.value
+    assert problem.headers == {"RateLimit-Policy": '"team/show";q=2;w=60', "RateLimit": '"team/show";r=0;t=60',
+                               "Retry-After": "60"}
+    assert problem.extensions["violatedPolicies"] == ["team/show"]
+    assert "2 calls of team/show per 60 seconds" in problem.detail
+    assert await limiter.charge(user, 1, calls=[(other, 1)]) == {}  # other endpoints are not affected
+    assert await limiter.charge(principal(32, "ROLE_USER"), 1, calls=[(show, 1)])  # nor other users
+    clock.advance(60)
+    assert (await limiter.charge(user, 1, calls=[(show, 1)]))["RateLimit"] == '"team/show";r=1;t=60'
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_batch_crossing_an_endpoint_limit_is_refused_whole_and_counts_nothing_there(clock, store_seen,
+                                                                                         limiter):
+    show = limited_endpoint({"ROLE_USER": CallLimit(3, 600)})
+    user = principal(33, "ROLE_USER")
+    with pytest.raises(TooManyRequests) as caught:
+        await limiter.charge(user, 4, calls=[(show, 4)])
+    assert caught.value.headers["RateLimit"] == '"ROLE_USER";r=1;t=86400, "team/show";r=3;t=600'
+    assert caught.value.extensions["violatedPolicies"] == ["team/show"]
+    fields = await limiter.charge(user, 1, calls=[(show, 3)])
+    assert fields["RateLimit"] == '"ROLE_USER";r=0;t=60, "team/show";r=0;t=600'
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_locked_day_is_refused_before_any_endpoint_is_counted(clock, store_seen, limiter):
+    show = limited_endpoint({"ROLE_USER": CallLimit(3, 600)})
+    user = principal(34, "ROLE_USER")
+    await limiter.charge(user, 5)
+    with pytest.raises(TooManyRequests) as caught:
+        await limiter.charge(user, 1, calls=[(show, 1)])
+    assert caught.value.extensions["violatedPolicies"] == ["ROLE_USER"]
+    assert [call[0] for call in store_seen.calls] == ["34", "34"]  # team/show never charged

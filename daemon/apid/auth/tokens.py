@@ -22,6 +22,7 @@ from apid.problems import Unauthorized
 ALGORITHM = "HS256"
 TOKEN_TYPE = "at+jwt"
 REQUIRED_CLAIMS = ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]
+NEEDS_TOKEN = "this endpoint needs an Authorization: Bearer <token> header"
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,14 @@ class Principal:
     expires: int
     issued_at: float
     session: str | None = None  # the login (refresh family) the token belongs to
+    # no token at all: the anonymous role only, admitted where IO State grants that role
+    anonymous: bool = False
+
+
+def anonymous_caller(role: str) -> Principal:
+    """The caller of a request without a token: no account (id 0, no name), one role."""
+    return Principal(user_id=0, username="", roles=frozenset({role}), token_id="", expires=0, issued_at=0.0,
+                     anonymous=True)
 
 
 def load_secret(config: JwtConfig) -> bytes:

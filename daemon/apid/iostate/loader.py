@@ -7,8 +7,10 @@ field, so an operator can fix it without reading code.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from datetime import date, datetime, time, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from apid.config import SecurityConfig
 from apid.iostate.model import (
     METHODS,
     ApiVersion,
+    CallLimit,
     ControllerState,
+    Deprecation,
     Endpoint,
     FieldSpec,
     RoleFields,
@@ -25,7 +29,12 @@ from apid.iostate.types import value_type
 from apid.routing import NAME
 
 PERMIT_ALL = "permitAll"
+UNLIMITED = "*"
+CALL_WINDOW = 600  # seconds: RATELIMIT's window unless given, the original framework's 10 minutes
 KEYS = ("PKEY", "FKEY", "INDEX")
+ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+FRAMEWORK_DATE = re.compile(r"(?P<month>[0-9]{2})/(?P<day>[0-9]{2})/(?P<year>[0-9]{4})")  # the original framework's
+DATE_FORMS = '"YYYY-MM-DD", an ISO 8601 date-time with its UTC offset ("2026-06-30T12:00:00Z") or "MM/DD/YYYY"'
 
 
 class IOStateError(Exception):
@@ -136,6 +145,40 @@ def _role_fields(
     return RoleFields(permit_all=permit_all, by_role=by_role)
 
 
+def _rate_limits(raw: Any, where: _Where, endpoint_roles: frozenset[str]) -> dict[str, CallLimit]:
+    """RATELIMIT: role -> `"*"` (no limit), calls per CALL_WINDOW seconds (`100` or the
+    original framework's `"100"`), or `{"limit": calls, "window": seconds}`."""
+    limits = {}
+    for role, value in _object(raw if raw is not None else {}, where, "RATELIMIT").items():
+        here = where.at(f"RATELIMIT {role}")
+        if role not in endpoint_roles:
+            raise here.error(f"role {role!r} may not call this endpoint (not in its roles)")
+        limits[role] = _call_limit(value, here)
+    return limits
+
+
+def _call_limit(value: Any, where: _Where) -> CallLimit:
+    if value == UNLIMITED:
+        return CallLimit(None, CALL_WINDOW)
+    if isinstance(value, dict):
+        unknown = set(value) - {"limit", "window"}
+        if unknown:
+            raise where.error(f"unknown members {sorted(unknown)} (a limit is {{\"limit\": calls, \"window\": seconds}})")
+        window = _count(value.get("window", CALL_WINDOW), where, "window")
+        return CallLimit(_count(value.get("limit"), where, "limit"), window)
+    calls = int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+    if isinstance(calls, int) and not isinstance(calls, bool) and calls >= 1:
+        return CallLimit(calls, CALL_WINDOW)
+    raise where.error(f"a limit must be \"*\", a number of calls per {CALL_WINDOW} seconds, or "
+                      f"{{\"limit\": calls, \"window\": seconds}}, got {value!r}")
+
+
+def _count(value: Any, where: _Where, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise where.error(f"{what} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
 def _endpoint(
     controller: str,
     version: str,
@@ -147,7 +190,7 @@ def _endpoint(
     network_group: str,
 ) -> Endpoint:
     raw = _object(raw, where, "an action entry")
-    unknown = set(raw) - {"METHOD", "DESCRIPTION", "ROLES", "REQUEST", "RESPONSE"}
+    unknown = set(raw) - {"METHOD", "DESCRIPTION", "ROLES", "REQUEST", "RESPONSE", "RATELIMIT"}
     if unknown:
         raise where.error(f"unknown members {sorted(unknown)}")
     method = _text(raw.get("METHOD"), where, "METHOD").upper()
@@ -180,7 +223,48 @@ def _endpoint(
         hook_roles=roles("HOOK", default, "the endpoint's roles"),
         request=_role_fields(raw.get("REQUEST"), where, "REQUEST", values, default),
         response=_role_fields(raw.get("RESPONSE"), where, "RESPONSE", values, default),
+        rate_limits=_rate_limits(raw.get("RATELIMIT"), where, default),
     )
+
+
+def _instant(raw: Any, where: _Where, member: str) -> int:
+    """A date as Unix seconds: an ISO date (midnight UTC), an ISO date-time with its offset (a
+    time without one could mean any zone), or the original framework's MM/DD/YYYY."""
+    text = raw if isinstance(raw, str) else ""
+    framework = FRAMEWORK_DATE.fullmatch(text)
+    try:
+        if framework:
+            moment = datetime(int(framework["year"]), int(framework["month"]), int(framework["day"]),
+                              tzinfo=timezone.utc)
+        elif ISO_DATE.fullmatch(text):
+            moment = datetime.combine(date.fromisoformat(text), time(), timezone.utc)
+        else:
+            moment = datetime.fromisoformat(text)
+            if moment.tzinfo is None:
+                raise ValueError("no UTC offset")
+    except ValueError:
+        raise where.error(f"{member} must be a date: {DATE_FORMS}; got {raw!r}") from None
+    return int(moment.timestamp())
+
+
+def _deprecation(block: Mapping[str, Any], where: _Where) -> Deprecation | None:
+    """`DEPRECATED` (a date, or the original framework's `["MM/DD/YYYY", "message"]`) and
+    `SUNSET` (a date, not before it) of a version block."""
+    raw, sunset_raw = block.get("DEPRECATED"), block.get("SUNSET")
+    if raw is None:
+        if sunset_raw is not None:
+            raise where.error("SUNSET needs DEPRECATED: a version is deprecated before it goes")
+        return None
+    message = None
+    if isinstance(raw, list):
+        if len(raw) != 2 or not isinstance(raw[1], str) or not raw[1]:
+            raise where.error(f'DEPRECATED as a list must be [date, "message"]; got {raw!r}')
+        raw, message = raw
+    since = _instant(raw, where, "DEPRECATED")
+    sunset = None if sunset_raw is None else _instant(sunset_raw, where, "SUNSET")
+    if sunset is not None and sunset < since:
+        raise where.error(f"SUNSET {sunset_raw!r} is before DEPRECATED {raw!r}")
+    return Deprecation(since=since, message=message, sunset=sunset)
 
 
 def parse(document: Any, source: str, security: SecurityConfig) -> ControllerState:
@@ -215,7 +299,7 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
     for version, block in versions_raw.items():
         here = where.at(f"version {version}")
         block = _object(block, here, "a VERSION block")
-        unknown = set(block) - {"DEFAULTACTION", "DEPRECATED", "URI"}
+        unknown = set(block) - {"DEFAULTACTION", "DEPRECATED", "SUNSET", "URI"}
         if unknown:
             raise here.error(f"unknown members {sorted(unknown)}")
         uri = _object(block.get("URI"), here, "URI")
@@ -234,11 +318,14 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
             default_action = _text(default_action, here, "DEFAULTACTION")
         if default_action is not None and default_action not in endpoints:
             raise here.error(f"DEFAULTACTION {default_action!r} is not an action of URI")
-        deprecated = block.get("DEPRECATED")
+        deprecated = _deprecation(block, here)
+        if deprecated is not None and deprecated.sunset is not None and version == current:
+            raise here.error("SUNSET is not allowed on the CURRENTSTABLE version: every call without "
+                             "-{api} would be gone; make another version CURRENTSTABLE first")
         versions[version] = ApiVersion(
             name=version,
             default_action=default_action,
-            deprecated=None if deprecated is None else json.dumps(deprecated),
+            deprecated=deprecated,
             endpoints=endpoints,
         )
     return ControllerState(

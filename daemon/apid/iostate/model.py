@@ -57,6 +57,15 @@ class RoleFields:
 
 
 @dataclass(frozen=True)
+class CallLimit:
+    """A role's RATELIMIT on an endpoint: `calls` per `window` seconds per caller; `calls`
+    None is `"*"`, no limit for that role."""
+
+    calls: int | None
+    window: int
+
+
+@dataclass(frozen=True)
 class Endpoint:
     controller: str
     action: str
@@ -68,6 +77,7 @@ class Endpoint:
     hook_roles: frozenset[str]
     request: RoleFields
     response: RoleFields
+    rate_limits: Mapping[str, CallLimit] = field(default_factory=dict)  # RATELIMIT, by role
 
     @property
     def path(self) -> str:
@@ -94,10 +104,24 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class Deprecation:
+    """An API version's `DEPRECATED` date (with its message) and optional `SUNSET`, read once at
+    load as Unix seconds: the headers of its calls and its 410 after the sunset come from here."""
+
+    since: int
+    message: str | None = None
+    sunset: int | None = None
+
+    def gone(self, now: float) -> bool:
+        """Whether the sunset has come: from then on the version answers 410."""
+        return self.sunset is not None and now >= self.sunset
+
+
+@dataclass(frozen=True)
 class ApiVersion:
     name: str
     default_action: str | None
-    deprecated: str | None
+    deprecated: Deprecation | None
     endpoints: Mapping[str, Endpoint]
 
 

@@ -33,7 +33,9 @@ class TeamController(Controller):
     @action
     async def list(self, call: Call) -> list[dict[str, Any]]:
         leader = call.fields.get("leaderId")
-        return [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
+        offset, limit = call.page(default=100, maximum=1000)
+        teams = [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
+        return teams[offset:offset + limit]
 
     @action(requires=("leaderId",))
     def byLeader(self, call: Call) -> dict[str, Any]:
