@@ -4,8 +4,9 @@ Public routes answer without a token only when their path is in `reservedUris`; 
 route (API calls `/v`, `/b`, `/c`, and plugins' `@route` paths) is authenticated against the
 account's current standing and charged to the caller's rate limit, then handled. An API call
 without an Authorization header is made as the anonymous role (`security.anonymousRole`), and
-only an endpoint whose IO State roles include it answers one; any other answers 401. Every error,
-Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
+only an endpoint whose IO State roles include it answers one; any other answers 401. A GET
+call's answer carries its ETag and comes from the cache when its action declares one
+(`apid.caching`). Every error, Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from apid.auth.sessions import Revocations
 from apid.auth.standing import Standings
 from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_caller
 from apid.batch import BatchRunner
+from apid.caching import AnswerCache, answer, cache_key, entity_tag
 from apid.chain import ChainRunner
 from apid.coroutines import started
 from apid.deprecation import announce
@@ -34,7 +36,7 @@ from apid.http import bearer_token, query_fields, read_json_body, write_json, wr
 from apid.iostate import Endpoint
 from apid.links import add_links, link_header, page_links, wanted as wanted_links
 from apid.openapi import OPENAPI_PATH
-from apid.pipeline import CallRequest, Pipeline, Purpose
+from apid.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.plugin import Caller, Controller, RouteCall
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
 from apid.routing import Target, parse_target
@@ -67,6 +69,7 @@ class Application:
         rate_limiter: RateLimiter | None = None,
         openapi: Callable[[frozenset[str] | None], Any] | None = None,
         anonymous_role: str = "ROLE_ANONYMOUS",
+        cache: AnswerCache | None = None,
     ) -> None:
         self.version = version
         self._reserved = reserved_uris
@@ -80,6 +83,7 @@ class Application:
         self._clock = clock
         self._openapi = openapi
         self._anonymous = anonymous_caller(anonymous_role)
+        self._cache = cache
         self.klein = Klein()
         self._add_routes(public_routes)
 
@@ -171,11 +175,39 @@ class Application:
             body=body,
             text=text,
         )
-        result = await self._pipeline.run(principal, call)
+        admitted = self._pipeline.admit(principal, call)
+        if not admitted.endpoint.is_safe:
+            result = await self._pipeline.execute(admitted, call)
+            self._set_call_links(request, principal, result, target)
+            return write_json(request, result.data)
+        return await self._read(request, principal, admitted, call, target)
+
+    async def _read(self, request: Request, principal: Principal, admitted: Admission, call: CallRequest,
+                    target: Target) -> bytes:
+        """A GET call: from the cache when its action declares one and holds the answer, with
+        its ETag, answering 304 to a client that holds it already."""
+        endpoint = admitted.endpoint
+        key = None
+        if endpoint.cache is not None and self._cache is not None:
+            key = cache_key(endpoint, admitted.granted, principal.user_id, call)
+            cached = await self._cache.get(key, endpoint)
+            if cached is not None:
+                request.setHeader(b"Content-Type", b"application/json")
+                self._set_call_links(request, principal, cached.result, target)
+                return answer(request, cached.body, cached.tag, endpoint)
+            generation = self._cache.generation(endpoint.controller)
+        result = await self._pipeline.execute(admitted, call)
+        body = write_json(request, result.data)
+        tag = entity_tag(body)
+        if key is not None:
+            self._cache.put(key, result, body, tag, generation)
+        self._set_call_links(request, principal, result, target)
+        return answer(request, body, tag, endpoint)
+
+    def _set_call_links(self, request: Request, principal: Principal, result: CallResult, target: Target) -> None:
         self._set_links(request, principal, result.endpoint, result.data, target.api_version,
                         page_links(result.endpoint, result.granted, result.data, result.page,
                                    request.uri.decode("utf-8", "replace")))
-        return write_json(request, result.data)
 
     def _set_links(self, request: Request, principal: Principal, endpoint: Endpoint, data: Any,
                    api_version: str | None, paging: Sequence[str] = ()) -> None:

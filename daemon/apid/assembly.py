@@ -27,6 +27,7 @@ from apid.auth.sessions import Revocations
 from apid.auth.standing import Standings
 from apid.auth.tokens import TokenService
 from apid.batch import BatchRunner
+from apid.caching import AnswerCache
 from apid.chain import ChainRunner
 from apid.config import Config
 from apid.cors import Cors
@@ -96,7 +97,9 @@ def assemble(
     account_events = AccountEvents(
         lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(wake),
     ) if wake else None
-    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db)
+    cache = AnswerCache(reactor, db)
+    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db,
+                        changed=cache.changed)
     public_routes = [
         *ServiceEndpoints(api.version).routes(),
         *docs_page.routes(),
@@ -119,6 +122,7 @@ def assemble(
         clock=reactor,
         rate_limiter=rate_limiter,
         anonymous_role=api.security.anonymous_role,
+        cache=cache,
         openapi=OpenApiDocuments(
             lambda: rule_book.current, document_settings(config, bound.controllers.values())).document,
     )

@@ -1,5 +1,5 @@
-"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check, routes,
-openapi, new-plugin.
+"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check|convert,
+routes, openapi, new-plugin.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
 is wrong; every failure prints one line saying what and where.
@@ -243,6 +243,38 @@ def cmd_iostate_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_iostate_convert(args: argparse.Namespace) -> int:
+    """Writes the file in apid's form even when it still breaks a rule, so that the rest can be
+    fixed by hand; the exit status says whether it loads."""
+    import json
+
+    from apid.iostate import IOStateError, parse
+    from apid.iostate.convert import convert
+    from apid.iostate.loader import read_json
+
+    security = _load(args).api.security
+    source = str(args.file)
+    try:
+        document = read_json(args.file.read_text(encoding="utf-8"), source)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandFailed(f"{source}: cannot read: {exc}") from None
+    except IOStateError as exc:
+        raise CommandFailed(str(exc)) from None
+    done = convert(document, security)
+    text = json.dumps(done.document, indent=2, ensure_ascii=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text, encoding="utf-8")
+    for change in done.changes:
+        print(f"{source}: {change}", file=sys.stderr)
+    try:
+        parse(done.document, str(args.output or source), security)
+    except IOStateError as exc:
+        raise CommandFailed(str(exc)) from None
+    return 0
+
+
 def cmd_routes(args: argparse.Namespace) -> int:
     from apid.plugins import dump_routes
 
@@ -343,6 +375,11 @@ def parser() -> argparse.ArgumentParser:
     check = iostate.add_parser("check", parents=[common], help="validate a folder of IO State files")
     check.add_argument("directory", nargs="?", help="folder to check (default: the configured iostateDir)")
     check.set_defaults(run=cmd_iostate_check)
+    convert = iostate.add_parser("convert", parents=[common],
+                                 help="rewrite a file of the original framework in apid's form, listing each change")
+    convert.add_argument("file", type=Path)
+    convert.add_argument("--output", type=Path, help="where to write it (default: standard output)")
+    convert.set_defaults(run=cmd_iostate_convert)
 
     commands.add_parser("routes", parents=[common], help="list every endpoint").set_defaults(run=cmd_routes)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -239,12 +239,14 @@ class Pipeline:
         superuser_role: str,
         events: Events | None = None,
         db: Writer | None = None,
+        changed: Callable[[Iterable[str]], Awaitable[None]] | None = None,
     ) -> None:
         self._rules = rules
         self._controllers = controllers
         self._superuser_role = superuser_role
         self._events = events  # None when webhookActive is false
         self._db = db
+        self._changed = changed  # told of a successful write of a controller whose answers are cached
         self._told_asyncio: set[str] = set()  # the actions logged as awaiting asyncio
 
     def admit(
@@ -311,6 +313,8 @@ class Pipeline:
             raise InternalError(f"{endpoint.path} failed; the error was logged") from None
         if self._events is not None and endpoint.emits_events and not unit.recorded:
             await self._events.record(endpoint, output)
+        if self._changed is not None and not endpoint.is_safe and admitted.state.caches:
+            await self._changed([endpoint.controller])
         return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)),
                           page=call.paged)
 

@@ -18,6 +18,7 @@ from apid.config import SecurityConfig
 from apid.iostate.model import (
     METHODS,
     ApiVersion,
+    CachePolicy,
     CallLimit,
     ControllerState,
     Deprecation,
@@ -31,7 +32,12 @@ from apid.routing import NAME
 PERMIT_ALL = "permitAll"
 UNLIMITED = "*"
 CALL_WINDOW = 600  # seconds: RATELIMIT's window unless given, the original framework's 10 minutes
+# seconds: what the original framework's `UPDATECACHE: true` keeps an answer (it kept one until a
+# flush; a writing call now flushes it, and a minute bounds what a client's own cache may show)
+UPDATECACHE_AGE = 60
 KEYS = ("PKEY", "FKEY", "INDEX")
+FIELD_MEMBERS = ("type", "description", "mockData", "key", "reference")  # of a VALUES entry
+EVERY_FIELD = "*"  # in a REQUEST or RESPONSE list: every field of VALUES, as in the original framework
 ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 FRAMEWORK_DATE = re.compile(r"(?P<month>[0-9]{2})/(?P<day>[0-9]{2})/(?P<year>[0-9]{4})")  # the original framework's
 DATE_FORMS = '"YYYY-MM-DD", an ISO 8601 date-time with its UTC offset ("2026-06-30T12:00:00Z") or "MM/DD/YYYY"'
@@ -83,7 +89,9 @@ def _values(raw: Any, where: _Where) -> dict[str, FieldSpec]:
     for name, spec in _object(raw, where, "VALUES").items():
         here = where.at(f"field {name}")
         spec = _object(spec, here, "a VALUES entry")
-        unknown = set(spec) - {"type", "description", "mockData", "key", "reference"}
+        if name == EVERY_FIELD:
+            raise here.error(f"{EVERY_FIELD!r} is not a field name: in REQUEST and RESPONSE it means every field")
+        unknown = set(spec) - set(FIELD_MEMBERS)
         if unknown:
             raise here.error(f"unknown members {sorted(unknown)}")
         try:
@@ -133,6 +141,8 @@ def _role_fields(
     for role, fields in _object(raw if raw is not None else {}, where, what).items():
         here = where.at(f"{what} {role}")
         names = _names(fields, here, "the field list")
+        if EVERY_FIELD in names:
+            names = list(values)
         for name in names:
             if name not in values:
                 raise here.error(f"field {name!r} is not defined in VALUES")
@@ -173,6 +183,31 @@ def _call_limit(value: Any, where: _Where) -> CallLimit:
                       f"{{\"limit\": calls, \"window\": seconds}}, got {value!r}")
 
 
+def _cache(raw: Mapping[str, Any], method: str, where: _Where) -> CachePolicy | None:
+    """CACHE `{"maxAge": seconds, "shared": bool}` on a GET action, or the original framework's
+    UPDATECACHE: `true` is a per-caller cache of UPDATECACHE_AGE seconds, `false` none. Its
+    files write UPDATECACHE on every action, so on a writing one it is accepted and unused."""
+    if "CACHE" in raw and "UPDATECACHE" in raw:
+        raise where.error("give CACHE or UPDATECACHE, not both")
+    if "UPDATECACHE" in raw:
+        if not isinstance(raw["UPDATECACHE"], bool):
+            raise where.error(f"UPDATECACHE must be true or false, got {raw['UPDATECACHE']!r}")
+        return CachePolicy(UPDATECACHE_AGE) if raw["UPDATECACHE"] and method == "GET" else None
+    if "CACHE" not in raw:
+        return None
+    here = where.at("CACHE")
+    if method != "GET":
+        raise here.error(f"only a GET action's answers are cached, this one is {method}")
+    cache = _object(raw["CACHE"], here, "CACHE")
+    unknown = set(cache) - {"maxAge", "shared"}
+    if unknown:
+        raise here.error(f"unknown members {sorted(unknown)} (CACHE is {{\"maxAge\": seconds, \"shared\": bool}})")
+    shared = cache.get("shared", False)
+    if not isinstance(shared, bool):
+        raise here.error(f"shared must be true or false, got {shared!r}")
+    return CachePolicy(_count(cache.get("maxAge"), here, "maxAge"), shared)
+
+
 def _count(value: Any, where: _Where, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise where.error(f"{what} must be a whole number of at least 1, got {value!r}")
@@ -190,7 +225,7 @@ def _endpoint(
     network_group: str,
 ) -> Endpoint:
     raw = _object(raw, where, "an action entry")
-    unknown = set(raw) - {"METHOD", "DESCRIPTION", "ROLES", "REQUEST", "RESPONSE", "RATELIMIT"}
+    unknown = set(raw) - {"METHOD", "DESCRIPTION", "ROLES", "REQUEST", "RESPONSE", "RATELIMIT", "CACHE", "UPDATECACHE"}
     if unknown:
         raise where.error(f"unknown members {sorted(unknown)}")
     method = _text(raw.get("METHOD"), where, "METHOD").upper()
@@ -224,6 +259,7 @@ def _endpoint(
         request=_role_fields(raw.get("REQUEST"), where, "REQUEST", values, default),
         response=_role_fields(raw.get("RESPONSE"), where, "RESPONSE", values, default),
         rate_limits=_rate_limits(raw.get("RATELIMIT"), where, default),
+        cache=_cache(raw, method, where),
     )
 
 
@@ -338,12 +374,16 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
     )
 
 
-def parse_text(text: str, source: str, security: SecurityConfig) -> ControllerState:
+def read_json(text: str, source: str) -> Any:
+    """The JSON document of a file's text, before any rule is checked."""
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise IOStateError(f"{source}: not valid JSON: {exc}") from None
-    return parse(document, source, security)
+
+
+def parse_text(text: str, source: str, security: SecurityConfig) -> ControllerState:
+    return parse(read_json(text, source), source, security)
 
 
 def read_dir(directory: Path, security: SecurityConfig) -> dict[str, ControllerState]:

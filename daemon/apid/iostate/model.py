@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from apid.iostate.types import ValueType
@@ -66,6 +67,15 @@ class CallLimit:
 
 
 @dataclass(frozen=True)
+class CachePolicy:
+    """An action's CACHE: its answers are kept `max_age` seconds (and clients told so), per
+    caller unless `shared`, when they depend only on the caller's roles and request fields."""
+
+    max_age: int
+    shared: bool = False
+
+
+@dataclass(frozen=True)
 class Endpoint:
     controller: str
     action: str
@@ -78,6 +88,7 @@ class Endpoint:
     request: RoleFields
     response: RoleFields
     rate_limits: Mapping[str, CallLimit] = field(default_factory=dict)  # RATELIMIT, by role
+    cache: CachePolicy | None = None  # CACHE (or UPDATECACHE true) on a GET action
 
     @property
     def path(self) -> str:
@@ -137,6 +148,12 @@ class ControllerState:
     @property
     def primary_key(self) -> str | None:
         return next((name for name, spec in self.values.items() if spec.key == "PKEY"), None)
+
+    @cached_property
+    def caches(self) -> bool:
+        """Whether any action's answers are cached (CACHE): only then do its writes count as changes."""
+        return any(endpoint.cache is not None for version in self.versions.values()
+                   for endpoint in version.endpoints.values())
 
 
 @dataclass(frozen=True)

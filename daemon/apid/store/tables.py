@@ -168,3 +168,12 @@ account_change = Table(
     Column("person_id", Integer, nullable=False),
     Column("changed_at", DateTime(timezone=True), nullable=False, index=True),
 )
+
+# How many times each controller's data changed through a writing API call: each daemon reads
+# the counters at most once a second and drops its cached answers of those that moved.
+cache_change = Table(
+    "cache_change",
+    metadata,
+    Column("controller", String(100), primary_key=True),
+    Column("generation", Integer, nullable=False),
+)

@@ -23,8 +23,11 @@ class TeamController(Controller):
                                 "leaderId": call.fields["leaderId"], "budget": call.fields.get("budget", 0)}
         return self._teams[team_id]
 
+    shown = 0  # how many times `show` ran: GET /teamShows (a cached answer does not run it)
+
     @action(requires=("id",))
     def show(self, call: Call) -> dict[str, Any]:
+        self.shown += 1
         team = self._teams.get(call.fields["id"])
         if team is None:
             raise NotFound(f"no team with id {call.fields['id']}")
@@ -94,3 +97,7 @@ class TeamController(Controller):
     @route("/teamAudits", "GET")
     def audits(self, call: RouteCall) -> dict[str, Any]:
         return {"cancelled": self.cancelled_audits}
+
+    @route("/teamShows", "GET")
+    def shows(self, call: RouteCall) -> dict[str, Any]:
+        return {"shown": self.shown}
