@@ -16,7 +16,8 @@ def assert_json(reply, status: int = 200):
 
 
 def assert_problem(reply, status: int, instance: str | None = None) -> dict:
-    """An RFC 9457 problem: media type, the five members, status in body and line agree."""
+    """An RFC 9457 problem: media type, the five members, status in body and line agree, and
+    its `requestId` is the answer's X-Request-ID."""
     assert reply.status == status, reply.body
     assert reply.content_type.split(";")[0].strip() == "application/problem+json", reply.content_type
     assert not reply.body.lstrip().startswith(b"<"), reply.body
@@ -28,6 +29,7 @@ def assert_problem(reply, status: int, instance: str | None = None) -> dict:
         assert isinstance(body[member], str) and body[member], (member, body)
     if instance is not None:
         assert body["instance"] == instance
+    assert body["requestId"] == reply.headers["X-Request-ID"], (body, reply.headers)
     return body
 
 

@@ -82,7 +82,8 @@ class Deployment:
         server[self.environment] = deep_merge(server.get(self.environment) or {}, self.server)
         if TEST_REACTOR and "reactor" not in self.server:
             server[self.environment]["reactor"] = TEST_REACTOR
-        api = deep_merge(yaml.safe_load((REPO / "etc/service_api.yml").read_text()), self.api)
+        # one process unless a test asks for workers: a test daemon is one of many running at once
+        api = deep_merge(yaml.safe_load((REPO / "etc/service_api.yml").read_text()), {"procCores": 1, **self.api})
         (etc / "service_server.yml").write_text(yaml.safe_dump(server))
         (etc / "service_api.yml").write_text(yaml.safe_dump(api))
         if not (self.root / "iostate").exists():
@@ -149,6 +150,11 @@ class Daemon:
     @property
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def workers(self) -> list[int]:
+        """The pids of the daemon's worker processes (`procCores` above 1): its children."""
+        pid = self.process.pid
+        return sorted(int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
 
     def stop(self, timeout: float = 30) -> int:
         if self.process is None or self.process.poll() is not None:

@@ -7,6 +7,8 @@ without an Authorization header is made as the anonymous role (`security.anonymo
 only an endpoint whose IO State roles include it answers one; any other answers 401. A GET
 call's answer carries its ETag and comes from the cache when its action declares one
 (`apid.caching`). Every error, Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
+Each request is named for the metrics and the access log by what it reached (`name`): its IO
+State endpoint and API version, `batch` or `chain`, or the route's pattern.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from apid.throttle import RateLimiter
 log = Logger(namespace="apid.app")
 
 API_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+KIND_NAMES = {"b": "batch", "c": "chain"}  # what metrics name a batch and a chain by (a call: its endpoint)
 API_RULES = (
     "/<prefix>/<controller>",
     "/<prefix>/<controller>/<action>",
@@ -130,6 +133,7 @@ class Application:
         path = route.reserved_as
 
         async def handle(request: Request, **_: Any) -> bytes:
+            request.endpoint_name = route.path
             if path in self._reserved:
                 return await route.handler(request, None)
             principal = await self.authenticate(request)
@@ -141,6 +145,19 @@ class Application:
     async def _api(self, request: Request, prefix: str, controller: str,
                    action: str | None = None, id: str | None = None) -> bytes:
         target = parse_target(self.version, prefix, controller, action, id)
+        try:
+            return await self._call(request, target)
+        except Exception:
+            # perhaps refused before its endpoint was known: named now, on this slower path only
+            try:
+                name(request, self._pipeline.endpoint(CallRequest(
+                    controller=target.controller, action=target.action, api_version=target.api_version, method=None,
+                )), target.kind)
+            except Problem:
+                pass  # no such endpoint: `other`
+            raise
+
+    async def _call(self, request: Request, target: Target) -> bytes:
         if bearer_token(request) is None:
             # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
             principal = self._anonymous
@@ -161,10 +178,12 @@ class Application:
             if method != "POST" or target.action is None or target.id is not None:
                 raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", allow=["POST"])
             outcome = await self._batch.run(principal, target, body, request.path.decode("utf-8", "replace"))
+            name(request, outcome.endpoint, target.kind)
             self._set_links(request, principal, outcome.endpoint, None, target.api_version)
             return write_json(request, outcome.body, outcome.status)
         if target.kind == "c":
             chained = await self._chain.run(principal, target, body, method, text)
+            name(request, chained.endpoint, target.kind)
             self._set_links(request, principal, chained.endpoint, chained.record, target.api_version)
             return write_json(request, chained.body)
         call = CallRequest(
@@ -176,6 +195,7 @@ class Application:
             text=text,
         )
         admitted = self._pipeline.admit(principal, call)
+        name(request, admitted.endpoint, target.kind)
         if not admitted.endpoint.is_safe:
             result = await self._pipeline.execute(admitted, call)
             self._set_call_links(request, principal, result, target)
@@ -235,6 +255,7 @@ class Application:
     async def _openapi_document(self, request: Request) -> bytes:
         """The OpenAPI document of the caller's roles; without an Authorization header (and
         with /openapi.json in reservedUris), the one of the endpoints that need no token."""
+        request.endpoint_name = OPENAPI_PATH
         if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
             return write_json(request, self._openapi(None))
         principal = await self.authenticate(request)
@@ -268,6 +289,13 @@ class Application:
         log.failure("unexpected error answering {path}", failure=failure, path=request.path.decode("utf-8", "replace"))
         return write_problem(request, InternalError("the request failed; the error was logged"))
 
+
+
+def name(request: Request, endpoint: Endpoint, kind: str) -> None:
+    """Name the request by the endpoint it reached, for the metrics and the access log: a
+    call by the endpoint's path, a batch or chain by its kind; each with the API version."""
+    request.endpoint_name = KIND_NAMES.get(kind, endpoint.path)
+    request.api_version = endpoint.api_version
 
 
 def request_cost(kind: str, body: Mapping[str, Any]) -> int:

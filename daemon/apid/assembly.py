@@ -43,6 +43,7 @@ from apid.plugins import Bound, RuleBook
 from apid.store.database import Database
 from apid.store.redis import redis_pool
 from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
+from apid.workers.worker import WorkerLink
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,14 @@ def assemble(
     passwords: Passwords,
     wake: Callable[[], None] | None,
     wrap_events: Callable[[EventRecorder], Events] | None = None,
+    shared: WorkerLink | None = None,
 ) -> Assembly:
     """Build the application over these parts.
 
     `wake` tells the webhook delivery worker that messages wait; None means webhooks are off
     and no events are recorded. `wrap_events`, if given, wraps the recorder each call reports
-    its events to (the testing kit collects them this way)."""
+    its events to (the testing kit collects them this way). `shared` is a worker process's
+    link to its parent, which keeps the counts of every worker when Redis does not."""
     server, api = config.server, config.api
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
     standings = Standings(reactor, db)
@@ -90,7 +93,7 @@ def assemble(
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
     redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
-    limiter = abuse_limiting(reactor, config, redis)
+    limiter = abuse_limiting(reactor, config, redis, shared)
     outbox = Outbox(make_mailer(server.mail, reactor), reactor)
     recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
     events = wrap_events(recorder) if recorder and wrap_events else recorder
@@ -101,14 +104,14 @@ def assemble(
     pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db,
                         changed=cache.changed)
     public_routes = [
-        *ServiceEndpoints(api.version).routes(),
+        *ServiceEndpoints(api.version, server.metrics.role).routes(),
         *docs_page.routes(),
         *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
         *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
                           server.home_url, api.security.user_role, account_events).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
-    rate_limiter = rate_limiting(reactor, config, redis)
+    rate_limiter = rate_limiting(reactor, config, redis, shared)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
@@ -132,17 +135,27 @@ def assemble(
     )
 
 
-def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> RateLimiter | None:
-    """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set."""
+def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None,
+                  shared: WorkerLink | None = None) -> RateLimiter | None:
+    """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set, else
+    in the parent of the worker processes, else in this process."""
     if not config.server.api_throttle:
         return None
-    store = RedisCounters(redis, reactor) if redis is not None else MemoryCounters(reactor)
+    if redis is not None:
+        store = RedisCounters(redis, reactor)
+    else:
+        store = shared.counters() if shared is not None else MemoryCounters(reactor)
     throttle = config.api.throttle
     return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
 
 
-def abuse_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None) -> AbuseLimiter:
+def abuse_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None,
+                   shared: WorkerLink | None = None) -> AbuseLimiter:
     """The limits on logins, registrations and reset requests: counting in Redis when
-    redis.url is set (whatever apiThrottle says), so that every daemon shares them."""
-    store = RedisWindows(redis, reactor) if redis is not None else MemoryWindows(reactor)
+    redis.url is set (whatever apiThrottle says), so that every daemon shares them, else as
+    the rate limits are."""
+    if redis is not None:
+        store = RedisWindows(redis, reactor)
+    else:
+        store = shared.windows() if shared is not None else MemoryWindows(reactor)
     return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open)

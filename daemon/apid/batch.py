@@ -17,6 +17,7 @@ from typing import Any
 
 from twisted.internet.defer import CancelledError, ensureDeferred
 
+from apid import metrics
 from apid.auth.tokens import Principal
 from apid.iostate import Endpoint
 from apid.pipeline import CallRequest, CallResult, Pipeline, Purpose
@@ -75,6 +76,7 @@ class BatchRunner:
 
     async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], instance: str) -> BatchOutcome:
         batch = parse_batch(body, self._limit)
+        metrics.batch_run(len(batch.elements))
         calls = [
             CallRequest(controller=target.controller, action=target.action,
                         api_version=target.api_version, method=None, body=element)

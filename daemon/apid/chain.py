@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from apid import metrics
 from apid.auth.tokens import Principal
 from apid.batch import parse_combine
 from apid.iostate import PATH_ID, ControllerState, Endpoint, RuleSet
@@ -203,6 +204,7 @@ class ChainRunner:
                 raise ChainRuleBroken(f"link {link.position}, {link.path}, is not an endpoint", rule="unknown-link",
                                       link={"position": link.position, "endpoint": link.path}) from None
         check_shape(chain, endpoints, method, self._limit)
+        metrics.chain_run(len(chain.links))
         admitted = [self._pipeline.admit(principal, self._request(link, target)) for link in chain.links]
         # receives[i]: the field link i + 1 gets link i's key in, decided before any link runs
         receives = [handoff_field(source.state.name, link.passes, following.state,

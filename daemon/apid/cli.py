@@ -1,4 +1,4 @@
-"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check|convert,
+"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check|reload|convert,
 routes, openapi, new-plugin.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
@@ -78,17 +78,55 @@ class CommandFailed(Exception):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from twisted.logger import globalLogBeginner, textFileLogObserver
+    """One process, or (`procCores` above 1) the parent of that many worker processes."""
+    from apid.reactors import install
+    from apid.workers import share_metrics, worker_count
+
+    config = _load(args)
+    choice = args.reactor or config.server.reactor
+    count = worker_count(config)
+    if count > 1:
+        metrics = share_metrics()  # first: before anything imports prometheus_client
+        install("default")  # the parent runs no plugin code: the workers run the reactor chosen
+        from apid.workers.parent import serve_workers
+
+        _start_logging(config)
+        return serve_workers(config, count, choice, metrics)
+    # first: the daemon's modules (txredisapi among them) import twisted.internet.reactor
+    reactor = install(choice)
+    from apid.daemon import serve
+
+    _start_logging(config)
+    return serve(config, reactor)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """A worker process, started by `apid serve`'s parent (apid.workers.worker says how)."""
+    import pickle
+    import socket
 
     from apid.reactors import install
 
-    config = _load(args)
-    # first: the daemon's modules (txredisapi among them) import twisted.internet.reactor
-    reactor = install(args.reactor or config.server.reactor)
-    from apid.daemon import serve
+    config = pickle.load(sys.stdin.buffer)  # pickled by the parent, on a pipe only it holds
+    os.setpgrp()  # Ctrl-C in a terminal reaches the parent alone, which stops the workers in order
+    reactor = install(args.reactor)
+    from twisted.internet import reactor as running
 
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-    return serve(config, reactor)
+    from apid.daemon import serve
+    from apid.workers.worker import link
+
+    _start_logging(config)
+    return serve(config, reactor, link(running, args.index, socket.AddressFamily[args.family]))
+
+
+def _start_logging(config: Config) -> None:
+    """Log to standard error as `logFormat` says (after the reactor is installed: apid.logs
+    imports twisted.web)."""
+    from twisted.logger import globalLogBeginner
+
+    from apid.logs import log_observer
+
+    globalLogBeginner.beginLoggingTo([log_observer(config.server.log_format, sys.stderr)], redirectStandardIO=False)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -243,6 +281,38 @@ def cmd_iostate_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_iostate_reload(args: argparse.Namespace) -> int:
+    """Once the files load here, move the deployment's IO State generation and print what each
+    daemon process reports; exit 1 if any kept its rules or said nothing."""
+    import time
+
+    from apid.reloading import OK, announce, reports_since
+    from apid.store.database import run_read, run_write
+
+    config = _load(args)
+    _bound(config)  # as a daemon loads them: a broken file ends the command, changing nothing
+    engine = _engine(config)
+    try:
+        generation, expected = run_write(engine, announce)
+        deadline = time.monotonic() + args.wait
+        while True:
+            reports = run_read(engine, reports_since, generation)
+            silent = sorted(expected - {done.who for done in reports})
+            if not silent or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+    finally:
+        engine.dispose()
+    for done in reports:
+        print(f"{done.who}: {done.outcome}")
+    for who in silent:
+        print(f"{who}: no report within {args.wait:g} s")
+    if not reports and not silent:
+        print(f"apid: the files load (generation {generation}); no daemon runs on this database to report")
+    failed = silent or any(done.outcome != OK for done in reports)
+    return 1 if failed else 0
+
+
 def cmd_iostate_convert(args: argparse.Namespace) -> int:
     """Writes the file in apid's form even when it still breaks a rule, so that the rest can be
     fixed by hand; the exit status says whether it loads."""
@@ -341,6 +411,11 @@ def parser() -> argparse.ArgumentParser:
                        help="the Twisted reactor: asyncio lets plugin actions await asyncio libraries "
                             "(default: reactor in service_server.yml, else default)")
     serve.set_defaults(run=cmd_serve)
+    worker = commands.add_parser("worker", help="a worker process of `serve` (started by it, not by hand)")
+    worker.add_argument("--index", type=int, required=True)
+    worker.add_argument("--family", required=True)
+    worker.add_argument("--reactor", choices=REACTORS, required=True)
+    worker.set_defaults(run=cmd_worker)
 
     migrate = commands.add_parser("migrate", parents=[common],
                                   help="bring the database schema up to date, apid's then each plugin's")
@@ -375,6 +450,11 @@ def parser() -> argparse.ArgumentParser:
     check = iostate.add_parser("check", parents=[common], help="validate a folder of IO State files")
     check.add_argument("directory", nargs="?", help="folder to check (default: the configured iostateDir)")
     check.set_defaults(run=cmd_iostate_check)
+    reload = iostate.add_parser("reload", parents=[common],
+                                help="have every daemon on the database reload the IO State files, once they load")
+    reload.add_argument("--wait", type=float, default=3.0, metavar="SECONDS",
+                        help="how long to wait for the daemons' reports (default: 3)")
+    reload.set_defaults(run=cmd_iostate_reload)
     convert = iostate.add_parser("convert", parents=[common],
                                  help="rewrite a file of the original framework in apid's form, listing each change")
     convert.add_argument("file", type=Path)

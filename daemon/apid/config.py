@@ -88,6 +88,15 @@ class WebhooksConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Where the metrics are read: `listen`, a port of their own without a token (None: no
+    such port), and `role`, whose tokens read them at /metrics on the API's port (None: not there)."""
+
+    listen: str | None
+    role: str | None
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     environment: str
     webhook_active: bool
@@ -109,6 +118,8 @@ class ServerConfig:
     ping_timeout: float
     access_log: bool
     reactor: str  # one of REACTORS (apid.reactors)
+    metrics: MetricsConfig
+    log_format: str  # one of LOG_FORMATS
 
 
 @dataclass(frozen=True)
@@ -245,6 +256,21 @@ class _Node:
             return listen_endpoint(text)
         except ValueError as exc:
             raise self.fail(str(exc)) from None
+
+    def endpoint(self) -> str:
+        """A `listen` value Twisted can build a server endpoint from, checked now (without a
+        reactor): the ports apid opens besides its own must not fail it once it started."""
+        from twisted.internet.endpoints import serverFromString
+
+        text = self.listen()
+        if text.startswith("systemd:"):
+            raise self.fail("systemd sockets are for the API's listen; give tcp:PORT:interface=ADDR")
+        try:
+            serverFromString(None, text)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
+            raise self.fail(f"{exc}; give a port (9464 means tcp:9464:interface=127.0.0.1) "
+                            "or an endpoint such as tcp:PORT:interface=ADDR") from None
+        return text
 
 
 LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"
@@ -416,11 +442,12 @@ def _webhooks(node: _Node | None) -> WebhooksConfig:
 
 SERVER_KEYS = (
     "webhookActive", "webhooks", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
-    "mail", "jwt", "servers", "pingTimeout", "accessLog", "reactor",
+    "mail", "jwt", "servers", "pingTimeout", "accessLog", "reactor", "metrics", "logFormat",
 )
 # The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
 REACTORS = ("default", "asyncio")
 DEFAULT_REACTOR = "default"
+LOG_FORMATS = ("text", "json")  # apid.logs
 
 
 def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
@@ -448,6 +475,10 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
     reactor = _get(section, "reactor", _Node.string, DEFAULT_REACTOR)
     if reactor not in REACTORS:
         raise section["reactor"].fail(f"must be {' or '.join(REACTORS)}, got {reactor!r}")
+    log_format = _get(section, "logFormat", _Node.string, "text")
+    if log_format not in LOG_FORMATS:
+        raise section["logFormat"].fail(f"must be {' or '.join(LOG_FORMATS)}, got {log_format!r}")
+    metrics = section["metrics"].mapping(("listen", "role")) if "metrics" in section else {}
     servers = section["servers"] if "servers" in section else None
     if servers is not None and not isinstance(servers.value, list):
         raise servers.fail(f"expected a list of peers, got {_kind(servers.value)}")
@@ -487,6 +518,11 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
         ping_timeout=ping_timeout,
         access_log=_get(section, "accessLog", _Node.boolean, True),
         reactor=reactor,
+        metrics=MetricsConfig(
+            listen=_get(metrics, "listen", _Node.endpoint, None),
+            role=_get(metrics, "role", _Node.string, None),
+        ),
+        log_format=log_format,
     )
 
 
@@ -633,8 +669,9 @@ def load(
                 f"{config_dir / name}: cannot read: No such file or directory; name the folder holding "
                 f"{SERVER_FILE} and {API_FILE} with --config-dir or APID_CONFIG_DIR (default: etc in the current directory)"
             )
-    return Config(
-        server=load_server(config_dir / SERVER_FILE, environment, root, env),
-        api=load_api(config_dir / API_FILE, root),
-        root=root,
-    )
+    server = load_server(config_dir / SERVER_FILE, environment, root, env)
+    api = load_api(config_dir / API_FILE, root)
+    if server.metrics.role is not None and server.metrics.role not in api.security.all_roles:
+        raise ConfigError(f"{config_dir / SERVER_FILE}: {environment}.metrics.role: role {server.metrics.role!r} "
+                          f"is not in security.networkRoles ({API_FILE})")
+    return Config(server=server, api=api, root=root)

@@ -13,8 +13,8 @@ from twisted.web.http import Request
 from twisted.web.resource import IResource, Resource
 
 ALLOWED_METHODS = b"GET, POST, PUT, DELETE"
-ALLOWED_HEADERS = b"Authorization, Content-Type, X-LINK_RELATIONS, X-LINK-RELATIONS"
-EXPOSED_HEADERS = b"Link, RateLimit, RateLimit-Policy, Retry-After"
+ALLOWED_HEADERS = b"Authorization, Content-Type, X-LINK_RELATIONS, X-LINK-RELATIONS, X-Request-ID"
+EXPOSED_HEADERS = b"Link, RateLimit, RateLimit-Policy, Retry-After, X-Request-ID"
 PREFLIGHT_MAX_AGE = b"600"
 
 

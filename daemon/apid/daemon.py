@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 
 import txredisapi
+from sqlalchemy import Engine
 from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
@@ -35,11 +36,13 @@ from apid.hooks.delivery import Deliverer
 from apid.hooks.worker import DeliveryWorker
 from apid.http import ApidSite
 from apid.mail import Outbox
+from apid.metrics import listen_metrics, request_answered
 from apid.ping import PeerPinger
-from apid.iostate import IOStateError
-from apid.plugins import PluginError, RuleBook, load_all, migration_sources
-from apid.store.database import Database, make_engine
+from apid.plugins import RuleBook, load_all, migration_sources
+from apid.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
+from apid.store.database import Database, make_engine, run_read
 from apid.store.migrate import ensure_sqlite_folder, require_current, upgrade_all
+from apid.workers.worker import WorkerLink
 
 log = Logger(namespace="apid.daemon")
 
@@ -89,11 +92,13 @@ class Running:
     db: Database
     passwords: Passwords
     rule_book: RuleBook
+    rules_watcher: RulesWatcher
     revocations: Revocations
     outbox: Outbox
     pinger: PeerPinger
     redis: txredisapi.ConnectionHandler | None
     deliveries: DeliveryWorker | None
+    metrics_port: IListeningPort | None = None  # `metrics.listen`
 
 
 def describe(port: IListeningPort) -> str:
@@ -104,35 +109,48 @@ def describe(port: IListeningPort) -> str:
     return str(getattr(host, "name", host))
 
 
-async def start(reactor, config: Config, endpoint: IStreamServerEndpoint) -> Running:
-    """Bring everything up and listen; raises (and leaves nothing running) if any step fails."""
+async def migrate(engine: Engine, config: Config, upgrade: bool) -> None:
+    """Bring apid's and the plugins' schemas up to date, or (`upgrade` false) refuse a database
+    behind the plugins installed, naming what to run."""
+    sources = await deferToThread(migration_sources)
+    ensure_sqlite_folder(config.server.database_url)
+    await deferToThread(upgrade_all if upgrade else require_current, engine, sources)
+
+
+async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker: WorkerLink | None = None) -> Running:
+    """Bring everything up and listen; raises (and leaves nothing running) if any step fails.
+    A worker's parent migrated the database already and keeps the counts without Redis."""
     server, api = config.server, config.api
     secret = await deferToThread(load_secret, server.jwt)
     docs_page = await deferToThread(DocsPage)  # reads and compresses the viewer's files
     engine = make_engine(server.database_url, server.database_pool_size)
-    sources = await deferToThread(migration_sources)
-    ensure_sqlite_folder(server.database_url)
-    if server.migrate_on_start:
-        await deferToThread(upgrade_all, engine, sources)
-    else:  # a database behind the plugins installed: refuse, naming what to run
-        await deferToThread(require_current, engine, sources)
+    await migrate(engine, config, server.migrate_on_start and worker is None)
+    generation = await deferToThread(run_read, engine, read_generation)  # before the files: no reload missed
     bound = await deferToThread(load_all, api.iostate_dir, api.security)
 
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
     deliveries = webhook_delivery(reactor, config, db)
     parts = assemble(reactor, config, secret=secret, docs_page=docs_page, bound=bound, db=db, passwords=passwords,
-                     wake=deliveries.wake if deliveries else None)
+                     wake=deliveries.wake if deliveries else None, shared=worker)
+    rules_watcher = RulesWatcher(reactor, db, parts.rule_book, process_name())
     db.start()
     passwords.start()
+    metrics_port = None
     try:
         await parts.revocations.start()
-        site = ApidSite(parts.resource, api.max_body_bytes, server.access_log)
+        await rules_watcher.start(generation)
+        site = ApidSite(parts.resource, api.max_body_bytes, server.access_log, observe=request_answered)
         connections = WrappingFactory(site)
         connections.noisy = False
+        if server.metrics.listen is not None and worker is None:  # a worker's parent serves every worker's
+            metrics_port = await listen_metrics(reactor, server.metrics.listen)
         port = await endpoint.listen(connections)
     except BaseException:
+        if metrics_port is not None:
+            metrics_port.stopListening()
         parts.revocations.stop()
+        await rules_watcher.stop()
         db.stop()
         passwords.stop()
         if parts.redis is not None:
@@ -140,9 +158,12 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint) -> Run
         raise
     if deliveries is not None:
         deliveries.start()
+    if metrics_port is not None:
+        log.info("metrics on {address}/metrics", address=describe(metrics_port))
     return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
-                   rule_book=parts.rule_book, revocations=parts.revocations, outbox=parts.outbox,
-                   pinger=parts.pinger, redis=parts.redis, deliveries=deliveries)
+                   rule_book=parts.rule_book, rules_watcher=rules_watcher, revocations=parts.revocations,
+                   outbox=parts.outbox, pinger=parts.pinger, redis=parts.redis, deliveries=deliveries,
+                   metrics_port=metrics_port)
 
 
 def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | None:
@@ -154,16 +175,18 @@ def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | 
     return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
 
 
-async def reload_rules(rule_book: RuleBook) -> None:
-    """Re-read the IO State files (in a thread) and swap them in, or keep the last good set."""
+async def reload_everywhere(reactor, running: Running) -> None:
+    """SIGHUP: once the IO State files load here, every daemon process on the database reloads
+    them (`apid.reloading`), this one at once; a broken file is refused and changes nothing."""
     notify_systemd("RELOADING=1")
     try:
-        rules = await deferToThread(rule_book.read)
-    except (IOStateError, PluginError) as exc:
+        await announce_reload(reactor, running.db, running.rule_book)
+    except LOAD_ERRORS as exc:
         log.error("IO State reload refused, the rules in force stay: {error}", error=str(exc))
+    except Exception:
+        log.failure("announcing the IO State reload to the database failed; nothing reloaded")
     else:
-        rule_book.swap(rules)
-        log.info("IO State reloaded: {count} controllers", count=len(rules.controllers))
+        await running.rules_watcher.catch_up()
     notify_systemd("READY=1")
 
 
@@ -171,7 +194,8 @@ async def stop(reactor, running: Running) -> None:
     """Stop listening, let in-flight requests finish, close the connections once their
     answers are written, then close the pools; all within DRAIN_SECONDS."""
     notify_systemd("STOPPING=1")
-    await running.port.stopListening()
+    # a worker's port may be closed already: the parent shut the socket all workers share down
+    await defer.maybeDeferred(running.port.stopListening)
     deadline = reactor.seconds() + DRAIN_SECONDS
 
     async def until(done) -> None:
@@ -185,7 +209,10 @@ async def stop(reactor, running: Running) -> None:
     await until(lambda: not running.outbox.pending)
     if running.deliveries is not None:
         await running.deliveries.stop(deadline)
+    if running.metrics_port is not None:
+        await running.metrics_port.stopListening()  # scraped until the last request was answered
     running.revocations.stop()
+    await running.rules_watcher.stop()
     await running.pinger.close()
     if running.redis is not None:
         await running.redis.disconnect()
@@ -194,9 +221,10 @@ async def stop(reactor, running: Running) -> None:
     log.info("apid stopped")
 
 
-def serve(config: Config, reactor_name: str) -> int:
+def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -> int:
     """Run the daemon until SIGTERM or SIGINT; the exit status tells whether it started.
-    `reactor_name` says which reactor `apid.reactors.install` installed, for the ready line."""
+    `reactor_name` says which reactor `apid.reactors.install` installed, for the ready line.
+    A worker serves its parent's socket and tells its parent, not systemd, that it serves."""
     from twisted.internet import reactor
 
     outcome = {"status": 0}
@@ -207,7 +235,7 @@ def serve(config: Config, reactor_name: str) -> int:
 
     async def begin() -> None:
         try:
-            running = await start(reactor, config, endpoint)
+            running = await start(reactor, config, endpoint, worker)
         except Exception as exc:
             print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
             outcome["status"] = 1
@@ -216,11 +244,14 @@ def serve(config: Config, reactor_name: str) -> int:
         reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(running)))
         signal.signal(
             signal.SIGHUP,
-            lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(reload_rules(running.rule_book))),
+            lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(reload_everywhere(reactor, running))),
         )
         # Everything loaded at start lives as long as the process: move it out of the
         # collector's sight, so full collections scan only what serving creates.
         gc.freeze()
+        if worker is not None:
+            await worker.ready(reactor_name)
+            return
         print(
             f"apid ready on {describe(running.port)} "
             f"(environment {config.server.environment}, API version {config.api.version}, reactor {reactor_name})",
@@ -228,7 +259,8 @@ def serve(config: Config, reactor_name: str) -> int:
         )
         notify_systemd("READY=1\nSTATUS=serving")
 
-    endpoint = server_endpoint(reactor, config.server.listen)  # a bad `listen` ends here, exit 2
+    # a bad `listen` ends here, exit 2
+    endpoint = worker.endpoint if worker is not None else server_endpoint(reactor, config.server.listen)
     reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
     reactor.run()
     return outcome["status"]

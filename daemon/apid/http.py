@@ -3,12 +3,17 @@
 One JSON encoder, one problem renderer, one body reader. The `Site` built here refuses a
 request body over `maxBodyBytes` as soon as that is known (twisted.web has no limit of its
 own), answers requests twisted.web cannot parse with problems too, gives every answer the
-same security headers, and writes its access log as structured twisted.logger events.
+same security headers and the request's id, and writes its access log as structured
+twisted.logger events.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import re
+import time
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -40,6 +45,9 @@ SERVER = b"apid"
 # the request dropped) before it closes: closing at once, with request bytes unread, would
 # reset the connection and could destroy the answer before the client reads it.
 LINGER_SECONDS = 2.0
+CLIENT_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")  # 1 to 128 visible ASCII characters
+# What the site reports each answered request to: endpoint, API version, method, status, seconds.
+Observer = Callable[[str, str, bytes, int, float], None]
 
 
 def _default(value: Any) -> Any:
@@ -73,7 +81,21 @@ def write_problem(request: Request, problem: Problem) -> bytes:
         request.setHeader(name.encode(), value.encode())
     # No instance when the request line could not be parsed: there is no path to name.
     instance = unquote_to_bytes(request.path).decode("utf-8", "replace") or None
-    return dumps(problem.to_dict(instance=instance))
+    body = problem.to_dict(instance=instance)
+    body["requestId"] = request_id(request)
+    return dumps(body)
+
+
+def request_id(request: Request) -> str:
+    """The request's id, chosen at first use: the client's X-Request-ID when it is 1 to 128
+    visible ASCII characters (a proxy's, so one request is followed through its logs and
+    apid's), else 32 new hex characters. Answers, problems and the access log all carry it."""
+    chosen = getattr(request, "request_id", None)
+    if chosen is None:
+        sent = request.getHeader(b"x-request-id")
+        usable = sent is not None and CLIENT_REQUEST_ID.fullmatch(sent)
+        chosen = request.request_id = sent.decode("ascii") if usable else os.urandom(16).hex()
+    return chosen
 
 
 def too_large(limit: int) -> PayloadTooLarge:
@@ -82,10 +104,11 @@ def too_large(limit: int) -> PayloadTooLarge:
 
 
 def set_answer_headers(request: Request) -> None:
-    """The headers every answer carries: no content sniffing, no version in `Server`, and no
-    caching unless the handler chose its own Cache-Control."""
+    """The headers every answer carries: no content sniffing, no version in `Server`, the
+    request's id, and no caching unless the handler chose its own Cache-Control."""
     headers = request.responseHeaders
     headers.setRawHeaders(b"Server", [SERVER])
+    headers.setRawHeaders(b"X-Request-ID", [request_id(request).encode("ascii")])
     headers.setRawHeaders(b"X-Content-Type-Options", [b"nosniff"])
     if not headers.hasHeader(b"Cache-Control"):
         headers.setRawHeaders(b"Cache-Control", [b"no-store"])
@@ -126,8 +149,15 @@ class ApidRequest(SiteRequest):
     with `early_answer` when its channel could not let it reach the application."""
 
     early_answer: Problem | None = None
+    request_id: str | None = None  # see `request_id`
+    # What metrics and the access log name the request by, set by the application once the
+    # request reached an endpoint or a route: a bounded set of names, never the path sent.
+    endpoint_name = "other"
+    api_version = ""
+    began = 0.0  # time.monotonic() when the headers were in
 
     def gotLength(self, length: int | None) -> None:
+        self.began = time.monotonic()
         super().gotLength(length)
         self.channel.site.in_flight.track(self)
 
@@ -261,34 +291,43 @@ class TextPaths(Resource):
 
 
 class ApidSite(Site):
-    """A Site with bounded request bodies, early answers, in-flight counting and a structured
-    access log."""
+    """A Site with bounded request bodies, early answers, in-flight counting, a structured
+    access log, and each answered request reported to `observe` (the metrics)."""
 
     displayTracebacks = False
     noisy = False
     protocol = ApidChannel
     requestFactory = ApidRequest
 
-    def __init__(self, resource: IResource, max_body_bytes: int, access_log_enabled: bool = True) -> None:
+    def __init__(self, resource: IResource, max_body_bytes: int, access_log_enabled: bool = True,
+                 observe: Observer | None = None) -> None:
         # A body is JSON or refused (`read_json_body`); parsing form bodies into `args` would
         # only cost time, a MIME parse of every POST's Content-Type (a twentieth of a batch).
         super().__init__(TextPaths(resource), parsePOSTFormSubmission=False)
         self.max_body_bytes = max_body_bytes
         self.access_log_enabled = access_log_enabled
         self.in_flight = InFlight()
+        self._observe = observe
 
     def getContentFile(self, length: int | None) -> BoundedBody:
         return BoundedBody(self.max_body_bytes)
 
-    def log(self, request: Request) -> None:
+    def log(self, request: ApidRequest) -> None:
+        seconds = time.monotonic() - request.began
+        if self._observe is not None:
+            self._observe(request.endpoint_name, request.api_version, request.method, request.code, seconds)
         if self.access_log_enabled:
             access_log.info(
-                '{client} "{method} {uri}" {code} {length}',
+                '{client} "{method} {uri}" {status} {length} {requestId}',
                 client=getattr(request.getClientAddress(), "host", "-"),
                 method=request.method.decode("ascii", "replace"),
                 uri=request.uri.decode("utf-8", "replace"),
-                code=request.code,
+                path=request.path.decode("utf-8", "replace"),
+                endpoint=request.endpoint_name,
+                status=request.code,
                 length=request.sentLength,
+                requestId=request_id(request),
+                duration=round(seconds, 6),
             )
 
 

@@ -223,6 +223,7 @@ def _components(links: Iterable[str] = ()) -> dict[str, Any]:
             "status": {"type": "integer", "minimum": 400, "maximum": 599},
             "detail": {"type": "string"},
             "instance": {"type": "string", "description": "The request path"},
+            "requestId": {"type": "string", "description": "The request's id, as in the X-Request-ID header"},
             "errors": {"type": "array", "items": _ref("schemas", "FieldError"),
                        "description": "Every bad field (400 invalid-fields, a malformed batch or chain body)"},
             "allow": {"type": "array", "items": {"type": "string"}, "description": "405: the methods allowed"},

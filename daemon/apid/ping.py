@@ -18,6 +18,7 @@ from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gathe
 from twisted.internet.interfaces import IReactorTime
 from twisted.web.client import ResponseNeverReceived
 
+from apid import metrics
 from apid.config import PeerServer
 from apid.outbound import agent, connection_pool
 
@@ -43,7 +44,7 @@ class PeerPinger:
 
     async def _ping(self, peer: PeerServer) -> dict[str, Any]:
         started = self._reactor.seconds()
-        status, error = None, None
+        status, error, outcome = None, None, "down"
         exchange = Deferred.fromCoroutine(self._fetch(peer.url + "/health"))
         exchange.addTimeout(peer.timeout, self._reactor)
         try:
@@ -52,8 +53,10 @@ class PeerPinger:
         except (TimeoutError, CancelledError, ResponseNeverReceived):
             timed_out = self._reactor.seconds() - started >= peer.timeout * 0.99
             error = f"no answer within {peer.timeout:g} s" if timed_out else "the connection closed without an answer"
+            outcome = "timeout" if timed_out else "down"
         except Exception as failure:
             error = f"{type(failure).__name__}: {failure}".strip().rstrip(":")
+        metrics.ping_result("up" if error is None else outcome)
         return {
             "url": peer.url,
             "up": error is None,

@@ -681,8 +681,11 @@ def test_a_user_calling_an_admin_endpoint_is_403_and_creates_nothing(daemon, adm
 
 
 def test_a_wrong_password_and_an_unknown_user_get_the_same_401(daemon):
-    wrong_password = daemon.request("POST", "/authenticate", {"username": ADMIN[0], "password": "not-the-password"})
-    unknown_user = daemon.request("POST", "/authenticate", {"username": "nobody-here", "password": "not-the-password"})
+    same_id = {"X-Request-ID": "one-id-for-both"}  # so that the bodies may be equal
+    wrong_password = daemon.request("POST", "/authenticate", {"username": ADMIN[0], "password": "not-the-password"},
+                                    headers=same_id)
+    unknown_user = daemon.request("POST", "/authenticate", {"username": "nobody-here", "password": "not-the-password"},
+                                  headers=same_id)
     assert_problem(wrong_password, 401, instance="/authenticate")
     assert wrong_password.status == unknown_user.status
     assert wrong_password.body == unknown_user.body

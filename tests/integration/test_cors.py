@@ -23,7 +23,7 @@ def test_a_preflight_from_an_allowed_origin_is_answered_without_a_token(daemon):
     assert headers["Vary"] == "Origin"
     assert {m.strip() for m in headers["Access-Control-Allow-Methods"].split(",")} == {"GET", "POST", "PUT", "DELETE"}
     allowed_headers = {h.strip().lower() for h in headers["Access-Control-Allow-Headers"].split(",")}
-    assert {"authorization", "content-type", "x-link_relations", "x-link-relations"} <= allowed_headers
+    assert {"authorization", "content-type", "x-link_relations", "x-link-relations", "x-request-id"} <= allowed_headers
 
 
 def test_a_preflight_from_another_origin_gets_no_cors_headers(daemon):
@@ -38,7 +38,7 @@ def test_an_answer_to_an_allowed_origin_echoes_it_and_exposes_the_headers(daemon
     assert reply.headers["Access-Control-Allow-Origin"] == ALLOWED
     assert reply.headers["Access-Control-Allow-Credentials"] == "true"
     exposed = {h.strip() for h in reply.headers["Access-Control-Expose-Headers"].split(",")}
-    assert exposed == {"Link", "RateLimit", "RateLimit-Policy", "Retry-After"}
+    assert exposed == {"Link", "RateLimit", "RateLimit-Policy", "Retry-After", "X-Request-ID"}
     assert reply.json["username"] == ADMIN[0]
 
 

@@ -146,6 +146,7 @@ def test_past_its_sunset_a_version_is_gone(daemon, user_token, kind, method, bod
         "detail": f"API version 3 of team was retired on {http_date(V3_SUNSET)}; call API version 1 "
                   f"(/{kind}0.1/team/show)",
         "instance": f"/{kind}0.1-3/team/show", "currentApiVersion": "1", "successor": f"/{kind}0.1/team/show",
+        "requestId": reply.headers["X-Request-ID"],
     }
     assert reply.headers["Deprecation"] == deprecation(datetime(2024, 6, 1, tzinfo=timezone.utc))
     assert reply.headers["Sunset"] == http_date(V3_SUNSET)

@@ -1,14 +1,17 @@
-"""SIGHUP re-reads the IO State files: a valid change takes effect at once, a broken file
-is refused and the rules in force stay."""
+"""SIGHUP and `apid iostate reload` re-read the IO State files: a valid change takes effect on
+every daemon sharing the database, a broken file is refused and the rules in force stay
+everywhere."""
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
+import time
 
 import pytest
 
-from harness import ADMIN, USER, Daemon, deployment_with_accounts, running_daemon, wait_for
+from harness import ADMIN, USER, Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for
 
 
 @pytest.fixture()
@@ -40,3 +43,96 @@ def test_sighup_applies_a_valid_change_and_refuses_a_broken_one(reloading):
     assert reloading.request("GET", f"/v0.1/person/show/{mine}", token=user).status == 403
     admin = reloading.login(*ADMIN[:2])
     assert reloading.request("GET", f"/v0.1/person/show/{mine}", token=admin).status == 200
+
+
+# --- every daemon on the database ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def two_daemons(request, tmp_path):
+    """Two daemons of one deployment: one SQLite file, or one PostgreSQL database."""
+    server = {}
+    if request.param == "postgresql":
+        server = {"database": {"url": request.getfixturevalue("postgres").new_database(tmp_path.name.lower())}}
+    deployment = deployment_with_accounts(tmp_path, server=server)
+    with running_daemon(deployment) as one, running_daemon(deployment) as two:
+        yield one, two
+
+
+def show_statuses(daemons, person_id: int) -> list[int]:
+    """What the user gets from person/show on each daemon."""
+    return [daemon.request("GET", f"/v0.1/person/show/{person_id}", token=daemon.login(*USER[:2])).status
+            for daemon in daemons]
+
+
+def someone(daemon: Daemon) -> int:
+    return daemon.request("GET", "/v0.1/person/list", token=daemon.login(*ADMIN[:2])).json[-1]["id"]
+
+
+def test_the_command_reloads_every_daemon_and_a_broken_file_none(two_daemons):
+    one, two = two_daemons
+    mine = someone(one)
+    assert show_statuses(two_daemons, mine) == [200, 200]
+
+    _edit_person(one, lambda uri: uri["show"]["ROLES"].update(DEFAULT=["ROLE_ADMIN"], BATCH=["ROLE_ADMIN"]))
+    done = one.deployment.cli("iostate", "reload")
+    assert done.returncode == 0, done.stderr
+    host = socket.gethostname()
+    assert sorted(done.stdout.splitlines()) == sorted(f"{host}:{daemon.process.pid}: ok" for daemon in two_daemons)
+    assert wait_for(lambda: show_statuses(two_daemons, mine) == [403, 403], timeout=1)
+
+    _edit_person(one, lambda uri: uri["show"]["ROLES"].update(DEFAULT=["ROLE_NOBODY"]))
+    done = one.deployment.cli("iostate", "reload")
+    assert done.returncode == 1
+    assert "person.json" in done.stderr and "ROLE_NOBODY" in done.stderr
+    assert done.stdout == ""
+    time.sleep(1)  # had anything moved, both would have reloaded by now
+    assert show_statuses(two_daemons, mine) == [403, 403]
+    admin = one.login(*ADMIN[:2])
+    assert [daemon.request("GET", f"/v0.1/person/show/{mine}", token=admin).status for daemon in two_daemons] == [
+        200, 200]
+    assert one.stderr.count("IO State reloaded") == 2 and "IO State reload refused" not in one.stderr
+
+
+def test_sighup_to_one_daemon_reloads_the_other(two_daemons):
+    one, two = two_daemons
+    mine = someone(one)
+    _edit_person(one, lambda uri: uri["show"]["ROLES"].update(DEFAULT=["ROLE_ADMIN"], BATCH=["ROLE_ADMIN"]))
+    one.process.send_signal(signal.SIGHUP)
+    # within a second (polled every half second), with room for a busy machine
+    assert wait_for(lambda: show_statuses([two], mine) == [403], timeout=2)
+    assert show_statuses([one], mine) == [403]
+
+
+def test_the_command_with_no_daemon_running_says_so(tmp_path):
+    deployment = Deployment(tmp_path)
+    deployment.write()
+    done = deployment.cli("iostate", "reload")
+    assert done.returncode == 0, done.stderr
+    assert "no daemon runs on this database" in done.stdout
+
+
+def test_the_command_names_a_daemon_that_did_not_report(reloading):
+    reloading.process.send_signal(signal.SIGSTOP)  # alive for the database, silent
+    try:
+        done = reloading.deployment.cli("iostate", "reload", "--wait", "0.5")
+    finally:
+        reloading.process.send_signal(signal.SIGCONT)
+    assert done.returncode == 1
+    assert done.stdout == f"{socket.gethostname()}:{reloading.process.pid}: no report within 0.5 s\n"
+
+
+def test_the_command_and_sighup_to_the_parent_reload_every_worker(tmp_path):
+    with running_daemon(deployment_with_accounts(tmp_path, api={"procCores": 2})) as daemon:
+        workers = daemon.workers()
+        assert len(workers) == 2
+        mine = someone(daemon)
+        _edit_person(daemon, lambda uri: uri["show"]["ROLES"].update(DEFAULT=["ROLE_ADMIN"], BATCH=["ROLE_ADMIN"]))
+        done = daemon.deployment.cli("iostate", "reload")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == sorted(f"{socket.gethostname()}:{pid}: ok" for pid in workers)
+
+        _edit_person(daemon, lambda uri: uri["show"]["ROLES"].update(DEFAULT=["ROLE_ADMIN", "ROLE_USER"]))
+        daemon.process.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: daemon.stderr.count("IO State reloaded") == 4, timeout=2)
+        assert all(status == 200 for status in show_statuses([daemon] * 6, mine))  # whichever worker answers

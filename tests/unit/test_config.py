@@ -124,6 +124,50 @@ def test_an_unknown_reactor_is_refused(config_dir, value, reason):
     assert server_error(config_dir, data).endswith(f"production.reactor: {reason}")
 
 
+# --- metrics and logs -------------------------------------------------------------------------
+
+
+def test_no_metrics_and_text_logs_unless_asked_for():
+    server = load(ETC, "production", NO_ENV).server
+    assert (server.metrics.listen, server.metrics.role, server.log_format) == (None, None, "text")
+
+
+def test_metrics_and_json_logs_as_asked_for(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["production"].update(metrics={"listen": 9464, "role": "ROLE_ADMIN"}, logFormat="json")
+    write(config_dir, SERVER_FILE, data)
+    server = load(config_dir, "production", NO_ENV).server
+    assert (server.metrics.listen, server.metrics.role) == ("tcp:9464:interface=127.0.0.1", "ROLE_ADMIN")
+    assert server.log_format == "json"
+
+
+@pytest.mark.parametrize("metrics, reason", [
+    ({"listen": "tcp:nine"}, "production.metrics.listen: invalid literal for int() with base 10: 'nine'; give a port"),
+    ({"listen": "carrier-pigeon:1"}, "production.metrics.listen: Unknown endpoint type: 'carrier-pigeon'; give a port"),
+    ({"listen": "systemd:domain=INET:index=0"}, "production.metrics.listen: systemd sockets are for the API's listen"),
+    ({"role": ""}, "production.metrics.role: expected a non-empty string, got str ''"),
+    ({"path": "/m"}, "production.metrics.path: unknown key; allowed here: listen, role"),
+])
+def test_bad_metrics_settings_are_refused(config_dir, metrics, reason):
+    data = repo_yaml(SERVER_FILE)
+    data["production"]["metrics"] = metrics
+    assert reason in server_error(config_dir, data)
+
+
+def test_a_metrics_role_must_be_a_declared_role(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["metrics"] = {"role": "ROLE_MONITOR"}
+    write(config_dir, SERVER_FILE, data)
+    with pytest.raises(ConfigError, match=r"development\.metrics\.role: role 'ROLE_MONITOR' is not in security"):
+        load(config_dir, "development", NO_ENV)
+
+
+def test_an_unknown_log_format_is_refused(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["test"]["logFormat"] = "xml"
+    assert server_error(config_dir, data).endswith("test.logFormat: must be text or json, got 'xml'")
+
+
 # --- paths ------------------------------------------------------------------------------------
 
 

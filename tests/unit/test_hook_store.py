@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from apid.accounts import insert_account
 from apid.hooks.store import (
     Attempt, NewMessage, Outcome, change_hook, claim, enable_values, get_hook, insert_hook, insert_messages,
-    list_hooks, purge, release, requeue, settle, subscribers,
+    list_hooks, pending_counts, purge, release, requeue, settle, subscribers,
 )
 from apid.problems import NotFound
 from apid.store.database import make_engine, run_read, run_write
@@ -227,6 +227,16 @@ def test_settling_a_deleted_hooks_message_records_nothing(engine, hook_id):
     run_write(engine, lambda c: c.execute(hook_message.delete()))
     assert settle_now(engine, [attempt(mid, hook_id, Outcome.DELIVERED)]) == []
     assert run_read(engine, lambda c: c.execute(select(hook_attempt)).all()) == []
+
+
+def test_pending_counts_are_per_hook_and_leave_out_the_delivered(engine, alice, hook_id):
+    other = run_write(engine, insert_hook, alice, "http://127.0.0.1:9001/in", "person", "whsec_" + "B" * 44).id
+    first, *_ = add_messages(engine, hook_id, 3)
+    add_messages(engine, other, 2)
+    assert run_read(engine, pending_counts) == {hook_id: 3, other: 2}
+    take(engine)
+    settle_now(engine, [attempt(first, hook_id, Outcome.DELIVERED)])
+    assert run_read(engine, pending_counts) == {hook_id: 2, other: 2}  # leased ones still wait
 
 
 def test_release_hands_back_only_our_own_leases(engine, hook_id):

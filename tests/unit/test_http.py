@@ -105,6 +105,7 @@ def assert_problem(answer: Answer, status: int) -> dict:
     assert answer.headers["Content-Type"] == "application/problem+json"
     body = answer.json
     assert body["status"] == status and body["type"].startswith("urn:apid:problem:") and body["detail"]
+    assert body["requestId"] == answer.headers["X-Request-Id"]  # as Twisted capitalises the name
     return body
 
 

@@ -27,7 +27,7 @@ def test_migrations_match_the_tables(tmp_path):
     assert differences == []
     assert set(inspect(engine).get_table_names()) == {
         "alembic_version", "person", "role", "person_role", "hook", "hook_message", "hook_attempt", "account_token",
-        "refresh_token", "revoked_token", "account_change", "cache_change"}
+        "refresh_token", "revoked_token", "account_change", "cache_change", "iostate_change", "iostate_report"}
 
 
 # --- 0004: person.email_key --------------------------------------------------------------------

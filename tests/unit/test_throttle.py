@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 import txredisapi
+from prometheus_client import REGISTRY
 from twisted.internet import defer, reactor, task
 from twisted.python import failure
 
@@ -458,6 +459,11 @@ async def test_an_endpoint_limit_is_a_second_policy_in_the_same_fields(clock, st
 
 @pytest_twisted.ensureDeferred
 async def test_past_an_endpoint_limit_the_call_is_429_naming_the_endpoint_until_the_window_passes(clock):
+    def rejections() -> float:
+        labels = {"kind": "endpoint", "policy": "team/show"}
+        return REGISTRY.get_sample_value("apid_throttle_rejections_total", labels) or 0
+
+    rejected = rejections()
     limiter = RateLimiter(MemoryCounters(clock), {"ROLE_ADMIN": 1000}, EXPIRES)
     show = limited_endpoint({"ROLE_USER": CallLimit(2, 60)})
     other = limited_endpoint({}, action="list")
@@ -472,6 +478,7 @@ async def test_past_an_endpoint_limit_the_call_is_429_naming_the_endpoint_until_
     problem = caught.value
     assert problem.headers == {"RateLimit-Policy": '"team/show";q=2;w=60', "RateLimit": '"team/show";r=0;t=60',
                                "Retry-After": "60"}
+    assert rejections() == rejected + 1
     assert problem.extensions["violatedPolicies"] == ["team/show"]
     assert "2 calls of team/show per 60 seconds" in problem.detail
     assert await limiter.charge(user, 1, calls=[(other, 1)]) == {}  # other endpoints are not affected

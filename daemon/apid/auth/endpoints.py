@@ -1,8 +1,9 @@
 """Public endpoints: fixed paths that answer without a token when listed in `reservedUris`.
 
 This module holds what every public endpoint shares (the route value, reading string
-fields, the client's address, the plain-text answer) and the two service endpoints:
-`/health` (liveness) and `/error` (a problem body for any status, for reverse proxies).
+fields, the client's address, the plain-text answer) and the service endpoints: `/health`
+(liveness), `/error` (a problem body for any status, for reverse proxies) and, when
+`metrics.role` is set, `/metrics` for a token of that role (`apid.metrics`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 
 from twisted.web.http import Request
 
-from apid.auth.tokens import Principal
+from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.http import query_fields, write_json, write_problem
 from apid.iostate.types import value_type
-from apid.problems import InvalidFields, problem_for_status
+from apid.metrics import scrape
+from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_status
 
 Handler = Callable[[Request, Principal | None], Awaitable[bytes]]
 EMAIL = value_type("Email")
@@ -97,13 +99,18 @@ def write_text(request: Request, text: str, status: int = 200) -> bytes:
 
 
 class ServiceEndpoints:
-    """`/health` for load balancers and peers; `/error` renders the problem body of a status."""
+    """`/health` for load balancers and peers; `/error` renders the problem body of a status;
+    `/metrics` for Prometheus, when a role may read them here (`metrics_role`)."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, metrics_role: str | None = None) -> None:
         self._version = version
+        self._metrics_role = metrics_role
 
     def routes(self) -> list[PublicRoute]:
-        return [PublicRoute("/health", "GET", self.health), PublicRoute("/error", "GET", self.error)]
+        routes = [PublicRoute("/health", "GET", self.health), PublicRoute("/error", "GET", self.error)]
+        if self._metrics_role is not None:
+            routes.append(PublicRoute("/metrics", "GET", self.metrics))
+        return routes
 
     async def health(self, request: Request, _principal: Principal | None) -> bytes:
         request.setHeader(b"Cache-Control", b"no-store")
@@ -116,3 +123,12 @@ class ServiceEndpoints:
         known = {status.value for status in HTTPStatus if 400 <= status.value <= 599}
         status = int(raw) if raw.isdigit() and int(raw) in known else 500
         return write_problem(request, problem_for_status(status, HTTPStatus(status).description or HTTPStatus(status).phrase))
+
+    async def metrics(self, request: Request, principal: Principal | None) -> bytes:
+        """The metrics, for a token of the metrics role only: they tell every endpoint's
+        traffic and every hook's backlog. (Listed in reservedUris, it still needs the token.)"""
+        if principal is None:
+            raise Unauthorized(NEEDS_TOKEN)
+        if self._metrics_role not in principal.roles:
+            raise Forbidden("your roles may not read the metrics")
+        return await scrape(request)

@@ -31,6 +31,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from apid import metrics
 from apid.accounts import email_key
 from apid.config import AbuseLimit
 from apid.problems import TooManyRequests
@@ -183,6 +184,7 @@ class AbuseLimiter:
             store_unreachable(log, "abuse limiting", error, self._fail_open)
             return False
         if wait > 0:
+            metrics.throttled("abuse", kind)
             raise TooManyRequests(TOO_MANY, headers={"Retry-After": str(max(1, math.ceil(wait)))})
         return True
 

@@ -375,6 +375,14 @@ def release(connection: Connection, owner: str, message_ids: Iterable[str]) -> N
         )
 
 
+def pending_counts(connection: Connection) -> dict[int, int]:
+    """How many messages wait for delivery, per hook (a hook with none is left out)."""
+    return dict(connection.execute(
+        select(hook_message.c.hook_id, func.count()).where(hook_message.c.state == PENDING)
+        .group_by(hook_message.c.hook_id)
+    ).all())
+
+
 def purge(connection: Connection, before: float) -> int:
     """Forget messages delivered before `before` and messages recorded before it and still
     pending (a hook disabled for longer than the retention keeps only its recent backlog),

@@ -7,7 +7,8 @@ memory and `HOLD_PER_SLOT` times `per_host` per host, so that deliveries never w
 database. Held messages wait here, in order, for one of their host's `per_host` slots. Leases
 of held messages are renewed while they wait or are in flight, so only a daemon that died
 loses them. Outcomes are written in batches: one transaction settles every attempt that
-finished while the previous one was being written.
+finished while the previous one was being written, and counted in the metrics once written;
+the backlog per hook is read for them every `COUNT_EVERY` seconds.
 
 When a delivery to a hook does not succeed (it failed, was deferred or disabled the hook),
 the hook's messages held here that were claimed before that outcome was recorded are handed
@@ -32,9 +33,10 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from apid import metrics
 from apid.config import WebhooksConfig
 from apid.hooks.delivery import Deliverer
-from apid.hooks.store import Attempt, Claimed, Outcome, claim, purge, release, renew, settle
+from apid.hooks.store import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
 from apid.store.database import Database
 
 log = Logger(namespace="apid.hooks")
@@ -43,6 +45,7 @@ CAPACITY = 1024
 HOLD_PER_SLOT = 8
 CLAIM_AT_MOST = 256  # candidates read per claim: a busy host's are passed over
 PURGE_EVERY = 3600.0
+COUNT_EVERY = 15.0  # seconds between two readings of the backlog (a usual scrape interval)
 
 
 def backoff(base: float, factor: float, ceiling: float, failures: int,
@@ -78,6 +81,7 @@ class DeliveryWorker:
         self._poll_call: IDelayedCall | None = None
         self._stopping = False
         self._last_purge = 0.0
+        self._last_count = 0.0
         self._last_renewal = time.time()
 
     def start(self) -> None:
@@ -105,6 +109,9 @@ class DeliveryWorker:
         if now - self._last_purge > PURGE_EVERY:
             self._last_purge = now
             ensureDeferred(self._chore(purge, now - self._config.retention_days * 86400))
+        if now - self._last_count > COUNT_EVERY:
+            self._last_count = now
+            ensureDeferred(self._count_pending())
         self._forget_hand_backs()
         self._schedule_poll(self._config.poll)
 
@@ -190,6 +197,8 @@ class DeliveryWorker:
                 else:
                     for hook_id in disabled:
                         log.warn("webhook {hook} disabled after its deliveries failed", hook=hook_id)
+                    for attempt in batch:
+                        metrics.delivery_recorded(attempt.hook_id, attempt.outcome.value)
                 for attempt in batch:
                     self._held.pop(attempt.message_id, None)
                 # Recorded: what is claimed from now on sees the hook failing (one probe) or
@@ -205,6 +214,12 @@ class DeliveryWorker:
     def _backoff(self, failures: int) -> float:
         settings = self._config
         return backoff(settings.retry_base, settings.retry_factor, settings.retry_max, failures)
+
+    async def _count_pending(self) -> None:
+        try:
+            metrics.webhooks_pending(await self._db.read(pending_counts))
+        except Exception:
+            log.failure("reading the webhook backlog for the metrics failed")
 
     async def _chore(self, work: Callable[..., object], *args: object) -> None:
         """Lease renewal and purging: a failure is logged and tried again next time."""

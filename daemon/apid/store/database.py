@@ -4,11 +4,14 @@ Each unit of work is one function `work(connection, *args)` run inside one trans
 database thread, returning plain data; the reactor thread never touches a connection.
 SQLite runs in WAL mode and takes the write lock up front (BEGIN IMMEDIATE) for writes, so
 two writers queue on `busy_timeout` instead of failing halfway. The hottest reads, one row
-by key, are `PreparedSelect`s instead: one statement, compiled once.
+by key, are `PreparedSelect`s instead: one statement, compiled once. How long each unit of
+work waited for a thread is a metric (`apid_db_pool_wait_seconds`): a pool too small for the
+load shows there first.
 """
 
 from __future__ import annotations
 
+import time
 from collections import namedtuple
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -18,6 +21,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
+
+from apid.metrics import pool_wait
 
 T = TypeVar("T")
 
@@ -42,6 +47,13 @@ def make_engine(url: str, pool_size: int = 4) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _after_wait(waited: Callable[[float], None], queued: float, function: Callable[..., T], /, *args: Any,
+                **kwargs: Any) -> T:
+    """In the database thread: report how long the work waited for it, then do it."""
+    waited(time.monotonic() - queued)
+    return function(*args, **kwargs)
 
 
 def run_read(engine: Engine, work: Callable[..., T], *args: Any) -> T:
@@ -122,6 +134,8 @@ class Database:
         self._pool = ThreadPool(minthreads=1, maxthreads=threads, name="apid-db") if pool is None else pool
         single_writer = pool is None and engine.dialect.name == "sqlite"
         self._writer = ThreadPool(minthreads=1, maxthreads=1, name="apid-db-writer") if single_writer else self._pool
+        self._read_waited = pool_wait("read")
+        self._write_waited = pool_wait("write")
 
     def start(self) -> None:
         self._pool.start()
@@ -139,12 +153,15 @@ class Database:
 
     def select(self, prepared: PreparedSelect, **values: Any) -> Deferred[list[Any]]:
         """The rows of a prepared statement for these parameter values."""
-        return deferToThreadPool(self._reactor, self._pool, prepared.rows, **values)
+        return deferToThreadPool(self._reactor, self._pool, _after_wait, self._read_waited, time.monotonic(),
+                                 prepared.rows, **values)
 
     def read(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` in a read transaction."""
-        return deferToThreadPool(self._reactor, self._pool, run_read, self.engine, work, *args)
+        return deferToThreadPool(self._reactor, self._pool, _after_wait, self._read_waited, time.monotonic(),
+                                 run_read, self.engine, work, *args)
 
     def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` in a write transaction; an exception rolls it back."""
-        return deferToThreadPool(self._reactor, self._writer, run_write, self.engine, work, *args)
+        return deferToThreadPool(self._reactor, self._writer, _after_wait, self._write_waited, time.monotonic(),
+                                 run_write, self.engine, work, *args)

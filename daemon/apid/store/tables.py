@@ -177,3 +177,25 @@ cache_change = Table(
     Column("controller", String(100), primary_key=True),
     Column("generation", Integer, nullable=False),
 )
+
+# The deployment's IO State generation, one row (id 1): `apid iostate reload` and SIGHUP move
+# it once the files load, and every daemon process reads it every half second and reloads.
+iostate_change = Table(
+    "iostate_change",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("generation", Integer, nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+)
+
+# Each daemon process (`who`: host:pid) and the generation it last tried to load: `outcome` is
+# "ok" or why its rules in force stay; `seen_at` moves every minute while the process runs.
+iostate_report = Table(
+    "iostate_report",
+    metadata,
+    Column("who", String(300), primary_key=True),
+    Column("generation", Integer, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("tried_at", DateTime(timezone=True), nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+)

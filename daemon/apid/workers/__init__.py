@@ -1,0 +1,29 @@
+"""Worker processes (`procCores` above 1): the parent that shares one listening socket among
+N workers and keeps them running (`parent`), what a worker gets from it (`worker`), and the
+channel between them (`channel`).
+
+This module imports nothing of the daemon: `share_metrics` must run before anything imports
+prometheus_client, which reads its multiprocess setting once, on import.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from apid.config import Config
+
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def worker_count(config: Config) -> int:
+    """`procCores`, capped at the CPUs this process may run on (taskset and cgroups included)."""
+    return max(1, min(config.api.proc_cores, len(os.sched_getaffinity(0))))
+
+
+def share_metrics() -> str:
+    """A fresh folder where the parent and every worker keep their metrics (prometheus_client's
+    multiprocess mode), set in the environment the workers inherit; the parent removes it."""
+    folder = tempfile.mkdtemp(prefix="apid-metrics-")
+    os.environ[METRICS_DIR] = folder
+    return folder

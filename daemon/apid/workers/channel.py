@@ -1,0 +1,126 @@
+"""The channel between the parent of the worker processes and each worker: AMP over a socket
+pair the parent makes for the worker when it starts it.
+
+A worker tells the parent when it serves (`Ready`). Without Redis, the parent keeps the counts
+that must be exact across workers, rate limits (`Charge`) and abuse limits (`Reserve`,
+`Release`), in the same in-process stores one daemon uses: the parent's reactor runs one
+charge at a time, so N workers count exactly as one process does. With `redis.url` set the
+workers count in Redis, as separate daemons do, and only `Ready` crosses the channel.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Factory
+from twisted.protocols import amp
+
+from apid.auth.limits import MemoryWindows, Window
+from apid.throttle import Charge, MemoryCounters
+
+
+class Ready(amp.Command):
+    """Worker `index` serves, on `reactor` (as `apid.reactors.install` described it)."""
+
+    arguments = [(b"index", amp.Integer()), (b"reactor", amp.Unicode())]
+    response: list = []
+
+
+class ChargeCalls(amp.Command):
+    """`CounterStore.charge`, counted by the parent."""
+
+    arguments = [(b"key", amp.Unicode()), (b"amount", amp.Integer()), (b"limit", amp.Integer()),
+                 (b"window", amp.Integer()), (b"lock", amp.Integer())]
+    response = [(b"allowed", amp.Boolean()), (b"remaining", amp.Integer()), (b"reset", amp.Float())]
+
+
+class ReserveAttempt(amp.Command):
+    """`WindowStore.reserve`, counted by the parent: the wait in seconds, 0 when reserved."""
+
+    arguments = [(b"keys", amp.ListOf(amp.Unicode())), (b"limits", amp.ListOf(amp.Integer())),
+                 (b"seconds", amp.Integer())]
+    response = [(b"wait", amp.Float())]
+
+
+class ReleaseAttempt(amp.Command):
+    """`WindowStore.release`, counted by the parent."""
+
+    arguments = [(b"keys", amp.ListOf(amp.Unicode()))]
+    response: list = []
+
+
+class ParentSide(amp.AMP):
+    """The parent's end of one worker's channel: every worker's end shares `counters` and `windows`."""
+
+    def __init__(self, counters: MemoryCounters, windows: MemoryWindows, ready: Callable[[int, str], None]) -> None:
+        super().__init__()
+        self._counters = counters
+        self._windows = windows
+        self._ready = ready
+
+    @Ready.responder
+    def ready(self, index: int, reactor: str) -> dict:
+        self._ready(index, reactor)
+        return {}
+
+    @ChargeCalls.responder
+    def charge(self, key: str, amount: int, limit: int, window: int, lock: int) -> Deferred[dict]:
+        return self._counters.charge(key, amount, limit, window, lock).addCallback(
+            lambda charge: {"allowed": charge.allowed, "remaining": charge.remaining, "reset": charge.reset})
+
+    @ReserveAttempt.responder
+    def reserve(self, keys: list[str], limits: list[int], seconds: int) -> Deferred[dict]:
+        windows = [Window(key, limit) for key, limit in zip(keys, limits, strict=True)]
+        return self._windows.reserve(windows, seconds).addCallback(lambda wait: {"wait": wait})
+
+    @ReleaseAttempt.responder
+    def release(self, keys: list[str]) -> Deferred[dict]:
+        return self._windows.release(keys).addCallback(lambda _: {})
+
+
+class WorkerSide(amp.AMP):
+    """A worker's end of its channel; `lost` runs when the parent is gone (the worker then stops)."""
+
+    def __init__(self, lost: Callable[[], None]) -> None:
+        super().__init__()
+        self._lost = lost
+
+    def connectionLost(self, reason) -> None:
+        super().connectionLost(reason)
+        self._lost()
+
+
+class ParentCounters:
+    """A `CounterStore` (apid.throttle) whose counts the parent keeps."""
+
+    def __init__(self, channel: amp.AMP) -> None:
+        self._channel = channel
+
+    def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
+        charging = self._channel.callRemote(ChargeCalls, key=user, amount=amount, limit=limit, window=window, lock=lock)
+        return charging.addCallback(lambda reply: Charge(reply["allowed"], reply["remaining"], reply["reset"]))
+
+
+class ParentWindows:
+    """A `WindowStore` (apid.auth.limits) whose windows the parent keeps."""
+
+    def __init__(self, channel: amp.AMP) -> None:
+        self._channel = channel
+
+    def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
+        reserving = self._channel.callRemote(ReserveAttempt, keys=[window.key for window in windows],
+                                             limits=[window.limit for window in windows], seconds=seconds)
+        return reserving.addCallback(lambda reply: reply["wait"])
+
+    def release(self, keys: Sequence[str]) -> Deferred[None]:
+        return self._channel.callRemote(ReleaseAttempt, keys=list(keys)).addCallback(lambda _: None)
+
+
+def adopt(reactor, fd: int, protocol: amp.AMP) -> amp.AMP:
+    """Run `protocol` over the connected Unix socket `fd` (the reactor keeps a copy of it)."""
+    factory = Factory.forProtocol(lambda: protocol)
+    factory.noisy = False
+    reactor.adoptStreamConnection(fd, socket.AF_UNIX, factory)
+    return protocol

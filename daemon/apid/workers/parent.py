@@ -1,0 +1,284 @@
+"""`apid serve` with `procCores` above 1: the parent of the worker processes.
+
+The parent migrates the database, binds the listening socket (or takes systemd's) and never
+accepts on it: it starts N workers that each serve the same socket, and the kernel gives each
+new connection to one of the workers waiting in accept. It prints the ready line and tells
+systemd READY=1 once every worker serves; replaces a worker that dies (after 1 s, doubling
+up to 30 s while it keeps dying young); passes SIGHUP on to one worker, whose reload reaches
+every worker and daemon through the database (`apid.reloading`); and on SIGTERM or SIGINT
+closes its copy of the socket and has each worker stop as a single daemon does (stop
+accepting, finish the requests in flight), killing those still running after the drain time.
+Without Redis it keeps the counts that must be exact across workers (`apid.workers.channel`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ProcessExitedAlready, ProcessTerminated
+from twisted.internet.interfaces import IDelayedCall, IListeningPort, IProcessTransport
+from twisted.internet.protocol import Factory, ProcessProtocol, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from apid.auth.limits import MemoryWindows
+from apid.config import Config
+from apid.throttle import MemoryCounters
+from apid.workers.channel import ParentSide, adopt
+from apid.workers.worker import CHANNEL_FD, PORT_FD
+
+log = Logger(namespace="apid.workers")
+
+FIRST_BACKOFF = 1.0  # seconds before a dead worker is replaced
+MOST_BACKOFF = 30.0
+STEADY_SECONDS = 60.0  # a worker that served this long before dying is replaced after FIRST_BACKOFF again
+KILL_AFTER = 5.0  # seconds past the workers' own drain time before they are killed (within TimeoutStopSec=30)
+# Systemd's variables are the parent's: a worker must neither notify nor take the sockets itself
+NOT_INHERITED = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+
+
+def address_family(port: IListeningPort) -> socket.AddressFamily:
+    """The family of the socket (IPv4, IPv6, Unix: whatever `listen` or systemd gave), as the
+    workers must name it to adopt it."""
+    with socket.socket(fileno=os.dup(port.fileno())) as listening:
+        return listening.family
+
+
+class NoConnections(Factory):
+    """The parent's socket never accepts (it stops reading at once); should it, it hangs up."""
+
+    protocol = Protocol
+    noisy = False
+
+    def buildProtocol(self, addr):
+        return None
+
+
+@dataclass
+class Worker:
+    index: int
+    transport: IProcessTransport
+    pid: int
+    started: float
+    ready: bool = False
+
+
+class WorkerProcess(ProcessProtocol):
+    """One worker: its configuration written to its standard input, its end reported."""
+
+    def __init__(self, parent: Parent, index: int, config: bytes) -> None:
+        self._parent = parent
+        self._index = index
+        self._config = config
+
+    def connectionMade(self) -> None:
+        self.transport.write(self._config)
+        self.transport.closeStdin()
+
+    def processEnded(self, reason: Failure) -> None:
+        self._parent.ended(self._index, reason)
+
+
+class Parent:
+    """The workers of one `apid serve`, started, watched and stopped."""
+
+    def __init__(self, reactor, config: Config, port: IListeningPort, count: int, reactor_choice: str,
+                 drain_seconds: float) -> None:
+        self._reactor = reactor
+        self._config = pickle.dumps(config)
+        self._port = port
+        self._count = count
+        self._family = address_family(port)
+        self._reactor_choice = reactor_choice
+        self._drain_seconds = drain_seconds
+        self._counters = MemoryCounters(reactor)
+        self._windows = MemoryWindows(reactor)
+        self._workers: dict[int, Worker] = {}
+        self._failures: dict[int, int] = {}  # worker index -> deaths in a row, each young
+        self._restarts: dict[int, IDelayedCall] = {}
+        self._serving: Deferred[str] = Deferred()  # fires with the workers' reactor once all serve, once
+        self._served = False  # all served once: from then on a worker that dies is replaced
+        self._stopping = False
+        self._all_ended: Deferred[None] | None = None
+
+    def start(self) -> Deferred[str]:
+        """Start every worker; fires when all serve (with the reactor they run), or fails
+        when one ends before it serves."""
+        for index in range(self._count):
+            self._spawn(index)
+        return self._serving
+
+    def _spawn(self, index: int) -> None:
+        self._restarts.pop(index, None)
+        parent_end, worker_end = socket.socketpair()
+        env = {name: value for name, value in os.environ.items() if name not in NOT_INHERITED}
+        args = [sys.executable, "-m", "apid", "worker", "--index", str(index), "--family", self._family.name,
+                "--reactor", self._reactor_choice]
+        try:
+            transport = self._reactor.spawnProcess(
+                WorkerProcess(self, index, self._config), sys.executable, args, env,
+                childFDs={0: "w", 1: 1, 2: 2, PORT_FD: self._port.fileno(), CHANNEL_FD: worker_end.fileno()})
+            adopt(self._reactor, parent_end.fileno(),
+                  ParentSide(self._counters, self._windows, self._ready))
+        finally:
+            parent_end.close()
+            worker_end.close()
+        self._workers[index] = Worker(index, transport, transport.pid, self._reactor.seconds())
+
+    def _ready(self, index: int, reactor_name: str) -> None:
+        worker = self._workers.get(index)
+        if worker is None:
+            return
+        worker.ready = True
+        if self._served:
+            log.info("worker {index} (pid {pid}) serves again", index=index, pid=worker.pid)
+        elif all(worker.ready for worker in self._workers.values()) and len(self._workers) == self._count:
+            self._served = True
+            self._serving.callback(reactor_name)
+
+    def ended(self, index: int, reason: Failure) -> None:
+        worker = self._workers.pop(index)
+        _metrics_of_dead(worker.pid)
+        if self._stopping:
+            if not self._workers and self._all_ended is not None and not self._all_ended.called:
+                self._all_ended.callback(None)
+            return
+        how = ended_how(reason)
+        if not self._served:
+            if not self._serving.called:  # the first to fail says why; the parent is stopping
+                self._serving.errback(RuntimeError(f"worker {index} {how} before it served (its error is above)"))
+            return
+        ran = self._reactor.seconds() - worker.started
+        failures = 1 if ran >= STEADY_SECONDS else self._failures.get(index, 0) + 1
+        self._failures[index] = failures
+        delay = min(MOST_BACKOFF, FIRST_BACKOFF * 2 ** (failures - 1))
+        log.error("worker {index} (pid {pid}) {how}; replacing it in {delay:g} s", index=index, pid=worker.pid,
+                  how=how, delay=delay)
+        _count_restart()
+        self._restarts[index] = self._reactor.callLater(delay, self._spawn, index)
+
+    def reload(self) -> None:
+        """SIGHUP: one worker validates the files and, when they load, has every process reload."""
+        for worker in self._workers.values():
+            if worker.ready:
+                _signal(worker, "HUP")
+                return
+        log.error("SIGHUP ignored: no worker serves to reload the IO State")
+
+    async def stop(self) -> None:
+        """Stop accepting, let every worker drain and end, killing the late."""
+        self._stopping = True
+        for restart in self._restarts.values():
+            restart.cancel()
+        self._restarts.clear()
+        # a socket apid bound is shut down, so that every worker stops accepting at once and
+        # new clients are refused rather than left waiting; systemd's stays open for the next start
+        await self._port.stopListening()
+        if self._workers:
+            self._all_ended = Deferred()
+            for worker in self._workers.values():
+                _signal(worker, "TERM")
+            late = self._reactor.callLater(self._drain_seconds + KILL_AFTER, self._kill_all)
+            await self._all_ended
+            if late.active():
+                late.cancel()
+
+    def _kill_all(self) -> None:
+        for worker in self._workers.values():
+            log.error("worker {index} (pid {pid}) still running after the drain time; killing it",
+                      index=worker.index, pid=worker.pid)
+            _signal(worker, "KILL")
+
+
+def ended_how(reason: Failure) -> str:
+    if reason.check(ProcessTerminated) and reason.value.signal is not None:
+        return f"was killed by signal {reason.value.signal}"
+    if reason.check(ProcessTerminated):
+        return f"exited with status {reason.value.exitCode}"
+    return "exited"
+
+
+def _signal(worker: Worker, name: str) -> None:
+    try:
+        worker.transport.signalProcess(name)
+    except ProcessExitedAlready:
+        pass  # its end is on its way to `ended`
+
+
+def _metrics_of_dead(pid: int) -> None:
+    from apid.metrics import process_dead
+
+    process_dead(pid)
+
+
+def _count_restart() -> None:
+    from apid.metrics import worker_restarted
+
+    worker_restarted()
+
+
+def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: str) -> int:
+    """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker started."""
+    from twisted.internet import reactor
+
+    from apid.daemon import DRAIN_SECONDS, describe, migrate, notify_systemd, server_endpoint
+    from apid.metrics import listen_metrics
+    from apid.store.database import make_engine
+
+    outcome = {"status": 0}
+
+    def failed(exc: Exception) -> None:
+        print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
+        outcome["status"] = 1
+        reactor.stop()
+
+    async def shutdown(parent: Parent, metrics: IListeningPort | None) -> None:
+        notify_systemd("STOPPING=1")
+        await parent.stop()
+        if metrics is not None:
+            await metrics.stopListening()  # scraped until the last worker ended
+        log.info("apid stopped: every worker ended")
+
+    async def begin() -> None:
+        try:
+            engine = make_engine(config.server.database_url)
+            try:
+                await migrate(engine, config, config.server.migrate_on_start)  # once, before any worker
+            finally:
+                engine.dispose()
+            port = await endpoint.listen(NoConnections())
+            port.stopReading()  # the workers accept; this process only holds the socket open
+            # every worker's metrics, added up: one port, so the parent's
+            metrics = None if config.server.metrics.listen is None else await listen_metrics(
+                reactor, config.server.metrics.listen)
+        except Exception as exc:
+            failed(exc)
+            return
+        parent = Parent(reactor, config, port, count, reactor_choice, DRAIN_SECONDS)
+        reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(parent, metrics)))
+        signal.signal(signal.SIGHUP, lambda *_: reactor.callFromThread(parent.reload))
+        try:
+            reactor_name = await parent.start()
+        except Exception as exc:
+            failed(exc)
+            return
+        print(
+            f"apid ready on {describe(port)} (environment {config.server.environment}, "
+            f"API version {config.api.version}, reactor {reactor_name}, {count} workers)",
+            flush=True,
+        )
+        notify_systemd(f"READY=1\nSTATUS=serving with {count} workers")
+
+    endpoint = server_endpoint(reactor, config.server.listen)  # a bad `listen` ends here, exit 2
+    reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
+    reactor.run()
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    return outcome["status"]

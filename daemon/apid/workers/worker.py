@@ -1,0 +1,88 @@
+"""What a worker process gets from its parent: the listening socket, the channel, its place.
+
+The parent starts each worker as `python -m apid worker` with the configuration it loaded,
+pickled on standard input (so that a worker restarted later serves the same configuration as
+the others, whatever the files say by then), the listening socket as descriptor `PORT_FD` and
+its end of the channel as `CHANNEL_FD`.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+from twisted.internet import tcp
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.error import ReactorNotRunning
+from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
+from twisted.internet.protocol import Factory
+from zope.interface import implementer
+
+from apid.workers.channel import ParentCounters, ParentWindows, Ready, WorkerSide, adopt
+
+PORT_FD = 3
+CHANNEL_FD = 4
+
+
+class SharedPort(tcp.Port):
+    """A port on a socket every worker accepts on. A new connection wakes each worker waiting
+    in the reactor; Twisted's port then accepts all it can (up to 100, and more each time
+    it gets them all), so the first awake takes a whole burst and keeps its connections
+    (keep-alive) while the others idle. Accepting one per wake-up leaves the rest to the
+    others, and a busy worker, late back to its reactor, takes fewer."""
+
+    def doRead(self) -> None:
+        self.numberAccepts = 1
+        super().doRead()
+
+
+@implementer(IStreamServerEndpoint)
+class AdoptedPort:
+    """The parent's listening socket, served by this worker too."""
+
+    def __init__(self, reactor, fd: int, family: socket.AddressFamily) -> None:
+        self._reactor = reactor
+        self._fd = fd
+        self._family = family
+
+    def listen(self, factory: Factory) -> Deferred[IListeningPort]:
+        if self._family == socket.AF_UNIX:
+            return maybeDeferred(self._reactor.adoptStreamPort, self._fd, self._family, factory)
+        return maybeDeferred(self._adopt, factory)
+
+    def _adopt(self, factory: Factory) -> SharedPort:
+        port = SharedPort._fromListeningDescriptor(self._reactor, self._fd, self._family, factory)
+        port.startListening()
+        return port
+
+
+@dataclass
+class WorkerLink:
+    """This process as worker `index` of its parent."""
+
+    index: int
+    endpoint: AdoptedPort
+    channel: WorkerSide
+
+    def ready(self, reactor_name: str) -> Deferred[dict]:
+        return self.channel.callRemote(Ready, index=self.index, reactor=reactor_name)
+
+    def counters(self) -> ParentCounters:
+        return ParentCounters(self.channel)
+
+    def windows(self) -> ParentWindows:
+        return ParentWindows(self.channel)
+
+
+def link(reactor, index: int, family: socket.AddressFamily) -> WorkerLink:
+    """Adopt the channel now (so a parent gone while this worker starts stops it) and the port
+    when the daemon listens."""
+    channel = adopt(reactor, CHANNEL_FD, WorkerSide(lost=lambda: _parent_gone(reactor)))
+    return WorkerLink(index=index, endpoint=AdoptedPort(reactor, PORT_FD, family), channel=channel)
+
+
+def _parent_gone(reactor) -> None:
+    try:
+        reactor.stop()  # the shutdown triggers drain what is in flight, as for SIGTERM
+    except ReactorNotRunning:
+        pass  # stopping already

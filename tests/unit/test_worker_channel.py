@@ -1,0 +1,74 @@
+"""The channel between the parent and its workers (apid.workers.channel): two workers' ends
+counting in the parent's one store, over AMP on an in-memory connection (twisted's iosim)."""
+
+from __future__ import annotations
+
+from twisted.internet.task import Clock
+from twisted.test.iosim import connect, makeFakeClient, makeFakeServer
+
+from apid.auth.limits import MemoryWindows, Window
+from apid.throttle import MemoryCounters
+from apid.workers.channel import ParentCounters, ParentSide, ParentWindows, Ready, WorkerSide
+
+
+class Parent:
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.counters = MemoryCounters(self.clock)
+        self.windows = MemoryWindows(self.clock)
+        self.ready: list[tuple[int, str]] = []
+        self.workers_lost_parent = 0
+
+    def worker(self):
+        """A worker's end connected to a new parent end of this parent: (worker end, pump)."""
+        parent_end = ParentSide(self.counters, self.windows, lambda *ready: self.ready.append(ready))
+        worker_end = WorkerSide(lost=self._lose)
+        pump = connect(parent_end, makeFakeServer(parent_end), worker_end, makeFakeClient(worker_end))
+        return worker_end, pump
+
+    def _lose(self) -> None:
+        self.workers_lost_parent += 1
+
+
+def result_of(deferred, pump):
+    pump.flush()
+    results = []
+    deferred.addBoth(results.append)
+    assert results, "no answer came back"
+    return results[0]
+
+
+def test_two_workers_charge_one_count_and_the_one_reaching_the_limit_locks_both():
+    parent = Parent()
+    (first, first_pump), (second, second_pump) = parent.worker(), parent.worker()
+    charges = []
+    for n in range(5):
+        worker, pump = (first, first_pump) if n % 2 == 0 else (second, second_pump)
+        charges.append(result_of(ParentCounters(worker).charge("7", 1, 5, 86400, 60), pump))
+    assert [charge.allowed for charge in charges] == [True] * 5
+    assert [charge.remaining for charge in charges] == [4, 3, 2, 1, 0]
+    refused = result_of(ParentCounters(second).charge("7", 1, 5, 86400, 60), second_pump)
+    assert (refused.allowed, refused.remaining, refused.reset) == (False, 0, 60.0)
+    other = result_of(ParentCounters(first).charge("8", 1, 5, 86400, 60), first_pump)
+    assert (other.allowed, other.remaining) == (True, 4)
+
+
+def test_windows_reserved_by_one_worker_are_used_up_for_the_other_and_released_by_either():
+    parent = Parent()
+    (first, first_pump), (second, second_pump) = parent.worker(), parent.worker()
+    windows = [Window("login:pair:a", 2), Window("login:address:x", 50)]
+    assert result_of(ParentWindows(first).reserve(windows, 900), first_pump) == 0.0
+    assert result_of(ParentWindows(second).reserve(windows, 900), second_pump) == 0.0
+    assert result_of(ParentWindows(first).reserve(windows, 900), first_pump) == 900.0
+    assert result_of(ParentWindows(second).release(["login:pair:a"]), second_pump) is None
+    assert result_of(ParentWindows(first).reserve(windows, 900), first_pump) == 0.0
+
+
+def test_a_worker_says_when_it_serves_and_learns_when_its_parent_is_gone():
+    parent = Parent()
+    worker, pump = parent.worker()
+    assert result_of(worker.callRemote(Ready, index=1, reactor="default (EPollReactor)"), pump) == {}
+    assert parent.ready == [(1, "default (EPollReactor)")]
+    pump.server.transport.loseConnection()
+    pump.flush()
+    assert parent.workers_lost_parent == 1
