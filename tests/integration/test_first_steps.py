@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -125,9 +126,11 @@ def test_the_units_and_the_docs_name_the_same_socket():
 
 
 @pytest.mark.skipif(shutil.which("systemd-socket-activate") is None, reason="systemd-socket-activate is not installed")
-def test_socket_activation_without_systemd_works_as_documented(tmp_path):
-    """The documented command, in a deployment laid out like the checkout, on a free port."""
-    deployment = checkout_like(tmp_path)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_socket_activation_without_systemd_works_as_documented(tmp_path, workers):
+    """The documented command, in a deployment laid out like the checkout, on a free port; with
+    worker processes, the parent takes the socket and every worker serves it."""
+    deployment = checkout_like(tmp_path, api={"procCores": workers})
     command = documented_socket_activation()
     assert "127.0.0.1:8080" in command
     port = free_port()
@@ -139,10 +142,14 @@ def test_socket_activation_without_systemd_works_as_documented(tmp_path):
         reply = subprocess.run(["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/health"],
                                capture_output=True, text=True, timeout=60)
         assert reply.stdout == '{"status":"pass","version":"0.1"}'
+        # the first worker may serve before the other does: the ready line comes once both do
+        assert select.select([process.stdout], [], [], 30)[0], "no ready line"
+        ready = process.stdout.readline()
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         out, err = process.communicate(timeout=30)
-    assert f"apid ready on http://127.0.0.1:{port} " in out, err
+    assert ready.startswith(f"apid ready on http://127.0.0.1:{port} "), (ready, err)
+    assert ready.rstrip().endswith("2 workers)") == (workers == 2), ready
 
 
 def _listening(port: int) -> bool:
