@@ -35,6 +35,7 @@ USER = ("alice", "alice-password-1", "alice@example.com")
 ADMIN_ACCOUNT = (*ADMIN, "ROLE_ADMIN")
 USER_ACCOUNT = (*USER, "ROLE_USER")
 V = "/v0.1"
+ANCHORS = REPO / "scripts" / "anchors"
 # APID_TEST_REACTOR=asyncio runs every daemon on that reactor, unless its deployment names one
 # (`server={"reactor": ...}`); README.md, Tests, says which modules `make test` runs so.
 TEST_REACTOR = os.environ.get("APID_TEST_REACTOR") or None
@@ -303,3 +304,31 @@ def wait_for(predicate, timeout: float = 10, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def listening(port: int) -> bool:
+    """Whether a server accepts connections on the loopback `port` (one started in another process)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def running_anchor(name: str, deployment: Deployment | None = None) -> Iterator[tuple[subprocess.Popen, int]]:
+    """scripts/anchors/{name}.py, a hand-written server scripts/bench measures apid against, on a
+    free loopback port, reading `deployment`'s SQLite file and JWT secret (the person/show
+    anchors): its process and port once it accepts connections; stopped on leaving the block."""
+    port = free_port()
+    files = [] if deployment is None else [
+        "--db", str(deployment.root / "var" / "test.db"), "--secret-file", str(deployment.root / "var" / "jwt.secret")]
+    process = subprocess.Popen([sys.executable, str(ANCHORS / f"{name}.py"), *files, "--port", str(port)])
+    try:
+        wait_for(lambda: process.poll() is not None or listening(port), timeout=30)
+        if not listening(port):
+            raise RuntimeError(f"{name} did not start (exit status {process.poll()})")
+        yield process, port
+    finally:
+        process.terminate()
+        process.wait(10)

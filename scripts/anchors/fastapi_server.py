@@ -1,0 +1,90 @@
+"""A hand-written FastAPI server doing what apid's `GET /v0.1/person/show/<id>` does, as a user
+would write it: an anchor scripts/bench measures apid against (issue 16).
+
+A plain `def` endpoint, which FastAPI runs in its thread pool: it verifies the HS256 bearer
+token with PyJWT (apid's secret file, issuer and audience), reads the person row and its roles
+by id from apid's SQLite file with the stdlib sqlite3 (one connection per thread), and answers
+the fields the token's roles may see: 401 without a valid token, 403 for another's record
+unless admin, 404 for no row. One uvicorn process on uvloop and httptools.
+
+    python scripts/anchors/fastapi_server.py --db PATH --secret-file PATH --port N
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jwt
+import uvicorn
+from fastapi import FastAPI, Header, HTTPException
+
+PUBLIC = ("id", "version", "username", "email")
+ADMIN = PUBLIC + ("enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated",
+                  "lastUpdated")
+QUERY = """
+    select p.id, p.version, p.username, p.email, p.enabled, p.account_locked, p.account_expired,
+           p.password_expired, p.date_created, p.last_updated, group_concat(r.authority)
+    from person p left join person_role pr on pr.person_id = p.id left join role r on r.id = pr.role_id
+    where p.id = ? group by p.id
+"""
+
+app = FastAPI()
+local = threading.local()
+settings = argparse.Namespace()
+
+
+def iso(stored: str) -> str:
+    return datetime.fromisoformat(stored).replace(tzinfo=timezone.utc).isoformat()
+
+
+def read_person(person_id: int) -> dict | None:
+    if not hasattr(local, "db"):
+        local.db = sqlite3.connect(settings.db)
+    row = local.db.execute(QUERY, (person_id,)).fetchone()
+    if row is None:
+        return None
+    return {"id": row[0], "version": row[1], "username": row[2], "email": row[3], "enabled": bool(row[4]),
+            "accountLocked": bool(row[5]), "accountExpired": bool(row[6]), "passwordExpired": bool(row[7]),
+            "roles": sorted(row[10].split(",")) if row[10] else [], "dateCreated": iso(row[8]),
+            "lastUpdated": iso(row[9])}
+
+
+def verified(authorization: str | None) -> dict:
+    if not authorization or not authorization.startswith("Bearer "):
+        raise HTTPException(401, "a valid bearer token is needed")
+    try:
+        return jwt.decode(authorization[7:], settings.secret, algorithms=["HS256"], audience="apid", issuer="apid",
+                          leeway=30, options={"require": ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]})
+    except jwt.InvalidTokenError:
+        raise HTTPException(401, "a valid bearer token is needed") from None
+
+
+@app.get("/v0.1/person/show/{person_id}")
+def show(person_id: int, authorization: str | None = Header(default=None)) -> dict:
+    claims = verified(authorization)
+    admin = "ROLE_ADMIN" in claims["roles"]
+    if not admin and str(person_id) != claims["sub"]:
+        raise HTTPException(403, "you may only reach your own person record")
+    person = read_person(person_id)
+    if person is None:
+        raise HTTPException(404, f"no person with id {person_id}")
+    return {name: person[name] for name in (ADMIN if admin else PUBLIC)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--secret-file", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.parse_args(namespace=settings)
+    settings.secret = settings.secret_file.read_text().strip()
+    uvicorn.run(app, host="127.0.0.1", port=settings.port, loop="uvloop", http="httptools", access_log=False,
+                log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
