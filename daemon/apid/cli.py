@@ -106,8 +106,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import socket
 
     from apid.reactors import install
+    from apid.workers import CHANNEL_FD, PORT_FD
 
-    config = pickle.load(sys.stdin.buffer)  # pickled by the parent, on a pipe only it holds
+    if sys.stdin.isatty() or not all(_open(fd) for fd in (PORT_FD, CHANNEL_FD)):
+        raise CommandFailed("`apid worker` is started by `apid serve` (procCores above 1), not by hand")
+    try:
+        config = pickle.load(sys.stdin.buffer)  # pickled by the parent, on a pipe only it holds
+    except (EOFError, pickle.UnpicklingError) as exc:
+        raise CommandFailed(f"`apid worker` read no configuration from its parent ({exc})") from None
     os.setpgrp()  # Ctrl-C in a terminal reaches the parent alone, which stops the workers in order
     reactor = install(args.reactor)
     from twisted.internet import reactor as running
@@ -117,6 +123,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     _start_logging(config)
     return serve(config, reactor, link(running, args.index, socket.AddressFamily[args.family]))
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _start_logging(config: Config) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -117,3 +119,16 @@ def test_a_worker_that_cannot_start_stops_the_parent_with_its_error(tmp_path):
     assert daemon.process.wait(30) == 1
     assert "person.json: not valid JSON" in daemon.stderr
     assert "apid: cannot start: worker" in daemon.stderr
+
+
+def test_a_worker_started_by_hand_refuses_with_one_line():
+    """`apid worker` is the parent's: run without its socket, channel and configuration, it says so."""
+    command = [sys.executable, "-m", "apid", "worker", "--index", "0", "--family", "AF_INET", "--reactor", "default"]
+    alone = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert (alone.returncode, alone.stderr) == (
+        1, "apid: `apid worker` is started by `apid serve` (procCores above 1), not by hand\n")
+    # descriptors 3 and 4 open, but no configuration on standard input
+    empty = subprocess.run(["bash", "-c", 'exec "$@" 3</dev/null 4</dev/null', "bash", *command],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 1
+    assert empty.stderr.startswith("apid: `apid worker` read no configuration from its parent")

@@ -14,6 +14,8 @@ import tempfile
 from apid.config import Config
 
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+PORT_FD = 3  # a worker's copy of the listening socket
+CHANNEL_FD = 4  # a worker's end of its channel to the parent
 
 
 def worker_count(config: Config) -> int:

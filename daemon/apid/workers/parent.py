@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ProcessExitedAlready, ProcessTerminated
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IProcessTransport
 from twisted.internet.protocol import Factory, ProcessProtocol, Protocol
+from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -33,7 +34,7 @@ from apid.auth.limits import MemoryWindows
 from apid.config import Config
 from apid.throttle import MemoryCounters
 from apid.workers.channel import ParentSide, adopt
-from apid.workers.worker import CHANNEL_FD, PORT_FD
+from apid.workers import CHANNEL_FD, PORT_FD
 
 log = Logger(namespace="apid.workers")
 
@@ -214,9 +215,11 @@ def _signal(worker: Worker, name: str) -> None:
 
 
 def _metrics_of_dead(pid: int) -> None:
+    """Its gauges leave the sums (files removed: in a thread)."""
     from apid.metrics import process_dead
 
-    process_dead(pid)
+    deferToThread(process_dead, pid).addErrback(
+        lambda failure: log.failure("removing the metrics of worker pid {pid} failed", failure, pid=pid))
 
 
 def _count_restart() -> None:

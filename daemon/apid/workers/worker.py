@@ -18,10 +18,9 @@ from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.protocol import Factory
 from zope.interface import implementer
 
+from apid.workers import CHANNEL_FD, PORT_FD
 from apid.workers.channel import ParentCounters, ParentWindows, Ready, WorkerSide, adopt
 
-PORT_FD = 3
-CHANNEL_FD = 4
 
 
 class SharedPort(tcp.Port):
