@@ -22,6 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import Request
+from twisted.web.resource import IResource
 from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
 from werkzeug.routing import RequestRedirect
 
@@ -34,6 +35,7 @@ from apid.caching import AnswerCache, answer, cache_key, entity_tag
 from apid.chain import ChainRunner
 from apid.coroutines import started
 from apid.deprecation import announce
+from apid.dispatch import ApiDispatch
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
 from apid.iostate import Endpoint
 from apid.links import add_links, link_header, page_links, wanted as wanted_links
@@ -88,10 +90,13 @@ class Application:
         self._anonymous = anonymous_caller(anonymous_role)
         self._cache = cache
         self.klein = Klein()
-        self._add_routes(public_routes)
+        self._public_routes = list(public_routes)
+        self._add_routes(self._public_routes)
 
-    def resource(self) -> Any:
-        return self.klein.resource()
+    def resource(self) -> IResource:
+        """API calls routed by their own grammar (`apid.dispatch`), every other path by Klein."""
+        claimed = {route.path.strip("/").partition("/")[0].encode() for route in self._public_routes}
+        return ApiDispatch(self._api, self._failed, API_METHODS, self.klein.resource(), claimed)
 
     async def authenticate(self, request: Request) -> Principal:
         """The caller as their account stands now: the token verified, not revoked, and its
@@ -267,6 +272,12 @@ class Application:
 
     def _problem(self, request: Request, failure: Failure) -> bytes:
         return write_problem(request, failure.value)
+
+    def _failed(self, request: Request, failure: Failure) -> bytes:
+        """The answer to an API call that raised: its problem, or a logged 500."""
+        if failure.check(Problem):
+            return self._problem(request, failure)
+        return self._unexpected(request, failure)
 
     def _wrong_method(self, request: Request, failure: Failure) -> bytes:
         allow = sorted(failure.value.valid_methods or [])

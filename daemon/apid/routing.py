@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from apid.problems import NotFound
 
 PREFIX = re.compile(r"(?P<kind>[vbc])(?P<app>[0-9]+\.[0-9]+)(?:-(?P<api>[A-Za-z0-9_.]+))?")
+PREFIX_BYTES = re.compile(PREFIX.pattern.encode("ascii"))  # a path's first segment, undecoded
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

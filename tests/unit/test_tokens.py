@@ -123,6 +123,38 @@ def test_expiry_follows_the_service_clock():
         tokens.verify(token)
 
 
+def test_a_token_verified_before_is_still_refused_once_expired():
+    now = [time.time()]
+    tokens = service(lambda: now[0])
+    token = tokens.issue(7, "alice", frozenset({"ROLE_USER"}))
+    assert tokens.verify(token).user_id == 7
+    now[0] += LIFETIME + LEEWAY + 1
+    with pytest.raises(Unauthorized, match=EXPIRED):
+        tokens.verify(token)
+    assert tokens.verify(token, allow_expired=True).user_id == 7
+
+
+def test_a_token_altered_after_its_genuine_form_was_verified_is_refused():
+    tokens = service()
+    token = tokens.issue(7, "alice", frozenset({"ROLE_USER"}))
+    tokens.verify(token)
+    header, payload, signature = token.split(".")
+    promoted = _b64({**jwt.decode(token, options={"verify_signature": False}), "roles": ["ROLE_ADMIN"]})
+    for altered in (f"{header}.{promoted}.{signature}", f"{header}.{payload}.{signature[:-2]}AA", token + " "):
+        with pytest.raises(Unauthorized, match=INVALID):
+            tokens.verify(altered)
+    assert tokens.verify(token).roles == frozenset({"ROLE_USER"})
+
+
+def test_verified_tokens_kept_are_bounded_and_each_still_verifies(monkeypatch):
+    monkeypatch.setattr("apid.auth.tokens.VERIFIED_KEPT", 3)
+    tokens = service()
+    issued = [tokens.issue(user, f"user{user}", frozenset({"ROLE_USER"})) for user in range(1, 6)]
+    assert [tokens.verify(token).user_id for token in issued] == [1, 2, 3, 4, 5]
+    assert len(tokens._verified) == 3
+    assert [tokens.verify(token).user_id for token in issued] == [1, 2, 3, 4, 5]
+
+
 def test_alg_none_token_is_refused():
     header = {"alg": "none", "typ": "at+jwt"}
     refused(f"{_b64(header)}.{_b64(claims())}.")
