@@ -10,6 +10,7 @@ twisted.logger events.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import time
@@ -46,6 +47,10 @@ SERVER = b"apid"
 # reset the connection and could destroy the answer before the client reads it.
 LINGER_SECONDS = 2.0
 CLIENT_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")  # 1 to 128 visible ASCII characters
+# The ids apid makes: 16 random hex characters drawn once per process, then a counter. Unique
+# across processes and restarts as random ids are, without a getrandom call per request;
+# an id names a request in the logs and is no secret.
+_MADE_IDS = map(f"{os.urandom(8).hex()}{{:016x}}".format, itertools.count())
 # What the site reports each answered request to: endpoint, API version, method, status, seconds.
 Observer = Callable[[str, str, bytes, int, float], None]
 
@@ -89,12 +94,12 @@ def write_problem(request: Request, problem: Problem) -> bytes:
 def request_id(request: Request) -> str:
     """The request's id, chosen at first use: the client's X-Request-ID when it is 1 to 128
     visible ASCII characters (a proxy's, so one request is followed through its logs and
-    apid's), else 32 new hex characters. Answers, problems and the access log all carry it."""
+    apid's), else 32 hex characters unique to it. Answers, problems and the access log all carry it."""
     chosen = getattr(request, "request_id", None)
     if chosen is None:
         sent = request.getHeader(b"x-request-id")
         usable = sent is not None and CLIENT_REQUEST_ID.fullmatch(sent)
-        chosen = request.request_id = sent.decode("ascii") if usable else os.urandom(16).hex()
+        chosen = request.request_id = sent.decode("ascii") if usable else next(_MADE_IDS)
     return chosen
 
 
@@ -198,6 +203,13 @@ class ApidChannel(HTTPChannel):
 
     _answered_early = False
     _linger: IDelayedCall | None = None
+    _host: Any = None
+
+    def getHost(self) -> Any:
+        """The local address, asked of the socket once per connection, not once per request."""
+        if self._host is None:
+            self._host = super().getHost()
+        return self._host
 
     def allHeadersReceived(self) -> None:
         limit = self.site.max_body_bytes

@@ -73,9 +73,9 @@ def parse_answers(data: bytes) -> list[Answer]:
 
 
 class Connection:
-    def __init__(self) -> None:
+    def __init__(self, resource: Resource | None = None) -> None:
         self.clock = Clock()
-        self.site = ApidSite(Echo(), LIMIT, access_log_enabled=False)
+        self.site = ApidSite(resource or Echo(), LIMIT, access_log_enabled=False)
         self.site.reactor = self.clock
         self.channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
         self.transport = Transport()
