@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import shutil
 import sqlite3
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from bench_anchors import pin  # noqa: E402
 from harness import ADMIN, Daemon, Deployment  # noqa: E402
 from receiver import Receiver  # noqa: E402
 
@@ -57,7 +57,7 @@ def _add_hooks(database: sqlite3.Connection, receiver: Receiver, count: int) -> 
 
 def _started(deployment: Deployment) -> Daemon:
     daemon = Daemon(deployment).start()
-    os.sched_setaffinity(daemon.process.pid, {0})
+    pin(daemon.process.pid)
     return daemon
 
 

@@ -99,9 +99,11 @@ class Application:
         return ApiDispatch(self._api, self._failed, API_METHODS, self.klein.resource(), claimed)
 
     async def authenticate(self, request: Request) -> Principal:
-        """The caller as their account stands now: the token verified, not revoked, and its
-        roles cut to those the account still holds."""
-        token = bearer_token(request)
+        return await self._authenticated(bearer_token(request))
+
+    async def _authenticated(self, token: str | None) -> Principal:
+        """The caller of a request sending `token` as their account stands now: the token
+        verified, not revoked, and its roles cut to those the account still holds."""
         if token is None:
             raise Unauthorized(NEEDS_TOKEN)
         if not token:
@@ -163,14 +165,15 @@ class Application:
             raise
 
     async def _call(self, request: Request, target: Target) -> bytes:
-        if bearer_token(request) is None:
+        token = bearer_token(request)
+        if token is None:
             # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
             principal = self._anonymous
             self._pipeline.check_anonymous(principal, CallRequest(
                 controller=target.controller, action=target.action, api_version=target.api_version, method=None,
             ), Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT)
         else:
-            principal = await self.authenticate(request)
+            principal = await self._authenticated(token)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
         body = read_json_body(request)
         await self._charge(request, principal, request_cost(target.kind, body),

@@ -11,6 +11,7 @@ segment, too many segments, an unknown method) and the public and plugin routes 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
@@ -24,6 +25,8 @@ from twisted.web.server import NOT_DONE_YET
 from apid.routing import PREFIX_BYTES
 
 log = Logger(namespace="apid.dispatch")
+
+ENCODED_SLASH = re.compile(rb"%2f", re.IGNORECASE)  # a slash inside a segment, once decoded
 
 # The handler of an API call: the request and its prefix, controller, action and id.
 ApiHandler = Callable[..., Coroutine[Any, Any, bytes]]
@@ -52,7 +55,7 @@ class ApiDispatch(Resource):
             segments = segments[:-1]  # a trailing slash
         if (not 2 <= len(segments) <= 4 or request.method not in self._methods
                 or not PREFIX_BYTES.fullmatch(segments[0]) or segments[0] in self._claimed
-                or any(not segment or b"/" in segment for segment in segments)):
+                or b"" in segments or ENCODED_SLASH.search(request.path)):
             return self._routes.render(request)
         gone = request.notifyFinish()
         running = Deferred.fromCoroutine(self._handle(request, *(segment.decode() for segment in segments)))

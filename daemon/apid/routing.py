@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from apid.problems import NotFound
 
@@ -27,6 +28,17 @@ class Target:
 
 def parse_target(app_version: str, prefix: str, controller: str, action: str | None, id: str | None) -> Target:
     """The call a path names; a wrong prefix, application version or name is a 404 problem."""
+    kind, api_version = _prefix(app_version, prefix)
+    for name in (controller, action):
+        if name is not None and not NAME.fullmatch(name):
+            raise NotFound(f"no controller or action named {name!r}")
+    return Target(kind=kind, api_version=api_version, controller=controller, action=action, id=id)
+
+
+@lru_cache(maxsize=256)
+def _prefix(app_version: str, prefix: str) -> tuple[str, str | None]:
+    """The kind and API version a prefix names, worked out once: a daemon is called with a few
+    (a wrong one raises, and is not kept)."""
     match = PREFIX.fullmatch(prefix)
     if match is None:
         raise NotFound(f"no resource at /{prefix}/...")
@@ -35,16 +47,7 @@ def parse_target(app_version: str, prefix: str, controller: str, action: str | N
             f"application version {match['app']} is not served here; this daemon serves {app_version}",
             servedVersion=app_version,
         )
-    for name in (controller, action):
-        if name is not None and not NAME.fullmatch(name):
-            raise NotFound(f"no controller or action named {name!r}")
-    return Target(
-        kind=match["kind"],
-        api_version=match["api"],
-        controller=controller,
-        action=action,
-        id=id,
-    )
+    return match["kind"], match["api"]
 
 
 def call_path(kind: str, app_version: str, api_version: str | None, controller: str, action: str) -> str:
