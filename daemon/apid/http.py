@@ -68,9 +68,12 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value, default=_default, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
+# twisted.web knows no reason phrase for 422, 429 and others
+PHRASES = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
+
+
 def _status(request: Request, status: int) -> None:
-    """Set the status with its reason phrase (twisted.web knows none for 422, 429 and others)."""
-    request.setResponseCode(status, HTTPStatus(status).phrase.encode("ascii"))
+    request.setResponseCode(status, PHRASES[status])
 
 
 def write_json(request: Request, value: Any, status: int = 200) -> bytes:
