@@ -98,6 +98,7 @@ class Lineup:
     urls: dict[str, str]  # server -> the URL loaded, in LABELS' order
     token: str  # an admin's access token, good on each of them
     apid_rss_mib: float  # apid's resident memory once ready, before any request
+    apid_pid: int  # to read its memory again after the load
 
 
 @contextmanager
@@ -113,7 +114,7 @@ def lined_up(deployment: Deployment) -> Iterator[Lineup]:
             process, port = stack.enter_context(running_anchor(script, None if name == "static" else deployment))
             pin(process.pid)
             urls[name] = f"http://127.0.0.1:{port}{'/' if name == 'static' else PERSON}"
-        yield Lineup({name: urls[name] for name in LABELS}, daemon.login(*ADMIN[:2]), rss)
+        yield Lineup({name: urls[name] for name in LABELS}, daemon.login(*ADMIN[:2]), rss, daemon.process.pid)
 
 
 def milliseconds(figure: str) -> float:
@@ -164,7 +165,8 @@ wrk on CPU 1 with {result['connections']} connections; a warm-up, then {result['
 |---|---|---|---|
 {verdicts}
 
-Idle RSS: VmRSS of the apid process once it is ready, before any request. Start-up: from
+Idle RSS: VmRSS of the apid process once it is ready, before any request; after the runs
+above ({result['apid_requests']:,} requests served) it was {result['rss_after_mib']:.0f} MiB. Start-up: from
 starting `apid serve` to its first served `/health`, best of 3.
 
 Versions: {versions()}.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import txredisapi
 from twisted.web.resource import IResource
 
 from apid.accounts import Accounts
@@ -43,7 +43,11 @@ from apid.plugins import Bound, RuleBook
 from apid.store.database import Database
 from apid.store.redis import redis_pool
 from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
-from apid.workers.worker import WorkerLink
+
+if TYPE_CHECKING:
+    import txredisapi
+
+    from apid.workers.worker import WorkerLink
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ outputs keep the order of the elements, and every failed element is reported.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from twisted.internet.defer import CancelledError, ensureDeferred
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from apid import metrics
 from apid.auth.tokens import Principal
@@ -84,27 +85,45 @@ class BatchRunner:
         ]
         admitted = self._pipeline.admit(principal, calls[0], Purpose.BATCH)
         if admitted.endpoint.is_safe:
-            # All start now and run together; their outcomes are then collected in order, an
-            # element already finished read at once (no DeferredList bookkeeping per element).
-            running = [ensureDeferred(self._pipeline.execute(admitted, call)) for call in calls]
-            try:
-                outcomes = [await _outcome(element) for element in running]
-            except CancelledError:  # the client went away: every element still running stops too
-                for element in running:
-                    element.cancel()
-                    element.addErrback(lambda _: None)
-                raise
+            # All start now and run together, and the batch goes on once all have finished.
+            outcomes = await _settled([self._pipeline.execute(admitted, call).addCallbacks(_data, _problem)
+                                       for call in calls])
         else:
-            outcomes = [await _outcome(self._pipeline.execute(admitted, call)) for call in calls]
+            outcomes = [await self._pipeline.execute(admitted, call).addCallbacks(_data, _problem) for call in calls]
         return replace(summarise(outcomes, batch.combine, instance), endpoint=admitted.endpoint)
 
 
-async def _outcome(element: Awaitable[CallResult]) -> Any:
-    """The element's output, or the problem that stopped it."""
-    try:
-        return (await element).data
-    except Problem as problem:
-        return problem
+def _settled(running: list[Deferred[Any]]) -> Deferred[list[Any]]:
+    """The outcomes of `running`, in order, once each has one: the batch wakes up once, not
+    once per element. A failure that is not an element's problem fails the batch; cancelling
+    it (the client went away) stops every element still running."""
+    outcomes: list[Any] = [None] * len(running)
+    left = len(running)
+    settled: Deferred[list[Any]] = Deferred(lambda _: [element.cancel() for element in running])
+
+    def settle(outcome: Any, index: int) -> None:
+        nonlocal left
+        outcomes[index], left = outcome, left - 1
+        if left == 0 and not settled.called:
+            failed = next((outcome for outcome in outcomes if isinstance(outcome, Failure)), None)
+            if failed is None:
+                settled.callback(outcomes)
+            else:
+                settled.errback(failed)
+
+    for index, element in enumerate(running):
+        element.addBoth(settle, index)
+    return settled
+
+
+def _data(result: CallResult) -> Any:
+    return result.data
+
+
+def _problem(failure: Failure) -> Problem:
+    """The problem that stopped an element, as its outcome; any other failure stops the batch."""
+    failure.trap(Problem)
+    return failure.value
 
 
 def summarise(outcomes: list[Any], combine: bool, instance: str) -> BatchOutcome:

@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Connection, select
-from sqlalchemy.dialects import postgresql, sqlite
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -34,7 +33,7 @@ from twisted.web.http import Request
 
 from apid.iostate import Endpoint
 from apid.pipeline import CallRequest, CallResult
-from apid.store.database import Database
+from apid.store.database import Database, dialect_insert
 from apid.store.tables import cache_change
 
 log = Logger(namespace="apid.caching")
@@ -95,10 +94,10 @@ def read_generations(connection: Connection) -> dict[str, int]:
 
 def bump_generations(connection: Connection, controllers: Iterable[str]) -> dict[str, int]:
     """Count one change of each controller; their counters now."""
-    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+    insert = dialect_insert(connection)
     counters = {}
     for controller in controllers:
-        statement = dialect.insert(cache_change).values(controller=controller, generation=1)
+        statement = insert(cache_change).values(controller=controller, generation=1)
         counters[controller] = connection.execute(statement.on_conflict_do_update(
             index_elements=[cache_change.c.controller],
             set_={"generation": cache_change.c.generation + 1},

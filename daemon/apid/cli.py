@@ -92,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         _start_logging(config)
         return serve_workers(config, count, choice, metrics)
-    # first: the daemon's modules (txredisapi among them) import twisted.internet.reactor
+    # first: the daemon's modules (Klein among them) import twisted.internet.reactor
     reactor = install(choice)
     from apid.daemon import serve
 

@@ -4,6 +4,10 @@
 Start order matters: the database is migrated and reachable and every plugin is bound to
 valid IO State before the port listens; only then the ready line and systemd's READY=1.
 On SIGTERM the port closes first, in-flight requests finish (up to a cap), then the pools.
+
+A daemon holds only what its configuration uses: the migration runs in a child process
+(`apid.store.migration_child`), and Redis's client, the webhook worker, the metrics and SMTP
+are imported where they are set up, when the configuration asks for them.
 """
 
 from __future__ import annotations
@@ -14,9 +18,8 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import txredisapi
-from sqlalchemy import Engine
 from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
@@ -25,6 +28,7 @@ from twisted.protocols.policies import WrappingFactory
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
+from apid import metrics
 from apid.assembly import assemble
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
@@ -32,17 +36,19 @@ from apid.auth.tokens import load_secret
 from apid.config import Config, ConfigError
 from apid.coroutines import end_tasks
 from apid.docspage import DocsPage
-from apid.hooks.delivery import Deliverer
-from apid.hooks.worker import DeliveryWorker
 from apid.http import ApidSite
 from apid.mail import Outbox
-from apid.metrics import listen_metrics, request_answered
 from apid.ping import PeerPinger
-from apid.plugins import RuleBook, load_all, migration_sources
+from apid.plugins import RuleBook, load_all
 from apid.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
 from apid.store.database import Database, make_engine, run_read
-from apid.store.migrate import ensure_sqlite_folder, require_current, upgrade_all
-from apid.workers.worker import WorkerLink
+from apid.store.migration_child import MigrationChild
+
+if TYPE_CHECKING:
+    import txredisapi
+
+    from apid.hooks.worker import DeliveryWorker
+    from apid.workers.worker import WorkerLink
 
 log = Logger(namespace="apid.daemon")
 
@@ -109,22 +115,18 @@ def describe(port: IListeningPort) -> str:
     return str(getattr(host, "name", host))
 
 
-async def migrate(engine: Engine, config: Config, upgrade: bool) -> None:
-    """Bring apid's and the plugins' schemas up to date, or (`upgrade` false) refuse a database
-    behind the plugins installed, naming what to run."""
-    sources = await deferToThread(migration_sources)
-    ensure_sqlite_folder(config.server.database_url)
-    await deferToThread(upgrade_all if upgrade else require_current, engine, sources)
-
-
-async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker: WorkerLink | None = None) -> Running:
+async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker: WorkerLink | None = None,
+                migration: MigrationChild | None = None) -> Running:
     """Bring everything up and listen; raises (and leaves nothing running) if any step fails.
-    A worker's parent migrated the database already and keeps the counts without Redis."""
+    `migration` is the child migrating the database; a worker has none: its parent migrated
+    the database before starting any worker, and keeps the counts without Redis."""
     server, api = config.server, config.api
+    if migration is not None:
+        await deferToThread(migration.wait)
+    counting = metrics.count_if_read(server.metrics)
     secret = await deferToThread(load_secret, server.jwt)
-    docs_page = await deferToThread(DocsPage)  # reads and compresses the viewer's files
+    docs_page = DocsPage()  # reads the viewer's files at the first request for them
     engine = make_engine(server.database_url, server.database_pool_size)
-    await migrate(engine, config, server.migrate_on_start and worker is None)
     generation = await deferToThread(run_read, engine, read_generation)  # before the files: no reload missed
     bound = await deferToThread(load_all, api.iostate_dir, api.security)
 
@@ -140,11 +142,12 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker
     try:
         await parts.revocations.start()
         await rules_watcher.start(generation)
-        site = ApidSite(parts.resource, api.max_body_bytes, server.access_log, observe=request_answered)
+        site = ApidSite(parts.resource, api.max_body_bytes, server.access_log,
+                        observe=metrics.request_answered if counting else None)
         connections = WrappingFactory(site)
         connections.noisy = False
         if server.metrics.listen is not None and worker is None:  # a worker's parent serves every worker's
-            metrics_port = await listen_metrics(reactor, server.metrics.listen)
+            metrics_port = await metrics.listen_metrics(reactor, server.metrics.listen)
         port = await endpoint.listen(connections)
     except BaseException:
         if metrics_port is not None:
@@ -170,6 +173,10 @@ def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | 
     """The delivery worker when webhookActive is on; without it nothing is recorded or sent."""
     if not config.server.webhook_active:
         return None
+    # here, not at the top: treq and Twisted's HTTP client stay out of a daemon without webhooks
+    from apid.hooks.delivery import Deliverer
+    from apid.hooks.worker import DeliveryWorker
+
     settings = config.server.webhooks
     deliverer = Deliverer(reactor, config.api.allowed_origins, settings.timeout, settings.per_host)
     return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
@@ -235,7 +242,7 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
 
     async def begin() -> None:
         try:
-            running = await start(reactor, config, endpoint, worker)
+            running = await start(reactor, config, endpoint, worker, migration)
         except Exception as exc:
             print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
             outcome["status"] = 1
@@ -261,6 +268,8 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
 
     # a bad `listen` ends here, exit 2
     endpoint = worker.endpoint if worker is not None else server_endpoint(reactor, config.server.listen)
+    # forked now, while this process runs one thread; a worker's parent migrated already
+    migration = MigrationChild.fork(config) if worker is None else None
     reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
     reactor.run()
     return outcome["status"]

@@ -22,7 +22,6 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
-from twisted.mail.smtp import sendmail
 
 from apid.config import MailConfig
 
@@ -82,6 +81,8 @@ class SmtpMailer:
         self._reactor = reactor
 
     def send(self, message: Message) -> Deferred[None]:
+        from twisted.mail.smtp import sendmail  # here: a daemon mailing to files never loads SMTP
+
         config = self._config
         sending = sendmail(
             config.smtp_host,

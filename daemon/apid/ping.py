@@ -3,35 +3,46 @@
 Each peer's public `/health` is fetched with treq through a connection pool of our own.
 The whole exchange with a peer (connecting, the headers, the body) is bounded by that peer's
 timeout, so the answer comes within the largest timeout whatever the peers do: refuse the
-connection, accept and stay silent, answer slowly, answer an error or garbage.
+connection, accept and stay silent, answer slowly, answer an error or garbage. The client is
+made at the first ping: until then treq and Twisted's HTTP client stay out of the daemon.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import treq
-from treq.client import HTTPClient
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
-from twisted.web.client import ResponseNeverReceived
 
 from apid import metrics
 from apid.config import PeerServer
-from apid.outbound import agent, connection_pool
+
+if TYPE_CHECKING:
+    from treq.client import HTTPClient
+    from twisted.web.client import HTTPConnectionPool
 
 
 class PeerPinger:
     def __init__(self, reactor: IReactorTime, peers: Iterable[PeerServer]) -> None:
         self._reactor = reactor
         self._peers = tuple(peers)
-        self._pool = connection_pool(reactor, per_host=1)
-        self._client = HTTPClient(agent(reactor, self._pool))  # each ping is bounded as a whole below
+        self._pool: HTTPConnectionPool | None = None
+        self._client: HTTPClient | None = None
 
     def close(self) -> Deferred[None]:
-        return self._pool.closeCachedConnections()
+        return succeed(None) if self._pool is None else self._pool.closeCachedConnections()
+
+    def _http(self) -> HTTPClient:
+        if self._client is None:  # the first ping: a daemon that never pings never loads treq
+            from treq.client import HTTPClient
+
+            from apid.outbound import agent, connection_pool
+
+            self._pool = connection_pool(self._reactor, per_host=1)
+            self._client = HTTPClient(agent(self._reactor, self._pool))  # each ping is bounded as a whole below
+        return self._client
 
     async def ping_all(self) -> dict[str, Any]:
         results = await gatherResults([Deferred.fromCoroutine(self._ping(peer)) for peer in self._peers])
@@ -39,10 +50,12 @@ class PeerPinger:
         return {"peers": results, "total": len(results), "up": up, "down": len(results) - up}
 
     async def _fetch(self, url: str) -> tuple[int, bytes]:
-        response = await self._client.get(url, allow_redirects=False)
-        return response.code, await treq.content(response)
+        response = await self._http().get(url, allow_redirects=False)
+        return response.code, await response.content()
 
     async def _ping(self, peer: PeerServer) -> dict[str, Any]:
+        from twisted.web.client import ResponseNeverReceived  # loaded by the first ping's client
+
         started = self._reactor.seconds()
         status, error, outcome = None, None, "down"
         exchange = Deferred.fromCoroutine(self._fetch(peer.url + "/health"))

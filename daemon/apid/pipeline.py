@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.coroutines import asyncio_required, needs_asyncio, started
@@ -69,7 +70,9 @@ class Purpose(enum.Enum):
     BATCH = "BATCH"
 
 
-@dataclass(frozen=True)
+# CallRequest and CallResult are made per call, a hundred per batch, and never changed once
+# made; they are not frozen because a frozen dataclass takes twice as long to make.
+@dataclass(slots=True)
 class CallRequest:
     """One call's input, parsed at the edge: JSON fields and text fields (query, path id)."""
 
@@ -93,7 +96,7 @@ class Admission:
     action_rules: ActionRules
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CallResult:
     endpoint: Endpoint
     granted: frozenset[str]
@@ -151,9 +154,10 @@ def admit_fields(
     value, every field the action requires that is missing, and what the action's own
     `validate` says of the fields admitted."""
     fields, errors = typed_fields(state, endpoint, granted, request)
-    flagged = {error["field"] for error in errors}
-    errors += [{"field": name, "reason": "is required"}
-               for name in declared.requires if fields.get(name) is None and name not in flagged]
+    missing = [name for name in declared.requires if fields.get(name) is None]
+    if missing:
+        flagged = {error["field"] for error in errors}
+        errors += [{"field": name, "reason": "is required"} for name in missing if name not in flagged]
     if declared.validate is not None:
         errors += _validated(declared.validate, fields, endpoint)
     if errors:
@@ -166,36 +170,48 @@ def typed_fields(
 ) -> tuple[dict[str, Any], list[FieldError]]:
     """The fields the role may send, typed by VALUES, and an error for every other field."""
     allowed = endpoint.request_fields(granted)
+    body, text = request.body, request.text
     errors: list[FieldError] = []
     fields: dict[str, Any] = {}
-    sources = [(name, values, True) for name, values in request.text.items() if name not in request.body]
-    sources += [(name, value, False) for name, value in request.body.items()]
-    for name, value, is_text in sources:
-        if name not in state.values:
-            errors.append({"field": name, "reason": f"is not a field of {state.name}"})
-            continue
-        if name not in allowed:
-            errors.append({"field": name, "reason": f"may not be sent to {endpoint.path} by your role"})
-            continue
-        kind = state.values[name].type
-        try:
-            if is_text:
-                fields[name] = _parse_text(kind, value)
-            else:
-                fields[name] = None if value is None else kind.check(value)
-        except ValueError as exc:
-            errors.append({"field": name, "reason": f"{exc} ({kind.name})"})
-    # The body wins on a clash, but a malformed path or query value is refused all the same:
-    # /hook/update/abc with {"id": 1} in the body is a bad request, not an update of hook 1.
-    flagged = {error["field"] for error in errors}
-    for name, values in request.text.items():
-        if name in request.body and name in fields and name not in flagged:
+    for name, values in text.items():
+        if name not in body and _sendable(state, endpoint, allowed, name, errors):
             kind = state.values[name].type
             try:
-                _parse_text(kind, values)
+                fields[name] = _parse_text(kind, values)
             except ValueError as exc:
-                errors.append({"field": name, "reason": f"{exc} ({kind.name}), in the path or query"})
+                errors.append({"field": name, "reason": f"{exc} ({kind.name})"})
+    for name, value in body.items():
+        if _sendable(state, endpoint, allowed, name, errors):
+            kind = state.values[name].type
+            try:
+                fields[name] = None if value is None else kind.check(value)
+            except ValueError as exc:
+                errors.append({"field": name, "reason": f"{exc} ({kind.name})"})
+    clashes = [name for name in text if name in body and name in fields] if text and body else []
+    if clashes:
+        # The body wins on a clash, but a malformed path or query value is refused all the same:
+        # /hook/update/abc with {"id": 1} in the body is a bad request, not an update of hook 1.
+        flagged = {error["field"] for error in errors}
+        for name in clashes:
+            kind = state.values[name].type
+            try:
+                _parse_text(kind, text[name])
+            except ValueError as exc:
+                if name not in flagged:
+                    errors.append({"field": name, "reason": f"{exc} ({kind.name}), in the path or query"})
     return fields, errors
+
+
+def _sendable(state: ControllerState, endpoint: Endpoint, allowed: frozenset[str], name: str,
+              errors: list[FieldError]) -> bool:
+    """Whether the role may send field `name`; when not, the error saying why is added."""
+    if name not in state.values:
+        errors.append({"field": name, "reason": f"is not a field of {state.name}"})
+        return False
+    if name not in allowed:
+        errors.append({"field": name, "reason": f"may not be sent to {endpoint.path} by your role"})
+        return False
+    return True
 
 
 def _validated(validate: Validator, fields: Mapping[str, Any], endpoint: Endpoint) -> list[FieldError]:
@@ -218,6 +234,20 @@ def _parse_text(kind: Any, values: list[str]) -> Any:
     if len(values) > 1:
         raise ValueError("was given more than once")
     return kind.parse(values[0])
+
+
+def _deferred(awaitable: Awaitable[Any]) -> Deferred[Any]:
+    """An action's awaitable as a Deferred: a coroutine driven as it is, any other awaitable
+    through one that awaits it."""
+    if isinstance(awaitable, Deferred):
+        return awaitable
+    if inspect.iscoroutine(awaitable):
+        return Deferred.fromCoroutine(awaitable)
+    return Deferred.fromCoroutine(_awaited(awaitable))
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def filter_output(data: Any, allowed: frozenset[str]) -> Any:
@@ -291,32 +321,56 @@ class Pipeline:
     async def run(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> CallResult:
         return await self.execute(self.admit(principal, request, purpose), request)
 
-    async def execute(self, admitted: Admission, request: CallRequest) -> CallResult:
+    def execute(self, admitted: Admission, request: CallRequest) -> Deferred[CallResult]:
         """The steps that depend on one call's fields: admit them, run the action, filter
-        its output. A batch admits its endpoint once and executes each element here."""
-        endpoint, granted = admitted.endpoint, admitted.granted
-        fields = admit_fields(admitted.state, endpoint, granted, request, admitted.action_rules)
-        unit = CallUnit(self._db, self._events, endpoint)
-        call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit)
+        its output. A batch admits its endpoint once and executes each element here.
+
+        Written as Deferred callbacks rather than a coroutine: a batch runs it a hundred times
+        per request, and driving a coroutine per call cost a fifth of an element's time."""
+        endpoint = admitted.endpoint
         try:
+            fields = admit_fields(admitted.state, endpoint, admitted.granted, request, admitted.action_rules)
+            call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller,
+                        unit=CallUnit(self._db, self._events, endpoint))
             output = admitted.action(call)
-            if isinstance(output, Deferred):
-                output = await output
-            elif inspect.isawaitable(output):
-                output = await started(output)
-        except (Problem, CancelledError):
-            raise
-        except Exception as error:
-            if needs_asyncio(error):
-                raise self._asyncio_required(endpoint.path, error) from None
-            log.failure("controller {endpoint} raised", endpoint=endpoint.path)
-            raise InternalError(f"{endpoint.path} failed; the error was logged") from None
-        if self._events is not None and endpoint.emits_events and not unit.recorded:
+        except Exception:
+            return fail().addErrback(self._action_failed, endpoint)
+        if isinstance(output, Deferred):
+            running = output
+        elif inspect.isawaitable(output):
+            running = _deferred(started(output))
+        else:
+            running = succeed(output)
+        return running.addCallbacks(self._answered, self._action_failed, callbackArgs=(admitted, call),
+                                    errbackArgs=(endpoint,))
+
+    def _action_failed(self, failure: Failure, endpoint: Endpoint) -> Failure:
+        """A problem or a cancelling as it is; any other error of the plugin's a logged 500."""
+        if failure.check(Problem, CancelledError):
+            return failure
+        if needs_asyncio(failure.value):
+            raise self._asyncio_required(endpoint.path, failure.value)
+        log.failure("controller {endpoint} raised", failure=failure, endpoint=endpoint.path)
+        raise InternalError(f"{endpoint.path} failed; the error was logged")
+
+    def _answered(self, output: Any, admitted: Admission, call: Call) -> CallResult | Deferred[CallResult]:
+        endpoint, granted = admitted.endpoint, admitted.granted
+        result = CallResult(endpoint=endpoint, granted=granted, page=call.paged,
+                            data=filter_output(output, endpoint.response_fields(granted)))
+        events = self._events is not None and endpoint.emits_events and not call.unit.recorded
+        changed = self._changed is not None and not endpoint.is_safe and admitted.state.caches
+        if events or changed:
+            return Deferred.fromCoroutine(self._told(endpoint, output, result, events, changed))
+        return result
+
+    async def _told(self, endpoint: Endpoint, output: Any, result: CallResult, events: bool,
+                    changed: bool) -> CallResult:
+        """A write's answer once its events are recorded and its cached answers dropped."""
+        if events:
             await self._events.record(endpoint, output)
-        if self._changed is not None and not endpoint.is_safe and admitted.state.caches:
+        if changed:
             await self._changed([endpoint.controller])
-        return CallResult(endpoint=endpoint, granted=granted, data=filter_output(output, endpoint.response_fields(granted)),
-                          page=call.paged)
+        return result
 
     def _asyncio_required(self, path: str, error: Exception) -> InternalError:
         """The 500 of an action that awaited asyncio under the default reactor, logged the

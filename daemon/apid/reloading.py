@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import Connection, delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from twisted.internet.defer import DeferredLock
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
@@ -27,7 +26,7 @@ from twisted.logger import Logger
 
 from apid.iostate import IOStateError, RuleSet
 from apid.plugins import PluginError, RuleBook
-from apid.store.database import Database
+from apid.store.database import Database, dialect_insert
 from apid.store.tables import iostate_change, iostate_report
 
 log = Logger(namespace="apid.reloading")
@@ -55,10 +54,6 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def _insert(connection: Connection):
-    return (postgresql if connection.dialect.name == "postgresql" else sqlite).insert
-
-
 # --- units of work (run in a database thread) -----------------------------------------------------
 
 
@@ -70,7 +65,7 @@ def read_generation(connection: Connection) -> int:
 def bump_generation(connection: Connection) -> int:
     """Ask every daemon process to reload; the new generation."""
     moment = _now()
-    statement = _insert(connection)(iostate_change).values(id=1, generation=1, changed_at=moment)
+    statement = dialect_insert(connection)(iostate_change).values(id=1, generation=1, changed_at=moment)
     return connection.execute(statement.on_conflict_do_update(
         index_elements=[iostate_change.c.id],
         set_={"generation": iostate_change.c.generation + 1, "changed_at": moment},
@@ -91,7 +86,7 @@ def report(connection: Connection, done: Report) -> None:
     """Write (or refresh) a process's report, marking it alive now; purge those gone a day."""
     moment = _now()
     values = {"generation": done.generation, "outcome": done.outcome, "tried_at": done.tried_at, "seen_at": moment}
-    connection.execute(_insert(connection)(iostate_report).values(who=done.who, **values).on_conflict_do_update(
+    connection.execute(dialect_insert(connection)(iostate_report).values(who=done.who, **values).on_conflict_do_update(
         index_elements=[iostate_report.c.who], set_=values))
     connection.execute(delete(iostate_report).where(iostate_report.c.seen_at < moment - KEPT))
 

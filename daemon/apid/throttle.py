@@ -26,9 +26,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import txredisapi
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -38,6 +37,9 @@ from apid.auth.tokens import Principal
 from apid.iostate.model import Endpoint
 from apid.problems import TooManyRequests
 from apid.store.redis import run_script, store_unreachable
+
+if TYPE_CHECKING:
+    import txredisapi
 
 log = Logger(namespace="apid.throttle")
 
@@ -142,6 +144,8 @@ class Rule:
 def endpoint_rule(endpoint: Endpoint, roles: frozenset[str]) -> Rule | None:
     """The endpoint's RATELIMIT for these roles: the most generous (most calls a second, then
     most calls) among the roles that have one; None when none has, or one has `"*"`."""
+    if not endpoint.rate_limits:  # most endpoints: asked on every call
+        return None
     ruled = [(role, limit) for role, limit in endpoint.rate_limits.items() if role in roles]
     if not ruled or any(limit.calls is None for _, limit in ruled):
         return None

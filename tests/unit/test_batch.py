@@ -1,11 +1,17 @@
-"""Batch bodies and how element outcomes become one answer (200 or 207)."""
+"""Batch bodies, how element outcomes become one answer (200 or 207), and how the elements of
+a safe batch run together."""
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
 
-from apid.batch import parse_batch, summarise
+import pytest
+from twisted.internet.defer import CancelledError, Deferred
+
+from apid.auth.tokens import anonymous_caller
+from apid.batch import BatchRunner, parse_batch, summarise
 from apid.problems import BadRequest, NotFound, PayloadTooLarge
+from apid.routing import Target
 
 
 def test_a_batch_body_parses_into_elements_and_combine():
@@ -40,3 +46,53 @@ def test_a_failed_element_answers_207_and_is_reported_whatever_combine_says(comb
     assert outcome.body["data"] == data
     [error] = outcome.body["errors"]
     assert (error["status"], error["index"], error["detail"], error["instance"]) == (404, 1, "no such thing", "/b0.1/x/y")
+
+
+class StepPipeline:
+    """A pipeline whose every element waits until the test settles it."""
+
+    def __init__(self) -> None:
+        self.running: list[Deferred] = []
+
+    def admit(self, principal, call, purpose):
+        return SimpleNamespace(endpoint=SimpleNamespace(is_safe=True))
+
+    def execute(self, admitted, call) -> Deferred:
+        self.running.append(Deferred())
+        return self.running[-1]
+
+
+def started_batch(count: int) -> tuple[StepPipeline, Deferred]:
+    pipeline = StepPipeline()
+    target = Target(kind="b", api_version=None, controller="person", action="show", id=None)
+    body = {"batch": [{"id": index} for index in range(count)], "combine": True}
+    return pipeline, Deferred.fromCoroutine(BatchRunner(pipeline, 100).run(anonymous_caller("ROLE_X"), target, body, "/b"))
+
+
+def test_elements_finishing_out_of_order_answer_in_order_once_all_have():
+    pipeline, batch = started_batch(3)
+    for index in (2, 0):
+        pipeline.running[index].callback(SimpleNamespace(data={"id": index}))
+    assert not batch.called
+    pipeline.running[1].errback(NotFound("no person 1"))
+    outcome = batch.result
+    assert outcome.status == 207
+    assert outcome.body["data"] == [{"id": 0}, None, {"id": 2}]
+    assert [error["index"] for error in outcome.body["errors"]] == [1]
+
+
+def test_an_error_that_is_no_problem_fails_the_batch():
+    pipeline, batch = started_batch(2)
+    pipeline.running[0].callback(SimpleNamespace(data={}))
+    pipeline.running[1].errback(RuntimeError("broken"))
+    assert batch.result.check(RuntimeError)
+    batch.addErrback(lambda _: None)
+
+
+def test_cancelling_the_batch_cancels_every_element_still_running():
+    pipeline, batch = started_batch(3)
+    pipeline.running[0].callback(SimpleNamespace(data={}))
+    batch.cancel()
+    assert batch.result.check(CancelledError)
+    batch.addErrback(lambda _: None)
+    assert all(element.called for element in pipeline.running)

@@ -8,7 +8,8 @@ import gzip
 import re
 
 import pytest
-from twisted.internet.defer import Deferred
+import pytest_twisted
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.python.failure import Failure
 from twisted.web.test.requesthelper import DummyRequest
 
@@ -19,7 +20,7 @@ from apid.problems import NotFound
 
 @pytest.fixture(scope="module")
 def docs() -> DocsPage:
-    return DocsPage()
+    return DocsPage(load_assets())  # in memory from the start: `answer` never waits
 
 
 def request(path: str, query: dict[str, str] | None = None, **headers: str) -> DummyRequest:
@@ -99,6 +100,17 @@ def test_a_file_asked_without_its_digest_is_revalidated_by_etag(docs):
     again = request("/docs/assets/docs.js", if_none_match=header(made, "ETag"))
     assert answer(docs.asset, again) == b""
     assert again.responseCode == 304
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_installed_files_are_read_at_the_first_request_and_kept():
+    docs = DocsPage()
+    first, second = request("/docs/assets/docs.css"), request("/docs")
+    css, page = await gatherResults([Deferred.fromCoroutine(docs.asset(first, None)),
+                                     Deferred.fromCoroutine(docs.page(second, None))])
+    assert css == load_assets()["docs.css"].body
+    assert load_assets()["docs.css"].url in page.decode()
+    assert answer(docs.asset, request("/docs/assets/docs.css")) == css  # from memory now: no waiting
 
 
 def test_text_is_gzipped_when_asked_and_images_are_not(docs):

@@ -1,5 +1,6 @@
 """apid.metrics: what each recorder counts, what a scrape reads, in one process and summed over
-worker processes (prometheus_client's multiprocess mode, in real subprocesses)."""
+worker processes (prometheus_client's multiprocess mode, in real subprocesses), and that a
+process whose metrics nobody can read counts nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import reactor
 
 from apid import metrics
+
+metrics.count()  # as a daemon does when its metrics can be read
 
 
 def value(name: str, **labels: str) -> float:
@@ -80,7 +83,7 @@ def test_a_hook_whose_backlog_emptied_reads_zero():
 
 
 def test_one_process_renders_its_own_registry_in_the_text_format():
-    assert not metrics.MULTIPROCESS
+    assert not metrics.multiprocess_mode()
     metrics.request_answered("/health", "", b"GET", 200, 0.001)
     body, content_type = metrics.render()
     assert content_type.startswith("text/plain")
@@ -95,7 +98,8 @@ def test_one_process_renders_its_own_registry_in_the_text_format():
 WORKER = textwrap.dedent("""
     import sys
     from apid import metrics
-    assert metrics.MULTIPROCESS
+    metrics.count()
+    assert metrics.multiprocess_mode()
     for _ in range(int(sys.argv[1])):
         metrics.request_answered("person/show", "1", b"GET", 200, 0.01)
     metrics.webhooks_pending({5: int(sys.argv[2])})
@@ -104,11 +108,39 @@ WORKER = textwrap.dedent("""
 SCRAPER = textwrap.dedent("""
     import sys
     from apid import metrics
+    metrics.count()
     if len(sys.argv) > 1:
         metrics.process_dead(int(sys.argv[1]))
         metrics.worker_restarted()
     sys.stdout.buffer.write(metrics.render()[0])
 """)
+
+
+UNREAD = textwrap.dedent("""
+    import sys
+    from apid import metrics
+    from apid.config import MetricsConfig
+    metrics.request_answered("person/show", "1", b"GET", 200, 0.01)
+    metrics.batch_run(3)
+    metrics.throttled("rate", "ROLE_USER")
+    metrics.webhooks_pending({5: 1})
+    metrics.pool_wait("read")(0.002)
+    metrics.worker_restarted()
+    metrics.process_dead(1)
+    assert not metrics.count_if_read(MetricsConfig(listen=None, role=None))
+    assert "prometheus_client" not in sys.modules
+    assert metrics.count_if_read(MetricsConfig(listen=None, role="ROLE_ADMIN"))
+    metrics.batch_run(3)
+    sys.stdout.buffer.write(metrics.render()[0])
+""")
+
+
+def test_a_process_whose_metrics_nobody_reads_counts_nothing_until_they_can_be_read():
+    done = subprocess.run([sys.executable, "-c", UNREAD], capture_output=True, check=True)
+    read = samples(done.stdout)
+    assert read[("apid_batch_size_count", frozenset())] == 1
+    assert ("apid_requests_total", frozenset({"endpoint": "person/show", "api_version": "1", "method": "GET",
+                                              "status": "200"}.items())) not in read
 
 
 def run(tmp_path, script: str, *args: str) -> bytes:

@@ -24,9 +24,8 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import txredisapi
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -36,6 +35,9 @@ from apid.accounts import email_key
 from apid.config import AbuseLimit
 from apid.problems import TooManyRequests
 from apid.store.redis import run_script, store_unreachable
+
+if TYPE_CHECKING:
+    import txredisapi
 
 log = Logger(namespace="apid.auth.limits")
 TOO_MANY = "too many attempts; try again later"

@@ -3,9 +3,10 @@ a login box so that each caller sees the endpoints of their own roles.
 
 Everything the page loads comes from the daemon: Swagger UI's files from the `swagger-ui-py`
 distribution (a regular dependency), the page's own script and style from this package. They
-are read once, when the daemon starts, and served from memory under `/docs/assets/` by name
-from a fixed list, so no other file on disk can be asked for. The page answers a
-Content-Security-Policy that lets it load and call this origin only.
+are read once, in a thread, at the first request for the page or one of its files (a daemon
+whose page nobody opens does not hold them: about 2 MiB), and served from memory under
+`/docs/assets/` by name from a fixed list, so no other file on disk can be asked for. The page
+answers a Content-Security-Policy that lets it load and call this origin only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twisted.internet.defer import DeferredLock
+from twisted.internet.threads import deferToThread
 from twisted.web.http import Request
 
 from apid.auth.endpoints import PublicRoute
@@ -115,18 +118,39 @@ def accepts_gzip(request: Request) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class PageFiles:
+    """The page and its files as served: each file read once, each text file also compressed."""
+
+    assets: dict[str, Asset]
+    page: bytes
+    gzipped: dict[str, bytes]
+
+    @classmethod
+    def of(cls, assets: dict[str, Asset]) -> PageFiles:
+        # Swagger UI's script shrinks to a third
+        gzipped = {name: gzip.compress(asset.body, compresslevel=6, mtime=0)
+                   for name, asset in assets.items() if asset.content_type.startswith("text/")}
+        return cls(assets, render_page(assets), gzipped)
+
+
 class DocsPage:
     """`GET /docs` (the page) and `GET /docs/assets/<name>` (what it loads): public when
     `/docs` and `/docs/assets` are in `reservedUris`."""
 
     def __init__(self, assets: dict[str, Asset] | None = None) -> None:
-        """Reads and compresses every file once (the daemon builds it in a thread): serving
-        then never touches the disk or compresses on the reactor thread."""
-        self._assets = load_assets() if assets is None else assets
-        self._page = render_page(self._assets)
-        # Swagger UI's script shrinks to a third
-        self._gzipped = {name: gzip.compress(asset.body, compresslevel=6, mtime=0)
-                         for name, asset in self._assets.items() if asset.content_type.startswith("text/")}
+        """Serves `assets` if given, else the installed files, read and compressed once, in a
+        thread, at the first request: serving never touches the disk or compresses on the
+        reactor thread."""
+        self._files = None if assets is None else PageFiles.of(assets)
+        self._loading = DeferredLock()
+
+    async def _loaded(self) -> PageFiles:
+        if self._files is None:
+            async with self._loading:  # the first requests wait for one reading
+                if self._files is None:
+                    self._files = await deferToThread(lambda: PageFiles.of(load_assets()))
+        return self._files
 
     def routes(self) -> list[PublicRoute]:
         return [
@@ -138,11 +162,12 @@ class DocsPage:
         request.setHeader(b"Content-Type", b"text/html; charset=utf-8")
         request.setHeader(b"Content-Security-Policy", CONTENT_SECURITY_POLICY.encode("ascii"))
         request.setHeader(b"Referrer-Policy", b"no-referrer")
-        return self._page
+        return (await self._loaded()).page
 
     async def asset(self, request: Request, _principal: Principal | None) -> bytes:
         name = request.path.decode("utf-8", "replace").rstrip("/").rpartition("/")[2]
-        asset = self._assets.get(name)
+        files = await self._loaded()
+        asset = files.assets.get(name)
         if asset is None:
             raise NotFound(f"the docs page has no file {name!r}")
         gzipped = asset.content_type.startswith("text/") and accepts_gzip(request)
@@ -157,5 +182,5 @@ class DocsPage:
             return b""
         if gzipped:
             request.setHeader(b"Content-Encoding", b"gzip")
-            return self._gzipped[asset.name]
+            return files.gzipped[asset.name]
         return asset.body

@@ -15,6 +15,8 @@ from apid.iostate.types import ValueType
 
 SAFE_METHODS = frozenset({"GET"})
 METHODS = ("GET", "POST", "PUT", "DELETE")
+# Distinct role sets remembered per endpoint: the combinations the accounts hold, a few each.
+KNOWN_ROLE_SETS = 256
 PATH_ID = "id"  # the request field a path's last segment fills: /v0.1/person/show/2
 
 
@@ -52,6 +54,8 @@ class RoleFields:
         roles = roles if isinstance(roles, frozenset) else frozenset(roles)
         fields = self._known.get(roles)
         if fields is None:
+            if len(self._known) >= KNOWN_ROLE_SETS:
+                self._known.clear()
             fields = self.permit_all.union(*(self.by_role.get(role, frozenset()) for role in roles))
             self._known[roles] = fields
         return fields
@@ -89,6 +93,7 @@ class Endpoint:
     response: RoleFields
     rate_limits: Mapping[str, CallLimit] = field(default_factory=dict)  # RATELIMIT, by role
     cache: CachePolicy | None = None  # CACHE (or UPDATECACHE true) on a GET action
+    _granted: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def path(self) -> str:
@@ -104,8 +109,18 @@ class Endpoint:
         return bool(self.hook_roles) and not self.is_safe
 
     def granted(self, roles: Iterable[str]) -> frozenset[str]:
-        """The caller's roles that this endpoint admits; empty means the call is forbidden."""
-        return self.roles.intersection(roles)
+        """The caller's roles that this endpoint admits; empty means the call is forbidden.
+
+        Worked out once per set of roles and then the same set each time, so that the field
+        lookups keyed by it (`RoleFields.for_roles`) find it by identity: a new set per call
+        cost two microseconds per batch element."""
+        roles = roles if isinstance(roles, frozenset) else frozenset(roles)
+        granted = self._granted.get(roles)
+        if granted is None:
+            if len(self._granted) >= KNOWN_ROLE_SETS:
+                self._granted.clear()
+            granted = self._granted[roles] = self.roles.intersection(roles)
+        return granted
 
     def request_fields(self, granted: Iterable[str]) -> frozenset[str]:
         return self.request.for_roles(granted)

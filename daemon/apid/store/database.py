@@ -49,6 +49,16 @@ def make_engine(url: str, pool_size: int = 4) -> Engine:
     return engine
 
 
+def dialect_insert(connection: Connection) -> Callable[..., Any]:
+    """The `insert` of the connection's dialect, PostgreSQL's or SQLite's (both with ON CONFLICT),
+    its module imported on first use: a daemon on SQLite never loads PostgreSQL's (about 2 MiB)."""
+    if connection.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
 def _after_wait(waited: Callable[[float], None], queued: float, function: Callable[..., T], /, *args: Any,
                 **kwargs: Any) -> T:
     """In the database thread: report how long the work waited for it, then do it."""

@@ -8,21 +8,25 @@ counts with one Lua script per change, so that every change is atomic under conc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import txredisapi
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.problems import ServiceUnavailable
 
+if TYPE_CHECKING:
+    import txredisapi
+
 RETRY_AFTER_UNREACHABLE = 5  # seconds a fail-closed 503 asks the client to wait
 
 
 def redis_pool(url: str) -> txredisapi.ConnectionHandler:
     """A lazily connecting pool for redis://host:port/db (numbers stay strings)."""
+    import txredisapi  # here: a daemon without `redis.url` never loads the client (about 1.5 MiB)
+
     parts = urlsplit(url)
     return txredisapi.lazyConnectionPool(
         host=parts.hostname or "127.0.0.1", port=parts.port or 6379,

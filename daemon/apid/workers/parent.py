@@ -232,9 +232,9 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
     """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker started."""
     from twisted.internet import reactor
 
-    from apid.daemon import DRAIN_SECONDS, describe, migrate, notify_systemd, server_endpoint
-    from apid.metrics import listen_metrics
-    from apid.store.database import make_engine
+    from apid.daemon import DRAIN_SECONDS, describe, notify_systemd, server_endpoint
+    from apid.metrics import count_if_read, listen_metrics
+    from apid.store.migration_child import MigrationChild
 
     outcome = {"status": 0}
 
@@ -252,11 +252,8 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
 
     async def begin() -> None:
         try:
-            engine = make_engine(config.server.database_url)
-            try:
-                await migrate(engine, config, config.server.migrate_on_start)  # once, before any worker
-            finally:
-                engine.dispose()
+            await deferToThread(migration.wait)  # once, before any worker
+            count_if_read(config.server.metrics)  # the restarts of workers
             port = await endpoint.listen(NoConnections())
             port.stopReading()  # the workers accept; this process only holds the socket open
             # every worker's metrics, added up: one port, so the parent's
@@ -281,6 +278,7 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
         notify_systemd(f"READY=1\nSTATUS=serving with {count} workers")
 
     endpoint = server_endpoint(reactor, config.server.listen)  # a bad `listen` ends here, exit 2
+    migration = MigrationChild.fork(config)  # now, while this process runs one thread
     reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
     reactor.run()
     shutil.rmtree(metrics_dir, ignore_errors=True)
