@@ -256,7 +256,8 @@ class Application:
         endpoints' RATELIMIT (a 429 past either) and say so in the RateLimit fields."""
         if self._rate_limiter is None:
             return
-        charged = await self._rate_limiter.charge(principal, cost, client_address(request), calls())
+        limited = calls() if self._pipeline.rules().limits_calls else ()
+        charged = await self._rate_limiter.charge(principal, cost, client_address(request), limited)
         for name, value in charged.items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
 

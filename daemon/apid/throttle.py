@@ -178,16 +178,15 @@ class RateLimiter:
         number of calls (RATELIMIT); a caller without a token is counted by the client
         `address` (they have no account to count). The RateLimit fields to answer with, or a 429."""
         counted = f"address:{address}" if principal.anonymous else str(principal.user_id)
-        quotas = [(rule, "rate", counted, amount, self._expires, f"the request limit of {rule.limit} a day")
-                  for rule in [self.rule(principal.roles)] if rule is not None]
+        quotas = [(rule, "rate", counted, amount, self._expires) for rule in [self.rule(principal.roles)]
+                  if rule is not None]
         for endpoint, count in calls:
             rule = endpoint_rule(endpoint, principal.roles)
             if rule is not None:
                 quotas.append((rule, "endpoint", f"{counted}@{endpoint.api_version}/{endpoint.path}", count,
-                               rule.window,
-                               f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds"))
+                               rule.window))
         fields: dict[str, str] = {}
-        for rule, kind, key, count, lock, quota in quotas:
+        for rule, kind, key, count, lock in quotas:
             try:
                 charge = await self._store.charge(key, count, rule.limit, rule.window, lock)
             except Exception as error:
@@ -197,6 +196,8 @@ class RateLimiter:
             fields = _add_item(fields, rule.policy_field, f'"{rule.policy}";r={max(0, charge.remaining)};t={reset}')
             if not charge.allowed:
                 metrics.throttled(kind, rule.policy)
+                quota = (f"the request limit of {rule.limit} a day" if kind == "rate" else
+                         f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds")
                 raise TooManyRequests(
                     f"{quota} is used up; try again in {reset} seconds",
                     headers={**fields, "Retry-After": str(reset)},

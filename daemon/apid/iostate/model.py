@@ -178,6 +178,13 @@ class RuleSet:
     def controller(self, name: str) -> ControllerState | None:
         return self.controllers.get(name)
 
+    @cached_property
+    def limits_calls(self) -> bool:
+        """Whether any endpoint has a RATELIMIT: only then must charging a request find the
+        endpoints it calls."""
+        return any(endpoint.rate_limits for state in self.controllers.values()
+                   for version in state.versions.values() for endpoint in version.endpoints.values())
+
     def referring(self, name: str) -> list[tuple[ControllerState, FieldSpec]]:
         """The reverse relations of controller `name`: every FKEY of any controller (itself
         included) that points to it, by controller name and then in VALUES order."""
