@@ -162,9 +162,7 @@ def chain_methods(first: Endpoint, rules: RuleSet, roles: frozenset[str]) -> lis
     postchain, called with the method of its last call, any non-safe endpoint the roles may call."""
     if not first.is_safe:
         return [first.method]
-    last = {endpoint.method for state in rules.controllers.values() for version in state.versions.values()
-            for endpoint in version.endpoints.values() if not endpoint.is_safe and endpoint.granted(roles)}
-    return sorted({"GET", *last})
+    return sorted({"GET", *rules.writing_methods(roles)})
 
 
 class ChainRunner:
@@ -196,16 +194,17 @@ class ChainRunner:
         self._check_method(principal, target, method)
         chain = parse_chain(target, body, method)
         endpoints = []
-        for link in chain.links:
-            self._pipeline.check_anonymous(principal, self._request(link, target))
+        requests = [self._request(link, target) for link in chain.links]
+        for link, request in zip(chain.links, requests):
+            self._pipeline.check_anonymous(principal, request)
             try:
-                endpoints.append(self._pipeline.endpoint(self._request(link, target)))
+                endpoints.append(self._pipeline.endpoint(request))
             except Problem:
                 raise ChainRuleBroken(f"link {link.position}, {link.path}, is not an endpoint", rule="unknown-link",
                                       link={"position": link.position, "endpoint": link.path}) from None
         check_shape(chain, endpoints, method, self._limit)
         metrics.chain_run(len(chain.links))
-        admitted = [self._pipeline.admit(principal, self._request(link, target)) for link in chain.links]
+        admitted = [self._pipeline.admit(principal, request) for request in requests]
         # receives[i]: the field link i + 1 gets link i's key in, decided before any link runs
         receives = [handoff_field(source.state.name, link.passes, following.state,
                                   following.endpoint.request_fields(following.granted))

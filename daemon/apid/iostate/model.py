@@ -174,9 +174,22 @@ class ControllerState:
 @dataclass(frozen=True)
 class RuleSet:
     controllers: Mapping[str, ControllerState]
+    _writing: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def controller(self, name: str) -> ControllerState | None:
         return self.controllers.get(name)
+
+    def writing_methods(self, roles: frozenset[str]) -> frozenset[str]:
+        """The methods of the non-safe endpoints `roles` may call, worked out once per role set
+        (every chain that starts with a GET asks)."""
+        methods = self._writing.get(roles)
+        if methods is None:
+            if len(self._writing) >= KNOWN_ROLE_SETS:
+                self._writing.clear()
+            methods = self._writing[roles] = frozenset(
+                endpoint.method for state in self.controllers.values() for version in state.versions.values()
+                for endpoint in version.endpoints.values() if not endpoint.is_safe and endpoint.granted(roles))
+        return methods
 
     @cached_property
     def limits_calls(self) -> bool:
