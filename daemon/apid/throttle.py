@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from twisted.internet.defer import Deferred, succeed
@@ -136,7 +137,7 @@ class Rule:
     limit: int
     window: int = DAY
 
-    @property
+    @cached_property
     def policy_field(self) -> str:
         return f'"{self.policy}";q={self.limit};w={self.window}'
 
