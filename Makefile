@@ -26,9 +26,12 @@ run: $(INSTALLED)
 system-deps:
 	scripts/system-deps
 
+# every CPU runs tests, a whole test file each: its daemon and fixtures are started once
+PARALLEL := -n auto --dist loadfile
+
 test: $(INSTALLED) system-deps
-	$(BIN)/pytest
-	APID_TEST_REACTOR=asyncio $(BIN)/pytest $(ASYNCIO_TESTS)
+	$(BIN)/pytest $(PARALLEL)
+	APID_TEST_REACTOR=asyncio $(BIN)/pytest $(PARALLEL) $(ASYNCIO_TESTS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis
