@@ -325,8 +325,9 @@ class Pipeline:
         """The steps that depend on one call's fields: admit them, run the action, filter
         its output. A batch admits its endpoint once and executes each element here.
 
-        Written as Deferred callbacks rather than a coroutine: a batch runs it a hundred times
-        per request, and driving a coroutine per call cost a fifth of an element's time."""
+        Written as Deferred callbacks on the action's own Deferred (or coroutine, driven as it
+        is) rather than as a coroutine of its own: no second coroutine to drive per call, where
+        a batch makes a hundred calls per request."""
         endpoint = admitted.endpoint
         try:
             fields = admit_fields(admitted.state, endpoint, admitted.granted, request, admitted.action_rules)
