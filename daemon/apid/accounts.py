@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 import re
+import string
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -27,10 +28,15 @@ from apid.store.database import Database
 from apid.store.tables import person, person_role, role
 
 if TYPE_CHECKING:
-    from apid.plugin import UnitOfWork
+    from apid.auth.address_change import AddressChanges
+    from apid.auth.limits import AbuseLimiter
+    from apid.hooks.events import AccountEvents
+    from apid.mail import Message
+    from apid.plugin import Caller, UnitOfWork
 
 USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{2,63}")
 PASSWORD_LENGTH = (8, 128)
+WRONG_PASSWORD = "the current password is wrong"
 
 # Account attribute -> person column, for the fields an update may change.
 COLUMNS = {
@@ -113,6 +119,24 @@ def email_key(address: str) -> str:
     return unicodedata.normalize("NFC", unicodedata.normalize("NFD", address).casefold())
 
 
+# str.lower() folds every script; usernames fold ASCII letters only (see `username_key`).
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def username_key(username: str) -> str:
+    """What makes two usernames one identity: the name with its ASCII letters lowercased.
+
+    Usernames are ASCII by policy (`USERNAME`), so this is their whole case fold, and it
+    folds nothing more: str.lower() would make the Kelvin sign (U+212A) a `k`, so a name typed
+    with it would find, or take, the account of the ASCII name. It agrees with SQLite's lower(),
+    which folds ASCII only too. The name is stored as typed; this key is only compared, and it
+    is unique in `person.username_key`: an index that login, registration and the uniqueness
+    check read through, and that settles two concurrent creates of `Bob` and `bob`. A change
+    to this function needs a migration recomputing every key (0009 fills them with it).
+    """
+    return username.translate(_ASCII_LOWER)
+
+
 def _iso(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
@@ -138,6 +162,7 @@ _PEOPLE_WITH_ROLES = (
 # One id (a single call, a chain link) is the common case, and `=` needs no IN list rendered.
 _PERSON_WITH_ROLES_BY_ID = _PEOPLE_WITH_ROLES.where(person.c.id == bindparam("id"))
 _PEOPLE_WITH_ROLES_BY_IDS = _PEOPLE_WITH_ROLES.where(person.c.id.in_(bindparam("ids", expanding=True)))
+_PERSON_BY_USERNAME_KEY = select(person).where(person.c.username_key == bindparam("key"))
 _ROLES_BY_PERSON = (
     select(person_role.c.person_id, role.c.authority)
     .join(role, role.c.id == person_role.c.role_id)
@@ -183,12 +208,12 @@ def _set_roles(connection: Connection, person_id: int, roles: Iterable[str]) -> 
         connection.execute(insert(person_role).values(person_id=person_id, role_id=role_id))
 
 
-def _taken(connection: Connection, username: str | None, email: str | None, other_than: int | None) -> None:
-    """Raise Conflict naming the first of username and email that another account holds.
-    Usernames are ASCII by policy, so lower() is their whole fold; e-mails compare by key."""
+def taken(connection: Connection, username: str | None, email: str | None, other_than: int | None) -> None:
+    """Raise Conflict naming the first of username and email that another account holds,
+    each compared by its key (`username_key`, `email_key`), through that key's unique index."""
     checks = []
     if username is not None:
-        checks.append(("username", func.lower(person.c.username) == username.lower()))
+        checks.append(("username", person.c.username_key == username_key(username)))
     if email is not None:
         checks.append(("email", person.c.email_key == email_key(email)))
     for name, same in checks:
@@ -201,7 +226,7 @@ def _taken(connection: Connection, username: str | None, email: str | None, othe
 
 def _duplicate(error: IntegrityError) -> Conflict:
     """The 409 for a unique constraint that a concurrent transaction got to first (the
-    check in `_taken` and the write are not atomic on PostgreSQL), naming the field when the
+    check in `taken` and the write are not atomic on PostgreSQL), naming the field when the
     database names the constraint."""
     diagnostics = getattr(error.orig, "diag", None)  # psycopg: the constraint, without values
     constraint = getattr(diagnostics, "constraint_name", None) or str(error.orig)  # SQLite: "person.email_key"
@@ -234,14 +259,10 @@ def _accounts_with_roles(result: Iterable[Any]) -> dict[int, Account]:
 
 
 def find_login(connection: Connection, username: str) -> tuple[Account, str] | None:
-    """The account named `username` in any letter case (as uniqueness compares usernames) and
-    its password hash, for verifying a login. Should two spellings exist (the database's
-    unique constraint is on the name as typed, so a race on PostgreSQL could let both in),
-    the exact one wins."""
-    row = connection.execute(
-        select(person).where(func.lower(person.c.username) == username.lower())
-        .order_by((person.c.username == username).desc(), person.c.id)
-    ).first()
+    """The account named `username` in any ASCII letter case (as uniqueness compares
+    usernames) and its password hash, for verifying a login: one row through the unique index
+    of `username_key`, however many accounts there are (docs/benchmarks.md)."""
+    row = connection.execute(_PERSON_BY_USERNAME_KEY, {"key": username_key(username)}).first()
     return (_accounts(connection, [row])[0], row.password) if row else None
 
 
@@ -258,12 +279,13 @@ def insert_account(
     roles: Iterable[str],
     enabled: bool = True,
 ) -> Account:
-    _taken(connection, username, email, None)
+    taken(connection, username, email, None)
     now = _now()
     try:
         person_id = connection.execute(
             insert(person).values(
                 username=username,
+                username_key=username_key(username),
                 email=email,
                 email_key=email_key(email),
                 password=password_hash,
@@ -298,8 +320,10 @@ def update_account(
             f"person {account_id} was changed meanwhile (version {current}, you sent {expected_version})",
             currentVersion=current,
         )
-    _taken(connection, changes.get("username"), changes.get("email"), account_id)
+    taken(connection, changes.get("username"), changes.get("email"), account_id)
     values = {COLUMNS[name]: value for name, value in changes.items()}
+    if "username" in changes:
+        values["username_key"] = username_key(changes["username"])
     if "email" in changes:
         values["email_key"] = email_key(changes["email"])
     if password_hash is not None:
@@ -318,6 +342,19 @@ def update_account(
     return get_account(connection, account_id)
 
 
+def change_account(connection: Connection, person_id: int, events: AccountEvents | None, **values: Any) -> Account:
+    """Update the account as `person/update` would (a new version, lastUpdated), noting the
+    change for every daemon and recording its events in the same transaction: for the
+    changes emailed links make (validation, reset, an address change)."""
+    connection.execute(update(person).where(person.c.id == person_id).values(
+        version=person.c.version + 1, last_updated=_now(), **values))
+    note_change(connection, person_id)
+    account = get_account(connection, person_id)
+    if events is not None:
+        events.record(connection, "update", account)
+    return account
+
+
 def delete_account(connection: Connection, account_id: int) -> Account | None:
     """Delete the account; what it was (its webhook events carry it), or None if there was none."""
     account = get_account(connection, account_id)
@@ -334,10 +371,13 @@ def password_hash_of(connection: Connection, account_id: int) -> str | None:
 class Accounts:
     """The accounts service controllers use: every call runs off the reactor thread."""
 
-    def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords, revocations: Revocations) -> None:
+    def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords, revocations: Revocations,
+                 limiter: AbuseLimiter | None = None, addresses: AddressChanges | None = None) -> None:
         self._db = db
         self._passwords = passwords
         self._revocations = revocations
+        self._limiter = limiter  # counts an owner's wrong currentPassword as a failed login
+        self._addresses = addresses  # mails the links of an owner's change of e-mail address
         self._person_by_id = db.prepare(_PERSON_WITH_ROLES_BY_ID)
         self._by_id: Coalescer[int, Account] = Coalescer(reactor, self._fetch)
 
@@ -377,24 +417,75 @@ class Accounts:
         password: str | None = None,
         roles: Iterable[str] | None = None,
         *,
+        by: Caller | None = None,
         current_password: str | None = None,
         keep_session: str | None = None,
         unit: UnitOfWork | None = None,
     ) -> Account:
-        """Change an account. A new password ends the account's logins but `keep_session`;
-        with `current_password` (an owner changing their own), a wrong one is a 403. In a
-        controller pass `unit=call`, as for `create`."""
-        if current_password is not None:
+        """Change an account. In a controller pass `unit=call`, as for `create`, and
+        `by=call.caller`, whoever makes the change.
+
+        When `by` is the account's owner, a new password or e-mail address needs
+        `current_password`, so that a stolen access token cannot take the account: a 400
+        without it; a wrong one is a 403, counted as a failed login of the account from
+        `by.address` under the limits of `/authenticate`. A new password then ends every
+        other login of the account (all but `by.session`); a new address is told to the old
+        one, with a link that puts it back (and with `accounts.confirmEmailChange`, takes
+        effect only once the new address confirms it by a link). An administrator changing
+        another account needs none of this, and a new password ends all of its logins.
+        Without `by`, a `current_password` given is checked (uncounted) and `keep_session` kept.
+        """
+        changes = dict(changes)
+        new_address = None
+        if by is not None and by.id == account_id:
+            current = await self.get(account_id)
+            if current is None:
+                raise NotFound(f"no person with id {account_id}")
+            if changes.get("email") is not None and email_key(changes["email"]) != email_key(current.email):
+                new_address = changes["email"]
+            if password is not None or new_address is not None:
+                await self._reauthenticate(current, current_password, by.address)
+            if password is not None and keep_session is None:
+                keep_session = by.session
+            if new_address is not None and self._addresses is not None and self._addresses.confirmed_first:
+                del changes["email"]
+        elif current_password is not None:
             stored = await self._db.read(password_hash_of, account_id)
             if not await self._passwords.verify(stored, current_password):
-                raise Forbidden("the current password is wrong", field="currentPassword")
+                raise Forbidden(WRONG_PASSWORD, field="currentPassword")
         password_hash = await self._passwords.hash(password) if password is not None else None
-        account = await (unit or self._db).write(
-            update_account, account_id, dict(changes), expected_version, password_hash,
-            None if roles is None else frozenset(roles), keep_session,
-        )
+        addresses = self._addresses
+        mail: list[Message] = []
+
+        def change(connection: Connection) -> Account:
+            before = get_account(connection, account_id)
+            account = update_account(connection, account_id, changes, expected_version, password_hash,
+                                     None if roles is None else frozenset(roles), keep_session)
+            if new_address is not None and before is not None and addresses is not None:
+                mail.append(addresses.issue(connection, account, before.email, new_address))
+            return account
+
+        account = await (unit or self._db).write(change)
+        if addresses is not None:
+            for message in mail:
+                addresses.post(message)
         await self._revocations.account_changed(account_id, sessions_ended=password is not None)
         return account
+
+    async def _reauthenticate(self, account: Account, current_password: str | None, address: str) -> None:
+        """The owner's proof for an identity change: `current_password`, counted like a login
+        (before it is verified, so simultaneous guesses cannot slip past the limit; a right
+        one gives its count back)."""
+        if not current_password:
+            raise InvalidFields(errors=[{
+                "field": "currentPassword", "reason": "is required to change your own password or e-mail address"}])
+        limiter = self._limiter
+        counted = limiter is not None and await limiter.reserve("login", address, account.username)
+        stored = await self._db.read(password_hash_of, account.id)
+        if not await self._passwords.verify(stored, current_password):
+            raise Forbidden(WRONG_PASSWORD, field="currentPassword")
+        if limiter is not None and counted:
+            await limiter.release("login", address, account.username)
 
     async def delete(self, account_id: int, *, unit: UnitOfWork | None = None) -> bool:
         """Delete an account; False when there was none. In a controller pass `unit=call`."""

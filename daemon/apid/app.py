@@ -176,21 +176,23 @@ class Application:
             principal = await self._authenticated(token)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
         body = read_json_body(request)
+        method = request.method.decode("ascii")
+        # read before the charge: a batch or chain refused for its method, shape or size costs nothing
+        batch = self._batch.parse(target, method, body) if target.kind == "b" else None
+        chain = self._chain.parse(principal, target, body, method) if target.kind == "c" else None
         await self._charge(request, principal, request_cost(target.kind, body),
                            lambda: endpoint_calls(self._pipeline.endpoint, target, body))
-        method = request.method.decode("ascii")
         text = query_fields(request)
         if target.id is not None:
             text["id"] = [target.id]
-        if target.kind == "b":
-            if method != "POST" or target.action is None or target.id is not None:
-                raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", allow=["POST"])
-            outcome = await self._batch.run(principal, target, body, request.path.decode("utf-8", "replace"))
+        if batch is not None:
+            outcome = await self._batch.run(principal, target, batch, request.path.decode("utf-8", "replace"),
+                                            client_address(request))
             name(request, outcome.endpoint, target.kind)
             self._set_links(request, principal, outcome.endpoint, None, target.api_version)
             return write_json(request, outcome.body, outcome.status)
-        if target.kind == "c":
-            chained = await self._chain.run(principal, target, body, method, text)
+        if chain is not None:
+            chained = await self._chain.run(principal, target, chain, method, text, client_address(request))
             name(request, chained.endpoint, target.kind)
             self._set_links(request, principal, chained.endpoint, chained.record, target.api_version)
             return write_json(request, chained.body)
@@ -202,7 +204,7 @@ class Application:
             body=body,
             text=text,
         )
-        admitted = self._pipeline.admit(principal, call)
+        admitted = self._pipeline.admit(principal, call, address=client_address(request))
         name(request, admitted.endpoint, target.kind)
         if not admitted.endpoint.is_safe:
             result = await self._pipeline.execute(admitted, call)
@@ -361,7 +363,7 @@ def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> C
         caller = None if principal is None else Caller(
             id=principal.user_id, username=principal.username, roles=principal.roles,
             is_superuser=superuser_role in principal.roles, session=principal.session,
-            all_roles=principal.roles,
+            all_roles=principal.roles, address=client_address(request),
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
         if inspect.isawaitable(output):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from twisted.web.resource import IResource
 
 from apid.accounts import Accounts
+from apid.auth.address_change import AddressChanges
 from apid.app import Application, plugin_routes
 from apid.auth.endpoints import ServiceEndpoints
 from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
@@ -89,21 +90,23 @@ def assemble(
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
     standings = Standings(reactor, db)
     revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
-    accounts = Accounts(reactor, db, passwords, revocations)
+    redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
+    limiter = abuse_limiting(reactor, config, redis, shared)
+    outbox = Outbox(make_mailer(server.mail, reactor), reactor)
+    account_events = AccountEvents(
+        lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(wake),
+    ) if wake else None
+    addresses = AddressChanges(db, outbox, revocations, server.accounts, server.base_url, server.home_url,
+                               account_events)
+    accounts = Accounts(reactor, db, passwords, revocations, limiter, addresses)
     pinger = PeerPinger(reactor, server.servers)
     hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
     services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks,
                         rules=lambda: rule_book.current, version=api.version)
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
-    redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
-    limiter = abuse_limiting(reactor, config, redis, shared)
-    outbox = Outbox(make_mailer(server.mail, reactor), reactor)
     recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
     events = wrap_events(recorder) if recorder and wrap_events else recorder
-    account_events = AccountEvents(
-        lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(wake),
-    ) if wake else None
     cache = AnswerCache(reactor, db)
     pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db,
                         changed=cache.changed)
@@ -112,7 +115,7 @@ def assemble(
         *docs_page.routes(),
         *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
         *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
-                          server.home_url, api.security.user_role, account_events).routes(),
+                          server.home_url, api.security.user_role, account_events, addresses).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
     rate_limiter = rate_limiting(reactor, config, redis, shared)

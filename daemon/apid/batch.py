@@ -22,7 +22,7 @@ from apid import metrics
 from apid.auth.tokens import Principal
 from apid.iostate import Endpoint
 from apid.pipeline import CallRequest, CallResult, Pipeline, Purpose
-from apid.problems import BadRequest, PayloadTooLarge, Problem
+from apid.problems import BadRequest, MethodNotAllowed, PayloadTooLarge, Problem
 from apid.routing import Target
 
 MULTI_STATUS = 207
@@ -75,15 +75,22 @@ class BatchRunner:
         self._pipeline = pipeline
         self._limit = limit
 
-    async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], instance: str) -> BatchOutcome:
-        batch = parse_batch(body, self._limit)
+    def parse(self, target: Target, method: str, body: Mapping[str, Any]) -> BatchRequest:
+        """The batch a request asks for, read before it is charged to the caller's rate limit,
+        so that one refused for its method (405), shape (400) or size (413) costs nothing."""
+        if method != "POST" or target.action is None or target.id is not None:
+            raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", allow=["POST"])
+        return parse_batch(body, self._limit)
+
+    async def run(self, principal: Principal, target: Target, batch: BatchRequest, instance: str,
+                  address: str = "") -> BatchOutcome:
         metrics.batch_run(len(batch.elements))
         calls = [
             CallRequest(controller=target.controller, action=target.action,
                         api_version=target.api_version, method=None, body=element)
             for element in batch.elements
         ]
-        admitted = self._pipeline.admit(principal, calls[0], Purpose.BATCH)
+        admitted = self._pipeline.admit(principal, calls[0], Purpose.BATCH, address)
         if admitted.endpoint.is_safe:
             # All start now and run together, and the batch goes on once all have finished.
             outcomes = await _settled([self._pipeline.execute(admitted, call).addCallbacks(_data, _problem)

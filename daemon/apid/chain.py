@@ -5,9 +5,10 @@ mapped to the field of its output handed to the next link (the last maps to `ret
 next link receives it under the name of its controller's FKEY to that field when it has one
 the caller may send it (`person/show > team/list` passes `leaderId`), else as its `id`
 (`handoff_field`). The request's method comes first: one no chain starting at the path's endpoint is
-called with is a 405. The whole chain is checked before any link runs: its shape (at most
-one non-safe method, placed where `type` says, matching the request's method), its length,
-and the caller's right to call every link (each link admitted on its own). Then each link
+called with is a 405. The whole chain is checked before any link runs: its length (before
+the request is charged), its shape (at most one non-safe method, placed where `type` says,
+matching the request's method), and the caller's right to call every link (each link
+admitted on its own). Then each link
 runs the rest of the single-call pipeline on its own (its fields admitted and typed, its
 action, its output filtered); a failing link stops the chain and its problem says where, and
 whether the non-safe call had already run.
@@ -127,10 +128,15 @@ def _order_field(link: Link) -> str:
     return "chain.key" if link.position == 0 else f"chain.order.{link.path}"
 
 
-def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str, limit: int) -> None:
+def check_length(chain: ChainRequest, limit: int) -> None:
+    """At most `limit` links (`chainLimit`), a 422 otherwise: checked first, before any link is
+    looked up or anything charged, so a chain's cost is bounded before it is counted."""
+    if len(chain.links) > limit:
+        raise ChainRuleBroken(f"a chain holds at most {limit} links, this one {len(chain.links)}", rule="chain-limit")
+
+
+def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str) -> None:
     """The chain rules of the specification; each broken rule is a 422 naming it."""
-    if len(endpoints) > limit:
-        raise ChainRuleBroken(f"a chain holds at most {limit} links, this one {len(endpoints)}", rule="chain-limit")
     unsafe = [i for i, endpoint in enumerate(endpoints) if not endpoint.is_safe]
     if len(unsafe) > 1:
         names = ", ".join(endpoints[i].path for i in unsafe)
@@ -189,10 +195,17 @@ class ChainRunner:
             raise MethodNotAllowed(f"a chain starting with {first.path} is called with {', '.join(allowed)}, "
                                    f"not {method}", allow=allowed)
 
-    async def run(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str,
-                  text: Mapping[str, list[str]]) -> ChainOutcome:
+    def parse(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str) -> ChainRequest:
+        """The chain a request asks for, read before it is charged to the caller's rate limit,
+        so that one refused for its method (405), its chain object (400) or its length (422)
+        costs nothing."""
         self._check_method(principal, target, method)
         chain = parse_chain(target, body, method)
+        check_length(chain, self._limit)
+        return chain
+
+    async def run(self, principal: Principal, target: Target, chain: ChainRequest, method: str,
+                  text: Mapping[str, list[str]], address: str = "") -> ChainOutcome:
         endpoints = []
         requests = [self._request(link, target) for link in chain.links]
         for link, request in zip(chain.links, requests):
@@ -202,9 +215,9 @@ class ChainRunner:
             except Problem:
                 raise ChainRuleBroken(f"link {link.position}, {link.path}, is not an endpoint", rule="unknown-link",
                                       link={"position": link.position, "endpoint": link.path}) from None
-        check_shape(chain, endpoints, method, self._limit)
+        check_shape(chain, endpoints, method)
         metrics.chain_run(len(chain.links))
-        admitted = [self._pipeline.admit(principal, request) for request in requests]
+        admitted = [self._pipeline.admit(principal, request, address=address) for request in requests]
         # receives[i]: the field link i + 1 gets link i's key in, decided before any link runs
         receives = [handoff_field(source.state.name, link.passes, following.state,
                                   following.endpoint.request_fields(following.granted))

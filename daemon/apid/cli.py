@@ -12,9 +12,16 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from apid import config as config_module
 from apid.config import REACTORS, Config, ConfigError
+
+if TYPE_CHECKING:  # imported where used: a command loads only what it needs
+    from sqlalchemy import Engine
+
+    from apid.plugins import Bound, MigrationSource
+    from apid.store.migrate import SchemaChange
 
 
 def _load(args: argparse.Namespace) -> Config:
@@ -24,11 +31,11 @@ def _load(args: argparse.Namespace) -> Config:
     return config_module.load(args.config_dir, args.env, env)
 
 
-def _engine(config: Config):
+def _engine(config: Config) -> Engine:
     return _migrated(config)[0]
 
 
-def _migrated(config: Config):
+def _migrated(config: Config) -> tuple[Engine, list[SchemaChange]]:
     """An engine on the configured database, apid's schema and every installed plugin's brought
     up to date, and what that did to each."""
     from apid.plugins import PluginError
@@ -44,7 +51,7 @@ def _migrated(config: Config):
     return engine, changes
 
 
-def _database(config: Config):
+def _database(config: Config) -> Engine:
     from apid.store.database import make_engine
     from apid.store.migrate import ensure_sqlite_folder
 
@@ -52,7 +59,7 @@ def _database(config: Config):
     return make_engine(config.server.database_url)
 
 
-def _migration_sources():
+def _migration_sources() -> list[MigrationSource]:
     """The installed plugins' migrations; a broken entry point ends the command."""
     from apid.plugins import PluginError, migration_sources
 
@@ -62,7 +69,7 @@ def _migration_sources():
         raise CommandFailed(str(exc)) from None
 
 
-def _bound(config: Config):
+def _bound(config: Config) -> Bound:
     """The installed plugins bound to their IO State; a broken file or plugin ends the command."""
     from apid.iostate import IOStateError
     from apid.plugins import PluginError, load_all
@@ -116,13 +123,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise CommandFailed(f"`apid worker` read no configuration from its parent ({exc})") from None
     os.setpgrp()  # Ctrl-C in a terminal reaches the parent alone, which stops the workers in order
     reactor = install(args.reactor)
-    from twisted.internet import reactor as running
-
     from apid.daemon import serve
+    from apid.reactors import installed
     from apid.workers.worker import link
 
     _start_logging(config)
-    return serve(config, reactor, link(running, args.index, socket.AddressFamily[args.family]))
+    return serve(config, reactor, link(installed(), args.index, socket.AddressFamily[args.family]))
 
 
 def _open(fd: int) -> bool:
@@ -213,8 +219,8 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     check_credentials(args.name, password)
     # Subscribers hear of the account as of a person/create, recorded in the same transaction;
     # the daemons deliver it at their next poll.
-    events = AccountEvents(lambda: rules, filter_output, time.time) if config.server.webhook_active else None
-    rules = _bound(config).rules if events is not None else None
+    rules = _bound(config).rules if config.server.webhook_active else None
+    events = AccountEvents(lambda: rules, filter_output, time.time) if rules is not None else None
 
     def create(connection: Connection) -> Account:
         account = insert_account(connection, args.name, args.email, hash_password(password), args.role)

@@ -63,11 +63,14 @@ class JwtConfig:
 
 @dataclass(frozen=True)
 class AccountsConfig:
-    """Lifetimes of the emailed links, and where the reset link lands."""
+    """Lifetimes of the emailed links, where the reset link lands, and whether an owner's new
+    e-mail address must confirm before it takes effect (docs/accounts.md)."""
 
     validation_lifetime: int
     reset_lifetime: int
     reset_url: str
+    confirm_email_change: bool = False
+    revert_lifetime: int = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,22 @@ class WebhooksConfig:
     lease: float
     poll: float
     retention_days: int
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a client may take to send one request, and how many connections one client
+    address may hold open in one process (`connections` in service_server.yml; the defaults
+    and why: docs/configuration.md). Slow clients must not hold sockets for free."""
+
+    header_timeout: float = 10.0  # seconds from a request's first byte to the end of its headers
+    body_timeout: float = 10.0  # seconds from the end of the headers for any body...
+    body_rate: int = 65536  # ...plus one second per this many bytes of it (declared, or received if chunked)
+    per_address: int = 128
+
+    def body_seconds(self, size: int) -> float:
+        """How long a body of `size` bytes may take to arrive."""
+        return self.body_timeout + size / self.body_rate
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,7 @@ class ServerConfig:
     reactor: str  # one of REACTORS (apid.reactors)
     metrics: MetricsConfig
     log_format: str  # one of LOG_FORMATS
+    connections: ConnectionLimits
 
 
 @dataclass(frozen=True)
@@ -407,11 +427,14 @@ def _jwt(node: _Node | None, root: Path) -> JwtConfig:
 
 
 def _accounts(node: _Node | None, base_url: str) -> AccountsConfig:
-    section = node.mapping(("validationLifetime", "resetLifetime", "resetUrl")) if node else {}
+    keys = ("validationLifetime", "resetLifetime", "resetUrl", "confirmEmailChange", "revertLifetime")
+    section = node.mapping(keys) if node else {}
     return AccountsConfig(
         validation_lifetime=_get(section, "validationLifetime", lambda n: n.integer(minimum=60), 86400),
         reset_lifetime=_get(section, "resetLifetime", lambda n: n.integer(minimum=60), 3600),
         reset_url=_get(section, "resetUrl", _Node.url, base_url + "/reset-password"),
+        confirm_email_change=_get(section, "confirmEmailChange", _Node.boolean, False),
+        revert_lifetime=_get(section, "revertLifetime", lambda n: n.integer(minimum=60), 7 * 86400),
     )
 
 
@@ -440,9 +463,20 @@ def _webhooks(node: _Node | None) -> WebhooksConfig:
     )
 
 
+def _connections(node: _Node | None) -> ConnectionLimits:
+    section = node.mapping(("headerTimeout", "bodyTimeout", "bodyRate", "perAddress")) if node else {}
+    defaults = ConnectionLimits()
+    return ConnectionLimits(
+        header_timeout=_get(section, "headerTimeout", _Node.number, defaults.header_timeout),
+        body_timeout=_get(section, "bodyTimeout", _Node.number, defaults.body_timeout),
+        body_rate=_get(section, "bodyRate", lambda n: n.integer(minimum=1024), defaults.body_rate),
+        per_address=_get(section, "perAddress", lambda n: n.integer(minimum=1), defaults.per_address),
+    )
+
+
 SERVER_KEYS = (
     "webhookActive", "webhooks", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
-    "mail", "jwt", "servers", "pingTimeout", "accessLog", "reactor", "metrics", "logFormat",
+    "mail", "jwt", "servers", "pingTimeout", "accessLog", "reactor", "metrics", "logFormat", "connections",
 )
 # The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
 REACTORS = ("default", "asyncio")
@@ -523,6 +557,7 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
             role=_get(metrics, "role", _Node.string, None),
         ),
         log_format=log_format,
+        connections=_connections(section.get("connections")),
     )
 
 

@@ -104,7 +104,11 @@ def started(awaitable: Awaitable[T]) -> Awaitable[T]:
     loop = _get_running_loop()
     if loop is None or not asyncio.iscoroutine(awaitable):
         return awaitable
-    done: Deferred[T] = Deferred(lambda _: task.cancel())
+
+    def cancel(_: Deferred[T]) -> None:
+        task.cancel()
+
+    done: Deferred[T] = Deferred(cancel)
     task = loop.create_task(_settled(awaitable, done))
     return done
 

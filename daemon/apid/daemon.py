@@ -24,7 +24,6 @@ from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.task import deferLater
-from twisted.protocols.policies import WrappingFactory
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
@@ -36,7 +35,7 @@ from apid.auth.tokens import load_secret
 from apid.config import Config, ConfigError
 from apid.coroutines import end_tasks
 from apid.docspage import DocsPage
-from apid.http import ApidSite
+from apid.http import ApidSite, OpenConnections
 from apid.mail import Outbox
 from apid.ping import PeerPinger
 from apid.plugins import RuleBook, load_all
@@ -94,7 +93,7 @@ def notify_systemd(message: str) -> None:
 class Running:
     port: IListeningPort
     site: ApidSite
-    connections: WrappingFactory
+    connections: OpenConnections
     db: Database
     passwords: Passwords
     rule_book: RuleBook
@@ -143,9 +142,8 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker
         await parts.revocations.start()
         await rules_watcher.start(generation)
         site = ApidSite(parts.resource, api.max_body_bytes, server.access_log,
-                        observe=metrics.request_answered if counting else None)
-        connections = WrappingFactory(site)
-        connections.noisy = False
+                        observe=metrics.request_answered if counting else None, limits=server.connections)
+        connections = OpenConnections(site, server.connections.per_address)
         if server.metrics.listen is not None and worker is None:  # a worker's parent serves every worker's
             metrics_port = await metrics.listen_metrics(reactor, server.metrics.listen)
         port = await endpoint.listen(connections)

@@ -11,6 +11,8 @@ CURRENTSTABLE version, else that version's default action) and to the docs page
 
 from __future__ import annotations
 
+from typing import Any
+
 from twisted.web.http import Request, datetimeToString
 
 from apid.docspage import PAGE_PATH as DOCS_PATH
@@ -40,7 +42,9 @@ def announce(request: Request, rules: RuleSet, target: Target, app: str, now: fl
     """Give the answer to a call of a deprecated version its headers; past the version's
     sunset, refuse the call with a 410 (which carries them too)."""
     state = rules.controller(target.controller)
-    version = None if state is None else state.versions.get(target.api_version or state.current_stable)
+    if state is None:
+        return  # not a controller: the pipeline's 404 says so
+    version = state.versions.get(target.api_version or state.current_stable)
     if version is None or version.deprecated is None:
         return  # not deprecated, or not a version at all: the pipeline's 404 says which
     deprecation = version.deprecated
@@ -52,12 +56,13 @@ def announce(request: Request, rules: RuleSet, target: Target, app: str, now: fl
     if path is not None:
         links.insert(0, f'<{path}>; rel="successor-version"')
     add_links(request, ", ".join(links))
-    if deprecation.gone(now):
+    if deprecation.sunset is not None and deprecation.gone(now):
         instead = f"; call API version {state.current_stable}" + (f" ({path})" if path else "")
         notice = f". {deprecation.message}" if deprecation.message else ""
+        extensions: dict[str, Any] = {"successor": path} if path else {}  # Problem's extension members
         raise Gone(
             f"API version {version.name} of {state.name} was retired on "
             f"{http_date(deprecation.sunset)}{instead}{notice}",
             currentApiVersion=state.current_stable,
-            **({"successor": path} if path else {}),
+            **extensions,
         )

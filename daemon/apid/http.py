@@ -2,9 +2,10 @@
 
 One JSON encoder, one problem renderer, one body reader. The `Site` built here refuses a
 request body over `maxBodyBytes` as soon as that is known (twisted.web has no limit of its
-own), answers requests twisted.web cannot parse with problems too, gives every answer the
-same security headers and the request's id, and writes its access log as structured
-twisted.logger events.
+own), answers requests twisted.web cannot parse with problems too, cuts a request that does
+not arrive whole in time, gives every answer the same security headers and the request's id,
+and writes its access log as structured twisted.logger events. `OpenConnections` caps the
+connections one client address holds open.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import orjson
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IAddress, IDelayedCall
 from twisted.logger import Logger
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.web.http import HTTPChannel, Request, datetimeToString
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request as SiteRequest, Site
 
+from apid.config import ConnectionLimits
 from apid.jsonbody import parse_json_object
 from apid.problems import (
     MEDIA_TYPE,
@@ -35,11 +38,13 @@ from apid.problems import (
     MethodNotAllowed,
     PayloadTooLarge,
     Problem,
+    RequestTimeout,
     UnsupportedMediaType,
     UriTooLong,
 )
 
 access_log = Logger(namespace="apid.access")
+log = Logger(namespace="apid.http")
 
 SERVER = b"apid"
 # How long a connection answered before its request was whole is still read (and the rest of
@@ -202,17 +207,78 @@ class ApidRequest(SiteRequest):
 class ApidChannel(HTTPChannel):
     """An HTTP/1.1 connection that answers, with a problem, a request it must refuse before it
     is whole (a body declared or grown over the limit, headers too long, bytes that are not
-    HTTP), then drops the rest of the request and closes."""
+    HTTP, a request not whole by its deadline), then drops the rest of the request and closes.
+
+    twisted.web's idle timeout, which every chunk of bytes resets, governs a connection between
+    requests; it cannot bound a request sent a byte at a time. So a request has deadlines of
+    its own (`ConnectionLimits`): its headers from its first byte, then its body for its size.
+    One timer per connection does it, started only when a chunk leaves a request unfinished
+    (a request arriving whole costs none) and cancelled once the request is whole."""
 
     _answered_early = False
     _linger: IDelayedCall | None = None
     _host: Any = None
+    _deadline: IDelayedCall | None = None  # fires if the request being received is not whole by then
+    _credited = 0  # the bytes of a chunked body its deadline already allows time for
 
     def getHost(self) -> Any:
         """The local address, asked of the socket once per connection, not once per request."""
         if self._host is None:
             self._host = super().getHost()
         return self._host
+
+    def dataReceived(self, data: bytes) -> None:
+        super().dataReceived(data)
+        # A request has begun and is not whole (a partial line in LineReceiver's buffer, or a
+        # request whose headers or body are arriving) while none is being answered: its clock runs.
+        if (self._deadline is None and not self._handlingRequest and (self._buffer or self.requests)
+                and not self._answered_early):
+            self._start_deadline()
+
+    def _body_arriving(self) -> BoundedBody | None:
+        """The body of the request being received, once its headers are in (twisted.web makes
+        the body's buffer when they are)."""
+        return self.requests[-1].content if self.requests else None
+
+    def _time_allowed(self) -> float:
+        """Seconds from now the request being received has: its headers' time until they are
+        in, then its body's for the size it declares (a chunked body: the base time, and more
+        as its bytes arrive, see `_request_overdue`)."""
+        limits = self.site.limits
+        if self._body_arriving() is None:
+            return limits.header_timeout
+        return limits.body_seconds(self.length or 0)
+
+    def _start_deadline(self) -> None:
+        self._deadline = self.callLater(self._time_allowed(), self._request_overdue)
+
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _request_overdue(self) -> None:
+        """The request being received is not whole by its deadline. A chunked body gets the time
+        the bytes that arrived since the last look earn; anything else is answered 408 and the
+        connection closed, or just closed when the client reads nothing (a 408 would wait
+        behind what it has not read) or the connection is closing already."""
+        self._deadline = None
+        limits = self.site.limits
+        body = self._body_arriving()
+        received = 0 if body is None else body.tell()
+        if self.length is None and received > self._credited:  # chunked, and more of it arrived
+            self._deadline = self.callLater((received - self._credited) / limits.body_rate, self._request_overdue)
+            self._credited = received
+            return
+        if self._waitingForTransport or self.transport.disconnecting:
+            self.transport.abortConnection()
+        elif body is None:
+            self.answer_early(RequestTimeout(
+                f"the request's headers did not arrive within {limits.header_timeout:g} s of its first byte"))
+        else:
+            self.answer_early(RequestTimeout(
+                f"the request body arrived too slowly: {limits.body_timeout:g} s and one more for "
+                f"every {limits.body_rate} bytes of it are allowed"))
 
     def allHeadersReceived(self) -> None:
         limit = self.site.max_body_bytes
@@ -222,12 +288,23 @@ class ApidChannel(HTTPChannel):
             self.answer_early(too_large(limit))
         else:
             super().allHeadersReceived()
+            if self.length != 0:
+                self._body_follows()
+
+    def _body_follows(self) -> None:
+        """The headers are in and a body follows: from now on its own time runs, not what is
+        left of the headers'."""
+        self._credited = 0
+        if self._deadline is not None:
+            self._stop_deadline()
+            self._start_deadline()
 
     def answer_early(self, problem: Problem) -> None:
         """Answer the request being received with `problem` now, then close the connection."""
         if self._answered_early:
             return
         self._answered_early = True
+        self._stop_deadline()
         self.persistent = False
         if not self.requests:
             self.requests.append(self.requestFactory(self, 0))
@@ -250,6 +327,7 @@ class ApidChannel(HTTPChannel):
 
     def allContentReceived(self) -> None:
         if not self._answered_early:
+            self._stop_deadline()
             super().allContentReceived()
 
     def lineLengthExceeded(self, line: bytes) -> None:
@@ -281,6 +359,7 @@ class ApidChannel(HTTPChannel):
     def connectionLost(self, reason: Any) -> None:
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
+        self._stop_deadline()
         super().connectionLost(reason)
 
 
@@ -306,8 +385,9 @@ class TextPaths(Resource):
 
 
 class ApidSite(Site):
-    """A Site with bounded request bodies, early answers, in-flight counting, a structured
-    access log, and each answered request reported to `observe` (the metrics)."""
+    """A Site with bounded request bodies, deadlines for requests (`limits`), early answers,
+    in-flight counting, a structured access log, and each answered request reported to
+    `observe` (the metrics)."""
 
     displayTracebacks = False
     noisy = False
@@ -315,11 +395,12 @@ class ApidSite(Site):
     requestFactory = ApidRequest
 
     def __init__(self, resource: IResource, max_body_bytes: int, access_log_enabled: bool = True,
-                 observe: Observer | None = None) -> None:
+                 observe: Observer | None = None, limits: ConnectionLimits | None = None) -> None:
         # A body is JSON or refused (`read_json_body`); parsing form bodies into `args` would
         # only cost time, a MIME parse of every POST's Content-Type (a twentieth of a batch).
         super().__init__(TextPaths(resource), parsePOSTFormSubmission=False)
         self.max_body_bytes = max_body_bytes
+        self.limits = limits or ConnectionLimits()
         self.access_log_enabled = access_log_enabled
         self.in_flight = InFlight()
         self._observe = observe
@@ -344,6 +425,62 @@ class ApidSite(Site):
                 requestId=request_id(request),
                 duration=round(seconds, 6),
             )
+
+
+def connection_client(peer: IAddress | None) -> str | None:
+    """The client a connection from `peer` counts against: the TCP peer's address for now,
+    which behind a proxy is the proxy's (the one place to put the real client once trusted
+    proxies are known); None for a peer without an address (a Unix socket's), not counted."""
+    return getattr(peer, "host", None)
+
+
+class CountedConnection(ProtocolWrapper):
+    """A connection and the client it counts against (None: not counted)."""
+
+    counted_as: str | None = None
+
+
+class OpenConnections(WrappingFactory[CountedConnection]):
+    """The site's open connections, for shutdown to close, and at most `per_address` of them
+    from one client (`connection_client`) in this process. One more is closed as soon as it is
+    accepted, before a byte of it is read: answering it (a 503) would hold the very socket the
+    cap is there to free, and a client holding this many is an attacker or a proxy to configure
+    for, not a user (a browser opens six)."""
+
+    noisy = False
+    protocol = CountedConnection
+
+    def __init__(self, site: ApidSite, per_address: int) -> None:
+        super().__init__(site)
+        self.per_address = per_address
+        self._open: dict[str, int] = {}
+        self._refused: set[str] = set()  # clients at the cap whose refusal was logged
+
+    def buildProtocol(self, addr: IAddress | None) -> CountedConnection | None:  # type: ignore[override]
+        client = connection_client(addr)
+        if client is not None and self._open.get(client, 0) >= self.per_address:
+            if client not in self._refused:  # once until its connections are all closed: no flood
+                self._refused.add(client)
+                log.warn("{client} holds {limit} connections, the most connections.perAddress allows in this "
+                         "process: further ones are closed at once", client=client, limit=self.per_address)
+            return None
+        wrapper = super().buildProtocol(addr)
+        wrapper.counted_as = client
+        if client is not None:
+            self._open[client] = self._open.get(client, 0) + 1
+        return wrapper
+
+    def unregisterProtocol(self, p: CountedConnection) -> None:
+        super().unregisterProtocol(p)
+        client = p.counted_as
+        if client is None:
+            return
+        left = self._open[client] - 1
+        if left:
+            self._open[client] = left
+        else:
+            del self._open[client]
+            self._refused.discard(client)
 
 
 def header(request: Request, name: str) -> str | None:

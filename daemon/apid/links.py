@@ -98,14 +98,14 @@ def link_header(rules: RuleSet, endpoint: Endpoint, data: Any, roles: frozenset[
                 paging: Sequence[str] = ()) -> str:
     """The `Link` header value for the answer `data` of a call of `endpoint`: `self` (called
     with `self_method`, by default the endpoint's), the `paging` links, then the related calls."""
-    state = rules.controller(endpoint.controller)
+    state = rules.controllers[endpoint.controller]
     record = data if isinstance(data, Mapping) else {}
     key = state.primary_key
     links = [_link(self_path, "self", self_method or endpoint.method), *paging]
     links += _actions(state, endpoint.api_version, app, api, roles, key, record.get(key) if key else None,
                       skip=endpoint.action)
     for name, spec in state.values.items():
-        target = rules.controller(spec.reference) if spec.key == "FKEY" else None
+        target = rules.controller(spec.reference) if spec.key == "FKEY" and spec.reference is not None else None
         if target is not None:
             links += _actions(target, target.current_stable, app, None, roles, spec.referenced_field,
                               record.get(name), only_safe=True)

@@ -3,7 +3,12 @@
 `file` writes one RFC 5322 `.eml` file per message into a folder (the embedded default);
 `smtp` hands it to an SMTP server with Twisted's ESMTP client (STARTTLS, optional login).
 `Outbox.post` returns at once: the HTTP answer never waits for mail, nor changes when a send
-fails; failures are logged and tried again a few times.
+fails; failures are logged and tried again a few times, but for a message no server can take
+(`Undeliverable`), which is logged once as an error.
+
+A recipient's address may be international (`jörg@example.com`: apid accepts any character
+but ASCII's specials before the `@`). Such an address has no ASCII spelling: its message is
+written with UTF-8 headers (RFC 6532) and sent with SMTPUTF8 (RFC 6531, `apid.smtp`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from datetime import datetime, timezone
@@ -24,11 +30,19 @@ from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
 from apid.config import MailConfig
+from apid.reactors import Reactor
 
 log = Logger(namespace="apid.mail")
 
+PRODUCT = "apid"  # what mails call the service
 RETRY_DELAYS = (2.0, 10.0, 60.0)
 SMTP_TIMEOUT = 30.0
+UTF8_HEADERS = policy.default.clone(utf8=True)  # RFC 6532: header text, addresses included, as UTF-8
+
+
+class Undeliverable(Exception):
+    """No attempt can send this message as it is (the SMTP server cannot take its address):
+    the Outbox logs it once as an error and does not try again."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +51,15 @@ class Message:
     subject: str
     body: str
 
+    @property
+    def international(self) -> bool:
+        """Whether the address is not ASCII: then the message needs SMTPUTF8 and UTF-8 headers.
+        As an encoded word (`=?utf-8?q?j=C3=B6rg?=@example.com`, what ASCII headers would make
+        of it) it is no address: servers refuse it, and no reader can answer it."""
+        return not self.to.isascii()
+
     def render(self, sender: str) -> bytes:
-        message = EmailMessage()
+        message = EmailMessage(policy=UTF8_HEADERS if self.international else policy.default)
         message["From"] = sender
         message["To"] = self.to
         message["Subject"] = self.subject
@@ -76,26 +97,15 @@ class FileMailer:
 
 
 class SmtpMailer:
-    def __init__(self, config: MailConfig, reactor: IReactorTime) -> None:
+    def __init__(self, config: MailConfig, reactor: Reactor) -> None:
         self._config = config
         self._reactor = reactor
 
     def send(self, message: Message) -> Deferred[None]:
-        from twisted.mail.smtp import sendmail  # here: a daemon mailing to files never loads SMTP
+        from apid.smtp import send  # here: a daemon mailing to files never loads SMTP
 
         config = self._config
-        sending = sendmail(
-            config.smtp_host,
-            _address(config.sender),
-            [message.to],
-            message.render(config.sender),
-            port=config.smtp_port,
-            username=config.smtp_username.encode() if config.smtp_username else None,
-            password=config.smtp_password.encode() if config.smtp_password else None,
-            requireAuthentication=bool(config.smtp_username),
-            requireTransportSecurity=config.smtp_starttls,
-            reactor=self._reactor,
-        )
+        sending = send(self._reactor, config, _address(config.sender), message.to, message.render(config.sender))
         sending.addTimeout(SMTP_TIMEOUT, self._reactor)
         return sending.addCallback(lambda _: None)
 
@@ -105,7 +115,7 @@ def _address(sender: str) -> str:
     return sender.rsplit("<", 1)[-1].rstrip(">").strip()
 
 
-def make_mailer(config: MailConfig, reactor: IReactorTime) -> Mailer:
+def make_mailer(config: MailConfig, reactor: Reactor) -> Mailer:
     return SmtpMailer(config, reactor) if config.backend == "smtp" else FileMailer(config)
 
 
@@ -127,6 +137,10 @@ class Outbox:
         for attempt, delay in enumerate((*self._delays, None), start=1):
             try:
                 await self._mailer.send(message)
+                return
+            except Undeliverable as error:
+                log.error("mail ({subject!r}) to {to} cannot be sent, and is dropped: {error}",
+                          subject=message.subject, to=message.to, error=str(error))
                 return
             except Exception as error:
                 log.warn("sending mail ({subject!r}) failed, attempt {attempt}: {error}",

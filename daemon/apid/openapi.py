@@ -36,7 +36,7 @@ ROUTES_TAG = "routes"
 BATCH_TAG = "batch"
 CHAIN_TAG = "chain"
 SECURITY_SCHEME = "bearerAuth"
-BEARER = [{SECURITY_SCHEME: []}]
+BEARER: list[dict[str, list[str]]] = [{SECURITY_SCHEME: []}]
 NO_TOKEN: list[dict[str, list[str]]] = []
 ROUTE_VARIABLE = re.compile(r"<(?:[^:<>]+:)?([^:<>]+)>")  # werkzeug's <name> or <converter:name>
 
@@ -612,8 +612,8 @@ def _public_operations() -> dict[tuple[str, str], dict[str, Any]]:
                 "properties": {"status": {"const": "pass"}, "version": _STRING}})}},
         ("/error", "get"): {
             "summary": "The problem body of a status (for a reverse proxy's error pages)",
-            "parameters": [{**_query("status", "A status from 400 to 599 (default 500; any other value, or one "
-                                               "HTTP does not name, gives 500)", required=False),
+            "parameters": [{**_query("status", "A status from 400 to 599 that HTTP names, in three digits (default "
+                                               "500; anything else is a 400 naming status)", required=False),
                             "schema": {"type": "integer", "minimum": 400, "maximum": 599}}],
             "responses": {"default": _problem_response("That status's problem")}},
         (OPENAPI_PATH, "get"): {
@@ -671,7 +671,7 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
     tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]
     if settings.routes:
         tags.append({"name": ROUTES_TAG, "description": "Plugins' own paths, outside IO State"})
-    if without_token:
+    if view is None or not token:
         description = ("The endpoints that answer without a token. Log in (POST /authenticate) and "
                        "send the token to read the API your roles may call.")
     else:

@@ -13,6 +13,7 @@ a fresh connection, when a pooled connection turns out to have been closed befor
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from typing import cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
@@ -104,10 +105,11 @@ def _never_answered(failure: Failure) -> bool:
     (not because we cancelled it, nor after part of an answer)."""
     if failure.check(RequestNotSent):
         return True
-    if not failure.check(ResponseNeverReceived, RequestTransmissionFailed):
+    error = failure.value
+    if not isinstance(error, (ResponseNeverReceived, RequestTransmissionFailed)):
         return False
     return all(reason.check(ConnectionClosed) and not reason.check(ConnectionAborted)
-               for reason in failure.value.reasons)
+               for reason in error.reasons)
 
 
 class _PooledConnection:
@@ -122,7 +124,7 @@ class _PooledConnection:
     answering has normally not read the request at all (RFC 9112 section 9.3.1 allows the retry
     when a repeated request does no harm). Only bodies that can be written again are resent."""
 
-    def __init__(self, connection: _HTTP11Client, fresh: Callable[[], Deferred[_HTTP11Client]]) -> None:
+    def __init__(self, connection: _HTTP11Client, fresh: Callable[[], Deferred[HTTP11ClientProtocol]]) -> None:
         self._connection = connection
         self._fresh = fresh
 
@@ -133,18 +135,26 @@ class _PooledConnection:
                 return failure
             return self._fresh().addCallback(lambda connection: connection.request(request))
 
-        return self._connection.request(request).addErrback(closed_before_answering)
+        # Twisted's overloads of addErrback take an errback returning a Deferred or a Failure,
+        # not one returning either; the Deferred is chained and the Failure passed on, so the
+        # result is still an IResponse
+        return cast("Deferred[IResponse]", self._connection.request(request).addErrback(closed_before_answering))
 
 
 class _ConnectionPool(HTTPConnectionPool):
     _factory = _QuietFactory
     retryAutomatically = False  # replaced by _PooledConnection, which covers POSTs too
 
-    def getConnection(self, key: Hashable, endpoint: IStreamClientEndpoint) -> Deferred[_HTTP11Client]:
-        def second_chance_if_pooled(connection: _HTTP11Client) -> _HTTP11Client | _PooledConnection:
-            if connection.exchanges == 0:
-                return connection
-            return _PooledConnection(connection, lambda: self._newConnection(key, endpoint))
+    # Twisted types what the pool hands out as its protocol class, but its Agent only calls
+    # request() on it, which _PooledConnection answers in the protocol's stead
+    def getConnection(  # type: ignore[override]
+        self, key: Hashable, endpoint: IStreamClientEndpoint
+    ) -> Deferred[HTTP11ClientProtocol | _PooledConnection]:
+        def second_chance_if_pooled(connection: HTTP11ClientProtocol) -> HTTP11ClientProtocol | _PooledConnection:
+            # every connection is an _HTTP11Client (_QuietFactory builds them)
+            if isinstance(connection, _HTTP11Client) and connection.exchanges > 0:
+                return _PooledConnection(connection, lambda: self._newConnection(key, endpoint))
+            return connection
 
         return super().getConnection(key, endpoint).addCallback(second_chance_if_pooled)
 

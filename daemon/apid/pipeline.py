@@ -280,10 +280,10 @@ class Pipeline:
         self._told_asyncio: set[str] = set()  # the actions logged as awaiting asyncio
 
     def admit(
-        self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT
+        self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT, address: str = ""
     ) -> Admission:
         """The checks that need no request fields: endpoint, method, roles. Batch and chain
-        run them for every element or link before any of them runs."""
+        run them for every element or link before any of them runs. `address` is the client's."""
         state, endpoint = resolve(self._rules(), request)
         check_method(endpoint, request.method)
         granted = authorize(endpoint, principal, purpose)
@@ -294,6 +294,7 @@ class Pipeline:
             is_superuser=self._superuser_role in granted,
             session=principal.session,
             all_roles=principal.roles,
+            address=address,
         )
         action = getattr(self._controllers[endpoint.controller], endpoint.action)
         return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller,

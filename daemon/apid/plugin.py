@@ -51,14 +51,21 @@ Validator = Callable[[Mapping[str, Any]], Iterable[FieldError] | None]
 @dataclass(frozen=True)
 class ActionRules:
     """What an action declares about its request fields, checked by the daemon before the action
-    runs, together with the IO State checks, so that one 400 lists every bad field at once.
+    runs, together with the IO State checks, so that one 400 lists every bad field at once;
+    and whether its answer may be shared between callers.
 
     `requires`: fields that must be sent (not null). `validate(fields)`: the action's own field
     rules; it receives the admitted, typed fields (only those that passed the IO State checks,
-    so any may be absent) and returns field errors, or raises `InvalidFields` with them."""
+    so any may be absent) and returns field errors, or raises `InvalidFields` with them.
+    `caller_independent`: the answer depends on nothing of the caller but the roles the
+    endpoint granted (no own-record check, no use of `call.caller`), so an IO State `CACHE`
+    may say `"shared": true`. A cached answer skips the action, and with it any check the
+    action makes of who calls: the daemon cannot see inside an action, so it refuses a shared
+    cache unless the action says this."""
 
     requires: tuple[str, ...] = ()
     validate: Validator | None = None
+    caller_independent: bool = False
 
 
 @overload
@@ -66,13 +73,19 @@ def action(method: F) -> F: ...
 
 
 @overload
-def action(*, requires: Iterable[str] = (), validate: Validator | None = None) -> Callable[[F], F]: ...
+def action(
+    *, requires: Iterable[str] = (), validate: Validator | None = None, caller_independent: bool = False,
+) -> Callable[[F], F]: ...
 
 
-def action(method: Any = None, *, requires: Iterable[str] = (), validate: Validator | None = None) -> Any:
+def action(
+    method: Any = None, *, requires: Iterable[str] = (), validate: Validator | None = None,
+    caller_independent: bool = False,
+) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
-    `@action(requires=("name",), validate=check)` to declare its field rules (`ActionRules`)."""
-    rules = ActionRules(requires=tuple(requires), validate=validate)
+    `@action(requires=("name",), validate=check, caller_independent=True)` to declare its field
+    rules and whether callers may share its cached answers (`ActionRules`)."""
+    rules = ActionRules(requires=tuple(requires), validate=validate, caller_independent=caller_independent)
 
     def mark(handler: F) -> F:
         setattr(handler, _ACTION_MARK, rules)
@@ -116,6 +129,9 @@ class Caller:
     # Every current role of the caller, whether this endpoint admits it or not (`apidoc`
     # describes what all of them may call); `roles` is what decides this call.
     all_roles: frozenset[str] = frozenset()
+    # The client's address, as the per-address abuse limits count it (`Accounts.update` counts
+    # an owner's wrong `currentPassword` there, as a failed login).
+    address: str = ""
 
 
 class Endpoint(Protocol):
@@ -211,13 +227,16 @@ class Accounts(Protocol):
         password: str | None = None,
         roles: Iterable[str] | None = None,
         *,
+        by: Caller | None = None,
         current_password: str | None = None,
         keep_session: str | None = None,
         unit: UnitOfWork | None = None,
     ) -> Account:
         """`changes` maps the account's attribute names to new values; a stale `expected_version`
-        is a 409. A new password ends the account's logins but `keep_session`; with
-        `current_password` (an owner changing their own), a wrong one is a 403."""
+        is a 409. Pass `by=call.caller`: when the caller is the account's owner, a new password
+        or e-mail address needs `current_password` (400 without, 403 when wrong, counted as a
+        failed login), a new password ends the account's other logins, and the old address is
+        told of a new one. Otherwise a new password ends all of its logins but `keep_session`."""
 
     async def delete(self, account_id: int, *, unit: UnitOfWork | None = None) -> bool:
         """False when there was no such account."""

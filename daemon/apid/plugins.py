@@ -21,8 +21,10 @@ from importlib import metadata, resources
 from pathlib import Path
 
 from apid.config import SecurityConfig
-from apid.iostate import ControllerState, IOStateError, RuleSet, bind_references, check_actions, parse_text, read_dir
-from apid.plugin import Controller
+from apid.iostate import (
+    ControllerState, IOStateError, RuleSet, bind_references, check_actions, check_shared_caches, parse_text, read_dir,
+)
+from apid.plugin import Controller, action_rules
 
 GROUP = "apid.controllers"
 MIGRATIONS_GROUP = "apid.migrations"
@@ -117,7 +119,8 @@ def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
 def bind(
     controllers: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig
 ) -> Bound:
-    """Attach every controller to its IO State and check that each action exists."""
+    """Attach every controller to its IO State and check that each action exists, and that
+    only the actions declared caller-independent share cached answers."""
     controllers = {c.cls.name: c for c in controllers}
     overrides = read_dir(iostate_dir, security)
     for name, state in overrides.items():
@@ -135,7 +138,10 @@ def bind(
                 )
             source, text = shipped
             state = parse_text(text, source, security)
-        check_actions(state, controller.cls.actions(), controller.plugin.label)
+        actions = controller.cls.actions()
+        check_actions(state, actions, controller.plugin.label)
+        check_shared_caches(state, [action for action, handler in actions.items()
+                                    if action_rules(handler).caller_independent], controller.plugin.label)
         states[name] = state
     return Bound(rules=RuleSet(controllers=bind_references(states)), controllers=controllers)
 

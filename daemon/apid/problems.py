@@ -92,6 +92,12 @@ class MethodNotAllowed(Problem):
         super().__init__(detail, headers={"Allow": ", ".join(allow)}, allow=allow)
 
 
+class RequestTimeout(Problem):
+    """A request that did not arrive whole within its deadline (`connections` settings)."""
+
+    status, slug = 408, "request-timeout"
+
+
 class Conflict(Problem):
     status, slug = 409, "conflict"
 

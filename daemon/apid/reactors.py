@@ -11,8 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import cast
+
+from twisted.internet.interfaces import (
+    IReactorCore,
+    IReactorProcess,
+    IReactorSocket,
+    IReactorTCP,
+    IReactorThreads,
+    IReactorTime,
+    IReactorUNIX,
+)
 
 from apid.config import REACTORS
+
+
+class Reactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorUNIX, IReactorSocket,
+              IReactorProcess):
+    """The reactor's interfaces apid uses, as one type (as Twisted types its global reactor with
+    the common ones): both reactors apid installs are PosixReactorBase and provide them all."""
+
+
+def installed() -> Reactor:
+    """The installed reactor (Twisted's default when none is yet)."""
+    from twisted.internet import reactor
+
+    # Twisted types its global reactor with fewer interfaces than it provides (no threads, no
+    # adopted sockets); apid's reactors are all PosixReactorBase, which provides Reactor
+    return cast(Reactor, reactor)
 
 
 class ReactorInstalled(RuntimeError):

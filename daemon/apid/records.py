@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Label, Table, delete, insert, select, update
 
 from apid.problems import Conflict, NotFound
 
@@ -23,12 +23,12 @@ Record = dict[str, Any]
 __all__ = ["Record", "delete_row", "get_row", "insert_row", "list_rows", "update_row"]
 
 
-def _fields(table: Table) -> list:
+def _fields(table: Table) -> list[Label[Any]]:
     return [column.label(str(column.key)) for column in table.columns]  # str: a plain JSON key
 
 
 def _noun(table: Table) -> str:
-    return table.info.get("record", table.name)
+    return str(table.info.get("record", table.name))  # info is untyped; the noun only fills messages
 
 
 def _missing(table: Table, record_id: int) -> NotFound:

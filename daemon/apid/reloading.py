@@ -20,12 +20,14 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import Connection, delete, select
 from twisted.internet.defer import DeferredLock
+from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from apid.iostate import IOStateError, RuleSet
 from apid.plugins import PluginError, RuleBook
+from apid.reactors import Reactor
 from apid.store.database import Database, dialect_insert
 from apid.store.tables import iostate_change, iostate_report
 
@@ -117,13 +119,13 @@ def announce(connection: Connection) -> tuple[int, set[str]]:
 # --- in the daemon ------------------------------------------------------------------------------
 
 
-async def read_rules(reactor, rule_book: RuleBook) -> RuleSet:
+async def read_rules(reactor: IReactorThreads, rule_book: RuleBook) -> RuleSet:
     """The IO State files as they are now, bound to the installed plugins (in a thread: file
     I/O); raises one of LOAD_ERRORS when they do not load."""
     return await deferToThreadPool(reactor, reactor.getThreadPool(), rule_book.read)
 
 
-async def reload_rules(reactor, rule_book: RuleBook) -> str:
+async def reload_rules(reactor: IReactorThreads, rule_book: RuleBook) -> str:
     """Re-read the files and swap them in, or keep the last good set; OK or why not."""
     try:
         rules = await read_rules(reactor, rule_book)
@@ -135,7 +137,7 @@ async def reload_rules(reactor, rule_book: RuleBook) -> str:
     return OK
 
 
-async def announce_reload(reactor, db: Database, rule_book: RuleBook) -> int:
+async def announce_reload(reactor: IReactorThreads, db: Database, rule_book: RuleBook) -> int:
     """Have every daemon process sharing the database reload, once the files load here; the
     new generation. Raises one of LOAD_ERRORS (and moves nothing) when they do not load."""
     await read_rules(reactor, rule_book)
@@ -145,7 +147,7 @@ async def announce_reload(reactor, db: Database, rule_book: RuleBook) -> int:
 class RulesWatcher:
     """Reloads this process's rules whenever the deployment's generation moves, and reports."""
 
-    def __init__(self, reactor, db: Database, rule_book: RuleBook, who: str) -> None:
+    def __init__(self, reactor: Reactor, db: Database, rule_book: RuleBook, who: str) -> None:
         self._reactor = reactor
         self._db = db
         self._rule_book = rule_book

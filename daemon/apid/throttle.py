@@ -5,9 +5,11 @@ user with no such role is not limited. A caller without a token has the anonymou
 rule and is counted per client address. Each request costs one, a batch one per element and a
 chain one per link, all charged before anything runs. The request that reaches the limit
 still runs and locks the user for `throttle.expires` seconds; while locked, and for a batch
-or chain that would cross the limit, the answer is 429 with Retry-After. After the lock the
-count starts over. Every answer to a limited user carries the IETF `RateLimit-Policy` and
-`RateLimit` fields (draft-ietf-httpapi-ratelimit-headers), named after the role's rule.
+or chain that would cross the limit, the answer is 429 with Retry-After, its detail saying
+which: the limit used up, or what the request costs and what is left (none of it counted).
+After the lock the count starts over. Every answer to a limited user carries the IETF
+`RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers), named after
+the role's rule.
 
 An endpoint may add its own limit (IO State `RATELIMIT`): calls per window per user, the
 most generous rule among the user's roles that have one (`"*"`: none). It is counted by the
@@ -197,14 +199,28 @@ class RateLimiter:
             fields = _add_item(fields, rule.policy_field, f'"{rule.policy}";r={max(0, charge.remaining)};t={reset}')
             if not charge.allowed:
                 metrics.throttled(kind, rule.policy)
-                quota = (f"the request limit of {rule.limit} a day" if kind == "rate" else
-                         f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds")
                 raise TooManyRequests(
-                    f"{quota} is used up; try again in {reset} seconds",
+                    _refusal(rule, kind, count, charge.remaining, reset),
                     headers={**fields, "Retry-After": str(reset)},
                     violatedPolicies=[rule.policy],
                 )
         return fields
+
+
+def _refusal(rule: Rule, kind: str, cost: int, remaining: int, reset: int) -> str:
+    """Why a charge was refused: the limit is used up (the caller is locked), or the request
+    costs more than is left, which the store refused whole without counting any of it."""
+    quota = (f"the request limit of {rule.limit} a day" if kind == "rate" else
+             f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds")
+    if remaining <= 0:
+        return f"{quota} is used up; try again in {reset} seconds"
+    counts = "a batch counts one per element, a chain one per link"
+    if cost > rule.limit:
+        return (f"this request costs {cost} ({counts}), more than {quota} allows at once: it was refused "
+                f"whole, none of it counted against that limit; {remaining} are left, send at most that many")
+    return (f"this request costs {cost} ({counts}) and {remaining} are left of {quota}: it was refused whole, "
+            f"none of it counted against that limit; send at most {remaining}, or this one again in {reset} "
+            f"seconds")
 
 
 def _add_item(fields: dict[str, str], policy: str, state: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ Who may subscribe to what, which URLs are allowed and who reaches which hook is 
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from apid.plugin import Call, Controller, action
@@ -53,7 +54,7 @@ class HookController(Controller):
         return await self.services.hooks.rotate_secret(call.caller, call.fields["id"])
 
     @action(requires=BY_ID)
-    async def deliveries(self, call: Call) -> list[dict[str, Any]]:
+    async def deliveries(self, call: Call) -> builtins.list[dict[str, Any]]:
         return await self.services.hooks.deliveries(call.caller, call.fields["id"], *call.page())
 
     @action(requires=("id", "messageId"))

@@ -70,23 +70,19 @@ class PersonController(Controller):
 
     @action(requires=BY_ID, validate=account_policy)
     async def update(self, call: Call) -> dict[str, Any]:
-        """A new password ends the account's other logins; changing one's own needs the
-        current one (so a stolen token cannot take the account over)."""
+        """Changing one's own password or e-mail address needs the current password, so a
+        stolen token cannot take the account over (`Accounts.update` with `by`)."""
         person_id = self._own_or_superuser(call)
         fields = call.fields
         changes = {name: fields[name] for name in CHANGEABLE if fields.get(name) is not None}
-        own_password = person_id == call.caller.id and fields.get("password") is not None
-        if own_password and not fields.get("currentPassword"):
-            raise InvalidFields(
-                errors=[{"field": "currentPassword", "reason": "is required to change your own password"}])
         account = await self.services.accounts.update(
             person_id,
             changes,
             expected_version=fields.get("version"),
             password=fields.get("password"),
             roles=self._known_roles(call),
-            current_password=fields["currentPassword"] if own_password else None,
-            keep_session=call.caller.session if own_password else None,
+            by=call.caller,
+            current_password=fields.get("currentPassword"),
             unit=call,
         )
         return account.to_dict()

@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import re
 import socket
 import sqlite3
 import string
@@ -67,6 +68,7 @@ API_OVERRIDES = {
 ANSWER_TIMEOUT = 30.0      # seconds to wait for an ordinary answer
 EARLY_ANSWER_TIMEOUT = 3.0  # seconds to wait for an answer to a body that is never sent whole
 LOG_ALARMS = ("Traceback", "Unhandled")
+REPEATED = re.compile(r"<(.)\*([0-9]+)>")  # in a case's path: `<9*5000>` is 5,000 nines
 
 CASE_KEYS = {
     "id", "method", "path", "headers", "token", "json", "raw", "encoding", "generate", "raw_request",
@@ -476,7 +478,8 @@ def build_request(case: dict[str, Any], world: World) -> tuple[bytes, float]:
         timeout = EARLY_ANSWER_TIMEOUT
     elif body is not None or case["method"] in ("POST", "PUT"):
         headers["Content-Length"] = str(len(payload))
-    head = f"{case['method']} {substitute(case['path'], world.values)} HTTP/1.1\r\n"
+    path = REPEATED.sub(lambda repeated: repeated[1] * int(repeated[2]), substitute(case["path"], world.values))
+    head = f"{case['method']} {path} HTTP/1.1\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers.items() if value is not None)
     return head.encode("latin-1") + b"\r\n" + payload, timeout
 

@@ -273,8 +273,8 @@ def test_a_role_not_in_the_batch_list_is_403_before_any_element_runs(daemon, adm
 
 def test_the_same_update_is_allowed_to_the_user_as_a_plain_call(daemon, admin_token, user_token, user_id):
     """So the 403 above comes from the BATCH list, not from the update itself."""
-    reply = daemon.request("PUT", f"{V}/person/update/{user_id}", {"email": "alice.plain@example.com"},
-                           token=user_token)
+    reply = daemon.request("PUT", f"{V}/person/update/{user_id}",
+                           {"email": "alice.plain@example.com", "currentPassword": USER[1]}, token=user_token)
     assert reply.status == 200, reply.body
     assert show_person(daemon, admin_token, user_id)["email"] == "alice.plain@example.com"
 

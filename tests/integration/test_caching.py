@@ -6,6 +6,7 @@ Redis, PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from sqlalchemy import create_engine, update
 
 from apid.caching import CHECK_SECONDS
 from apid.store.tables import person
-from harness import ADMIN, USER, V, Deployment, create_team, deployment_with_accounts, new_person, running_daemon
+from harness import (
+    ADMIN, USER, V, Daemon, Deployment, create_team, deployment_with_accounts, new_person, running_daemon, wait_for,
+)
 from redis_server import running_redis
 
 TEAM_FILE = Path(__file__).resolve().parents[1] / "sample_plugin" / "apid_sample" / "iostate" / "team.json"
@@ -64,6 +67,16 @@ def test_a_get_answer_has_an_etag_and_answers_304_to_a_client_holding_it(daemon,
     assert after.headers["ETag"] != tag
 
 
+def test_an_etag_tells_nothing_of_a_record_the_caller_may_not_read(daemon, admin_token):
+    """No oracle: another user holding the owner's tag gets the 403 of any other record, not a 304."""
+    owner, other = new_person(daemon, admin_token), new_person(daemon, admin_token)
+    path = f"{V}/person/show/{owner['id']}"
+    tag = daemon.request("GET", path, token=daemon.login(owner["username"], owner["password"])).headers["ETag"]
+    guessing = daemon.request("GET", path, token=daemon.login(other["username"], other["password"]),
+                              headers={"If-None-Match": tag})
+    assert guessing.status == 403 and "ETag" not in guessing.headers
+
+
 def test_a_writing_call_and_an_error_are_not_cacheable(daemon, admin_token):
     created = daemon.request("POST", f"{V}/person/create",
                              {"username": "etagless", "password": "etagless-password-1", "email": "etagless@example.com"},
@@ -107,6 +120,65 @@ def test_a_cached_action_answers_from_the_cache_until_its_controller_changes(tmp
         create_team(daemon, admin, "Green", leader, 5.0)
         assert daemon.request("GET", path, token=user).body == first.body
         assert shown() == 3
+
+
+# --- a shared cache only where the action's answer is the same for every caller -------------------
+
+
+def test_a_shared_cache_on_an_action_that_checks_its_caller_stops_the_daemon_naming_where(tmp_path):
+    deployment = deployment_with_accounts(tmp_path, accounts=())
+    person_file = deployment.root / "iostate" / "person.json"
+    declare_cache(deployment, person_file, "show", {"maxAge": 60, "shared": True})
+    daemon = Daemon(deployment)
+    with pytest.raises(RuntimeError, match="did not become ready"):
+        daemon.start()
+    assert (f'{person_file}: controller person, version 1, action show, CACHE: "shared": true is refused: '
+            "the controller of person (distribution apid) does not declare show caller-independent") in daemon.stderr
+
+
+def test_two_users_of_one_role_never_read_each_others_record_through_the_cache(tmp_path):
+    """carol's cached record is never bob's answer: person/show (own record only) may cache per
+    caller alone, a reload asking to share it is refused, and team/show, declared
+    caller-independent by its plugin, shares its answers."""
+    deployment = caching_deployment(tmp_path)
+    declare_cache(deployment, TEAM_FILE, "show", {"maxAge": 60, "shared": True})
+    with running_daemon(deployment) as daemon:
+        admin = daemon.login(*ADMIN[:2])
+        carol, bob = new_person(daemon, admin), new_person(daemon, admin)
+        tokens = {person["id"]: daemon.login(person["username"], person["password"]) for person in (carol, bob)}
+
+        def read(reader: dict, owner: dict):
+            return daemon.request("GET", f"{V}/person/show/{owner['id']}", token=tokens[reader["id"]])
+
+        def cross_reads_refused() -> None:
+            for reader, owner in ((carol, carol), (bob, carol), (bob, bob), (carol, bob)):
+                reply = read(reader, owner)  # the owner's answer is cached first, then the other asks
+                if reader is owner:
+                    assert reply.status == 200 and reply.json["id"] == owner["id"], reply.body
+                    assert reply.headers["Cache-Control"] == "private, max-age=60"
+                else:
+                    assert reply.status == 403, reply.body
+                    assert owner["username"] not in reply.body.decode()
+
+        cross_reads_refused()
+        declare_cache(deployment, deployment.root / "iostate" / "person.json", "show", {"maxAge": 60, "shared": True})
+        daemon.process.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: "IO State reload refused" in daemon.stderr)
+        assert 'action show, CACHE: "shared": true is refused' in daemon.stderr
+        cross_reads_refused()
+
+        leader = carol["id"]
+        team = create_team(daemon, admin, "Shared", leader, 1.0)
+
+        def shown() -> int:
+            return daemon.request("GET", "/teamShows", token=admin).json["shown"]
+
+        before = shown()
+        as_carol = daemon.request("GET", f"{V}/team/show/{team['id']}", token=tokens[carol["id"]])
+        as_bob = daemon.request("GET", f"{V}/team/show/{team['id']}", token=tokens[bob["id"]])
+        assert as_carol.status == as_bob.status == 200
+        assert as_bob.body == as_carol.body and as_bob.json == {"id": team["id"], "name": "Shared", "leaderId": leader}
+        assert shown() == before + 1  # bob's answer came from carol's call
 
 
 # --- two daemons on one database ------------------------------------------------------------------

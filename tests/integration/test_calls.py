@@ -201,7 +201,8 @@ def test_a_user_may_not_show_another_record(daemon, user_token):
 def test_a_user_may_update_their_own_email(daemon, admin_token, user_token, user_id):
     before = show_person(daemon, admin_token, user_id)
     reply = daemon.request(
-        "PUT", f"{V}/person/update/{user_id}", {"email": "alice.new@example.com"}, token=user_token
+        "PUT", f"{V}/person/update/{user_id}", {"email": "alice.new@example.com", "currentPassword": USER[1]},
+        token=user_token,
     )
     assert reply.status == 200, reply.body
     after = show_person(daemon, admin_token, user_id)

@@ -16,7 +16,8 @@ import pytest
 
 from assertions import ADMIN_FIELDS, USER_FIELDS, assert_json, assert_problem, error_fields
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, V, create_team, deployment_with_accounts, everyone, new_person, running_daemon, show_person,
+    ADMIN, ADMIN_ACCOUNT, USER, V, create_team, deployment_with_accounts, everyone, new_person, running_daemon,
+    show_person,
 )
 
 C = "/c0.1"
@@ -98,8 +99,10 @@ def leader_chain(**extra) -> dict:
     return {"chain": {"key": "leaderId", "order": {"person/show": "return"}, **extra}}
 
 
-def update_chain(email: str, **extra) -> dict:
-    return {"email": email,
+def update_chain(email: str, current_password: str | None = None, **extra) -> dict:
+    """A postchain ending in person/update of `email` (with `currentPassword`, as an owner's needs)."""
+    password = {} if current_password is None else {"currentPassword": current_password}
+    return {"email": email, **password,
             "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}, **extra}}
 
 
@@ -661,8 +664,8 @@ def test_a_user_postchain_may_not_update_another_person(daemon, admin_token, use
 
 def test_a_user_postchain_may_update_their_own_email(daemon, admin_token, user_token, user_id, user_team):
     before = show_person(daemon, admin_token, user_id)
-    reply = daemon.request("PUT", f"{C}/team/show/{user_team['id']}", update_chain("alice.chained@example.com"),
-                           token=user_token)
+    reply = daemon.request("PUT", f"{C}/team/show/{user_team['id']}",
+                           update_chain("alice.chained@example.com", current_password=USER[1]), token=user_token)
     assert assert_json(reply) == {"id": user_id, "version": before["version"] + 1}
     after = show_person(daemon, admin_token, user_id)
     assert after["email"] == "alice.chained@example.com"

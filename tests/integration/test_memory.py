@@ -40,6 +40,7 @@ UNUSED_WHEN_EMBEDDED = {
     "apid.store.migrate": "none: the migration at start runs in a child process",
     "txredisapi": "redis.url",
     "twisted.mail.smtp": "mail.backend: smtp, at the first mail sent",
+    "apid.smtp": "mail.backend: smtp, at the first mail sent",
     "prometheus_client": "metrics.listen or metrics.role",
     "apid.hooks.delivery": "webhookActive",
     "treq": "webhookActive, or the first pingServers",

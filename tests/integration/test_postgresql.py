@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, select
+from sqlalchemy import create_engine, inspect, select, text
 
+from apid.accounts import insert_account
 from apid.store.tables import metadata, person, person_role, role
-from harness import ADMIN, Deployment, burst, deployment_with_accounts, running_daemon
+from assertions import assert_problem
+from harness import ADMIN, Deployment, burst, deployment_with_accounts, running_daemon, wait_for
 from receiver import Receiver
 
 pytestmark = pytest.mark.postgresql
@@ -73,6 +76,38 @@ def test_person_crud_is_stored_in_postgresql(pg_daemon, postgres):
     with engine.connect() as connection:
         assert connection.execute(select(person).where(person.c.id == person_id)).first() is None
         assert connection.execute(select(person_role).where(person_role.c.person_id == person_id)).first() is None
+
+
+def test_two_concurrent_creates_of_one_name_in_two_letter_cases_make_one_account(pg_daemon, postgres):
+    """`Bob` (apid's insert_account, as `apid user add` runs it) and `bob` (person/create on
+    the daemon) made at once: the daemon's check for a taken name runs while Bob's transaction
+    is still open, so it sees nothing, and its insert waits on the unique index of
+    person.username_key until Bob commits; then it is refused with the check's own 409."""
+    token = pg_daemon.login(*ADMIN[:2])
+    engine = create_engine(postgres.url)
+    try:
+        with engine.connect() as first, ThreadPoolExecutor(1) as client:
+            first.begin()
+            insert_account(first, "Bob", "bob.upper@example.com", "not-a-real-hash", ["ROLE_USER"])
+            second = client.submit(pg_daemon.request, "POST", "/v0.1/person/create", {
+                "username": "bob", "password": "bob-password-1", "email": "bob.lower@example.com"}, token=token)
+
+            def waiting_on_bob() -> bool:
+                with engine.connect() as watcher:  # a transaction of its own: activity is read once in one
+                    return watcher.execute(text(  # the daemon's insert, blocked by the first transaction
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE 'INSERT INTO person %'")).scalar() == 1
+
+            assert wait_for(waiting_on_bob), "the second create did not wait for the first: no unique key"
+            first.commit()
+            answer = second.result(timeout=30)
+        assert assert_problem(answer, 409)["field"] == "username"
+        with engine.connect() as connection:
+            named = connection.execute(select(person.c.username, person.c.email).where(
+                person.c.username_key == "bob")).all()
+        assert [tuple(row) for row in named] == [("Bob", "bob.upper@example.com")]
+    finally:
+        engine.dispose()
 
 
 def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres, pg_deployment):

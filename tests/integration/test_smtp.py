@@ -1,7 +1,9 @@
 """The SMTP mail backend against a real local SMTP server (issue 3, "Done when"): the real
 daemon registers an account, the validation mail arrives over SMTP, and its link validates
 the account. With the SMTP server down, /register answers exactly as before, the failure is
-logged, and the send is tried again (the mail arrives once the server is up).
+logged, and the send is tried again (the mail arrives once the server is up). An address that
+is not ASCII gets its mail with SMTPUTF8 from a server that offers it (as the module's does),
+and from one that does not, none: a logged error, no retries.
 
 The SMTP server is aiosmtpd's Controller, in a thread of this process; the daemon runs as a
 subprocess (tests/harness.py)."""
@@ -35,8 +37,10 @@ class Sink:
 
     def __init__(self) -> None:
         self.received: queue.Queue = queue.Queue()
+        self.mail_options: list[list[str]] = []  # the MAIL FROM parameters of each envelope received
 
     async def handle_DATA(self, server, session, envelope):
+        self.mail_options.append(list(envelope.mail_options))
         self.received.put((envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.original_content)))
         return "250 Message accepted for delivery"
 
@@ -49,10 +53,10 @@ class Sink:
 
 
 class SmtpServer:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, smtputf8: bool = True) -> None:
         self.port = port
         self.sink = Sink()
-        self.controller = aiosmtpd.Controller(self.sink, hostname="127.0.0.1", port=port)
+        self.controller = aiosmtpd.Controller(self.sink, hostname="127.0.0.1", port=port, enable_SMTPUTF8=smtputf8)
 
     def start(self) -> SmtpServer:
         self.controller.start()
@@ -162,6 +166,49 @@ def test_header_injection_in_the_email_gets_no_mail(daemon, smtp):
     assert_sent_answer(register(daemon, "erin", "erin@example.com"))
     _, rcpt_tos, _ = smtp.sink.next()
     assert rcpt_tos == ["erin@example.com"]
+
+
+def test_an_address_that_is_not_ascii_gets_its_mail_with_smtputf8(daemon, smtp):
+    """The address goes unencoded in the envelope (MAIL FROM with SMTPUTF8) and in the To
+    header (UTF-8, RFC 6532), and the link in that mail validates the account."""
+    assert_sent_answer(register(daemon, "joerg", "jörg@example.com"))
+    mail_from, rcpt_tos, message = smtp.sink.next()
+    assert (mail_from, rcpt_tos) == ("apid@example.com", ["jörg@example.com"])
+    assert smtp.sink.mail_options[-1] == ["SMTPUTF8"]
+    # as sent: the header's bytes are the address in UTF-8 (an encoded word would decode alike)
+    assert dict(message.raw_items())["To"].encode("ascii", "surrogateescape") == "jörg@example.com".encode()
+    assert not message.defects
+    link = urlsplit(validation_link(message))
+    assert daemon.request("GET", f"{link.path}?{link.query}").status == 302
+    assert daemon.login("joerg", PASSWORD)
+
+
+def test_ascii_mail_goes_without_smtputf8_to_a_server_that_offers_it(daemon, smtp):
+    assert_sent_answer(register(daemon, "ascii-only", "ascii-only@example.com"))
+    _, rcpt_tos, message = smtp.sink.next()
+    assert rcpt_tos == ["ascii-only@example.com"]
+    assert smtp.sink.mail_options[-1] == []
+
+
+def test_a_server_without_smtputf8_gets_no_mail_for_such_an_address_and_the_error_is_logged_once(tmp_path):
+    """No downgrade exists for an address (RFC 6531): the message is not sent, and the daemon
+    logs one error naming the reason and the address, without the warnings of a send it would
+    try again; /register answers as always, and mail to ASCII addresses still goes."""
+    server = SmtpServer(free_port(), smtputf8=False).start()
+    daemon = Daemon(deployment_for(tmp_path, server.port)).start()
+    try:
+        assert_sent_answer(register(daemon, "joerg", "jörg@example.com"))
+        assert wait_for(lambda: "does not offer SMTPUTF8" in daemon.stderr, timeout=20), daemon.stderr
+        assert_sent_answer(register(daemon, "karl", "karl@example.com"))
+        _, rcpt_tos, _ = server.sink.next()
+        assert rcpt_tos == ["karl@example.com"]  # the first mail never reached the server
+    finally:
+        daemon.stop()
+        server.stop()
+    (refused,) = [line for line in daemon.stderr.splitlines() if "SMTPUTF8" in line]
+    assert "mail ('apid: confirm your account') to jörg@example.com cannot be sent, and is dropped" in refused
+    assert "failed, attempt" not in daemon.stderr
+    assert "Traceback" not in daemon.stderr, daemon.stderr
 
 
 # --- the server is down --------------------------------------------------------------------------

@@ -170,6 +170,55 @@ def test_a_chain_counts_one_per_link(daemon, admin_token):
     assert_limited(show(daemon, token, person["id"]), 0)
 
 
+def test_a_request_costing_more_than_is_left_is_429_saying_its_cost_and_what_is_left(daemon, admin_token):
+    """Not "used up" while calls are left: the 429 says what the request costs, what is left,
+    and that none of it was counted; the RateLimit fields and the next answer agree."""
+    person, token = fresh_user(daemon, admin_token)
+    assert_limited(show(daemon, token, person["id"]), USER_LIMIT - 1)
+    crossing = batch_of_shows(daemon, token, person["id"], USER_LIMIT)
+    body = assert_refused(crossing, f"{B}/person/show")
+    reset = int(crossing.headers["Retry-After"])
+    assert state(crossing) == (USER_LIMIT - 1, reset)
+    assert body["detail"] == (
+        f"this request costs {USER_LIMIT} (a batch counts one per element, a chain one per link) and "
+        f"{USER_LIMIT - 1} are left of the request limit of {USER_LIMIT} a day: it was refused whole, none of it "
+        f"counted against that limit; send at most {USER_LIMIT - 1}, or this one again in {reset} seconds")
+    beyond = batch_of_shows(daemon, token, person["id"], USER_LIMIT + 1)
+    assert "more than the request limit of 5 a day allows at once" in assert_refused(beyond)["detail"]
+    assert remaining(beyond) == USER_LIMIT - 1
+    assert_limited(show(daemon, token, person["id"]), USER_LIMIT - 2)  # neither batch was counted
+
+
+def test_a_batch_over_batch_limit_is_413_and_charges_nothing(daemon, admin_token):
+    """Refused for its size before it is counted: 999 elements once charged an administrator
+    999 of their 1000 calls (and locked them), 10,000 answered a user 429 "used up"."""
+    admin = new_person(daemon, admin_token, roles=["ROLE_ADMIN"])
+    token = daemon.login(admin["username"], admin["password"])
+    assert remaining(show(daemon, token, admin["id"]), "ROLE_ADMIN") == 999
+    team = create_team(daemon, admin_token, f"throttled{next(_teams)}", admin["id"], 1.0)
+    too_big = daemon.request("POST", f"{B}/team/show", {"batch": [{"id": team["id"]}] * 999}, token=token)
+    problem = assert_problem(too_big, 413, f"{B}/team/show")
+    assert problem["limit"] == 100 and problem["detail"] == "a batch holds at most 100 elements, this one 999"
+    assert_no_fields(too_big)  # refused before it was counted: there is no count to tell of
+    assert remaining(show(daemon, token, admin["id"]), "ROLE_ADMIN") == 998
+
+    person, user_token = fresh_user(daemon, admin_token)
+    huge = batch_of_shows(daemon, user_token, person["id"], 10_000)
+    assert assert_problem(huge, 413)["detail"] == "a batch holds at most 100 elements, this one 10000"
+    assert_limited(show(daemon, user_token, person["id"]), USER_LIMIT - 1)
+
+
+def test_a_chain_over_chain_limit_is_422_and_charges_nothing(daemon, admin_token):
+    person, token = fresh_user(daemon, admin_token)
+    order = {f"person/show{n}": "id" for n in range(10)} | {"person/list": "return"}  # 12 links, chainLimit 10
+    too_long = daemon.request("GET", f"{C}/person/show/{person['id']}", {"chain": {"key": "id", "order": order}},
+                              token=token)
+    problem = assert_problem(too_long, 422)
+    assert problem["rule"] == "chain-limit" and problem["detail"] == "a chain holds at most 10 links, this one 12"
+    assert_no_fields(too_long)
+    assert_limited(show(daemon, token, person["id"]), USER_LIMIT - 1)
+
+
 def test_an_admin_has_their_own_larger_limit_and_users_are_counted_apart(daemon, admin_token):
     person, token = fresh_user(daemon, admin_token)
     for _ in range(USER_LIMIT):
@@ -286,6 +335,19 @@ def test_a_batch_on_one_daemon_counts_on_the_other(redis_daemons):
     assert_limited(batch_of_shows(first, token, person["id"], 3), 2)
     assert_refused(batch_of_shows(second, token, person["id"], 3))
     assert_limited(show(second, token, person["id"]), 1)
+
+
+def test_on_redis_a_refused_batch_counts_nothing_and_a_crossing_one_says_what_is_left(redis_daemons):
+    first, second = redis_daemons
+    admin_token = first.login(*ADMIN[:2])
+    person, token = fresh_user(first, admin_token)
+    assert_problem(batch_of_shows(first, token, person["id"], 101), 413)  # over batchLimit
+    assert_limited(show(second, token, person["id"]), USER_LIMIT - 1)
+    crossing = batch_of_shows(first, token, person["id"], USER_LIMIT)
+    assert f"costs {USER_LIMIT} " in assert_refused(crossing)["detail"]
+    assert f"and {USER_LIMIT - 1} are left of" in assert_refused(crossing)["detail"]
+    assert remaining(crossing) == USER_LIMIT - 1
+    assert_limited(show(second, token, person["id"]), USER_LIMIT - 2)
 
 
 def redis_down_daemon(root, on_failure: str | None):

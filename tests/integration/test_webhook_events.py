@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from harness import ADMIN, V, Daemon, Deployment, deployment_with_accounts, person_fields, running_daemon, wait_for
-from integration.test_accounts import Outbox, link_in
+from outbox import Outbox, link_at
 from integration.test_sessions import reset_password
 from receiver import Receiver
 
@@ -90,7 +90,7 @@ def test_sign_up_validation_and_reset_are_person_events(daemon, deployment, data
     assert created["data"] == {"id": person_id, "version": 0}
 
     (mail,) = outbox.wait(address)
-    assert daemon.request("GET", link_in(mail, "http://127.0.0.1:8080")).status == 302
+    assert daemon.request("GET", link_at(mail, "http://127.0.0.1:8080")).status == 302
     event_of(receiver, hook_path, "person/update", person_id, version=1)
 
     reset_password(daemon, deployment, address, "after-the-reset-1")
@@ -148,17 +148,21 @@ def test_kill_9_during_a_burst_of_changes_leaves_each_with_its_event(crash_deplo
                               token=token)
         assert hook.status == 200, hook.body
 
+        answered: list[int] = []  # one item per creation answered 200 (list.append is atomic)
+
         def create_until_stopped() -> None:
             while not stop.is_set():
                 try:
-                    daemon.request("POST", f"{V}/person/create", person_fields("crash"), token=token)
+                    if daemon.request("POST", f"{V}/person/create", person_fields("crash"), token=token).status == 200:
+                        answered.append(1)
                 except OSError:
                     return  # the daemon is gone
 
         workers = [threading.Thread(target=create_until_stopped) for _ in range(4)]
         for worker in workers:
             worker.start()
-        time.sleep(2.0)
+        # past a dozen answered creations (however loaded the machine), with more in flight
+        assert wait_for(lambda: len(answered) > 12, timeout=60)
         daemon.process.kill()  # SIGKILL, with creations in flight
         daemon.process.wait()
         stop.set()

@@ -10,7 +10,7 @@ from twisted.internet.defer import CancelledError, Deferred
 
 from apid.auth.tokens import anonymous_caller
 from apid.batch import BatchRunner, parse_batch, summarise
-from apid.problems import BadRequest, NotFound, PayloadTooLarge
+from apid.problems import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge
 from apid.routing import Target
 
 
@@ -34,6 +34,17 @@ def test_a_batch_over_the_limit_is_a_413():
     assert too_large.value.status == 413 and too_large.value.extensions["limit"] == 3
 
 
+@pytest.mark.parametrize("method, target", [
+    ("GET", Target(kind="b", api_version=None, controller="person", action="show", id=None)),
+    ("POST", Target(kind="b", api_version=None, controller="person", action=None, id=None)),
+    ("POST", Target(kind="b", api_version=None, controller="person", action="show", id="1")),
+])
+def test_a_batch_is_posted_to_an_action_without_id_or_405_before_its_body_is_read(method, target):
+    with pytest.raises(MethodNotAllowed) as refused:
+        BatchRunner(None, 3).parse(target, method, {"batch": [{}] * 4})  # over the limit too: 405 first
+    assert refused.value.extensions["allow"] == ["POST"]
+
+
 def test_all_succeeded_answers_200_with_the_last_output_or_all_of_them():
     assert (summarise([{"a": 1}, {"a": 2}], False, "/b").status, summarise([{"a": 1}, {"a": 2}], False, "/b").body) == (200, {"a": 2})
     assert summarise([{"a": 1}, {"a": 2}], True, "/b").body == [{"a": 1}, {"a": 2}]
@@ -54,7 +65,7 @@ class StepPipeline:
     def __init__(self) -> None:
         self.running: list[Deferred] = []
 
-    def admit(self, principal, call, purpose):
+    def admit(self, principal, call, purpose, address=""):
         return SimpleNamespace(endpoint=SimpleNamespace(is_safe=True))
 
     def execute(self, admitted, call) -> Deferred:
@@ -65,8 +76,9 @@ class StepPipeline:
 def started_batch(count: int) -> tuple[StepPipeline, Deferred]:
     pipeline = StepPipeline()
     target = Target(kind="b", api_version=None, controller="person", action="show", id=None)
-    body = {"batch": [{"id": index} for index in range(count)], "combine": True}
-    return pipeline, Deferred.fromCoroutine(BatchRunner(pipeline, 100).run(anonymous_caller("ROLE_X"), target, body, "/b"))
+    runner = BatchRunner(pipeline, 100)
+    batch = runner.parse(target, "POST", {"batch": [{"id": index} for index in range(count)], "combine": True})
+    return pipeline, Deferred.fromCoroutine(runner.run(anonymous_caller("ROLE_X"), target, batch, "/b"))
 
 
 def test_elements_finishing_out_of_order_answer_in_order_once_all_have():

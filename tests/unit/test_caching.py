@@ -14,13 +14,17 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from apid.caching import CHECK_SECONDS, AnswerCache, answer, cache_key, entity_tag
 from apid.config import API_FILE, load_api
-from apid.iostate import IOStateError, parse
+from apid.iostate import IOStateError, check_shared_caches, parse
 from apid.iostate.loader import UPDATECACHE_AGE
 from apid.iostate.model import CachePolicy
 from apid.pipeline import CallRequest, CallResult
+from apid.plugin import action, action_rules
+from apid_person import PersonController
+from apid_sample import TeamController
 
 REPO = Path(__file__).resolve().parents[2]
 TEAM_FILE = REPO / "tests" / "sample_plugin" / "apid_sample" / "iostate" / "team.json"
+PERSON_FILE = REPO / "iostate" / "person.json"
 SOURCE = "team.json"
 
 
@@ -90,6 +94,51 @@ def test_cache_on_a_writing_action_is_refused(team, security):
     actions(team)["create"]["CACHE"] = {"maxAge": 60}
     with pytest.raises(IOStateError, match="action create, CACHE: only a GET action's answers are cached"):
         parse(team, SOURCE, security)
+
+
+# --- a shared cache only where the action declares its answer caller-independent ----------------
+
+
+def person_state(security, cache: dict):
+    document = json.loads(PERSON_FILE.read_text(encoding="utf-8"))
+    document["IOSTATE"]["VERSION"]["1"]["URI"]["show"]["CACHE"] = cache
+    return parse(document, "person.json", security)
+
+
+def caller_independent(controller) -> list[str]:
+    return [name for name, handler in controller.actions().items() if action_rules(handler).caller_independent]
+
+
+def test_a_shared_cache_on_an_action_not_declared_caller_independent_is_refused_naming_where(security):
+    # person/show lets a caller read only their own record: a shared answer would skip that check
+    state = person_state(security, {"maxAge": 60, "shared": True})
+    with pytest.raises(IOStateError) as info:
+        check_shared_caches(state, caller_independent(PersonController), "apid-person")
+    message = str(info.value)
+    assert message.startswith('person.json: controller person, version 1, action show, CACHE: "shared": true is '
+                              "refused: the controller of apid-person does not declare show caller-independent")
+    assert "@action(caller_independent=True)" in message
+
+
+def test_a_cache_per_caller_is_accepted_on_any_action(security):
+    check_shared_caches(person_state(security, {"maxAge": 60}), caller_independent(PersonController), "apid-person")
+    check_shared_caches(person_state(security, {"maxAge": 60, "shared": False}), [], "apid-person")
+
+
+def test_a_shared_cache_on_an_action_declared_caller_independent_is_accepted(team, security):
+    assert set(caller_independent(TeamController)) == {"show", "list"}
+    actions(team)["show"]["CACHE"] = {"maxAge": 60, "shared": True}
+    actions(team)["list"]["CACHE"] = {"maxAge": 5, "shared": True}
+    check_shared_caches(parse(team, SOURCE, security), caller_independent(TeamController), "apid-sample")
+    actions(team)["byLeader"]["CACHE"] = {"maxAge": 5, "shared": True}  # not declared: refused
+    with pytest.raises(IOStateError, match="version 1, action byLeader, CACHE"):
+        check_shared_caches(parse(team, SOURCE, security), caller_independent(TeamController), "apid-sample")
+
+
+def test_an_action_declares_itself_caller_independent_only_when_asked():
+    assert action_rules(action(lambda self, call: None)).caller_independent is False
+    assert action_rules(action(requires=("id",))(lambda self, call: None)).caller_independent is False
+    assert action_rules(action(caller_independent=True)(lambda self, call: None)).caller_independent is True
 
 
 # --- ETag and 304 ----------------------------------------------------------------------------------

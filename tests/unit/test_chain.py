@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apid.chain import (
-    ChainRequest, ChainRuleBroken, ChainType, Link, chain_methods, check_shape, handoff_field, parse_chain,
+    ChainRequest, ChainRuleBroken, ChainType, Link, chain_methods, check_length, check_shape, handoff_field, parse_chain,
 )
 from apid.iostate import ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
 from apid.iostate.types import value_type
@@ -30,10 +30,10 @@ def chain_of(kind: ChainType, count: int) -> ChainRequest:
     return ChainRequest(links=links, type=kind, combine=False, fields={})
 
 
-def allowed(methods: list[str], kind: ChainType, request_method: str, limit: int) -> bool:
-    """The specification's chain rules, stated directly."""
+def allowed(methods: list[str], kind: ChainType, request_method: str) -> bool:
+    """The specification's chain rules, stated directly (the length aside: `check_length`)."""
     unsafe = [i for i, m in enumerate(methods) if m != "GET"]
-    if len(methods) > limit or len(unsafe) > 1:
+    if len(unsafe) > 1:
         return False
     if kind is ChainType.BLANKCHAIN:
         return not unsafe and request_method == "GET"
@@ -52,18 +52,18 @@ def test_chain_shapes_are_accepted_exactly_when_the_rules_allow(methods, kind, r
     endpoints = [endpoint(m, i) for i, m in enumerate(methods)]
     chain = chain_of(kind, len(methods))
     try:
-        check_shape(chain, endpoints, request_method, limit=10)
+        check_shape(chain, endpoints, request_method)
         accepted = True
     except ChainRuleBroken as broken:
         assert broken.status == 422 and broken.extensions["rule"]
         accepted = False
-    assert accepted == allowed(methods, kind, request_method, limit=10)
+    assert accepted == allowed(methods, kind, request_method)
 
 
 def test_a_second_non_safe_method_names_both_links():
     endpoints = [endpoint("POST", 0), endpoint("GET", 1), endpoint("PUT", 2)]
     with pytest.raises(ChainRuleBroken) as broken:
-        check_shape(chain_of(ChainType.PRECHAIN, 3), endpoints, "POST", limit=10)
+        check_shape(chain_of(ChainType.PRECHAIN, 3), endpoints, "POST")
     assert broken.value.extensions["rule"] == "one-non-safe-method"
     assert "c/a0" in broken.value.detail and "c/a2" in broken.value.detail
 
@@ -129,10 +129,11 @@ def test_only_and_always_the_last_link_is_marked_return(order):
 
 
 def test_too_many_links_is_a_422():
-    endpoints = [endpoint("GET", i) for i in range(4)]
+    check_length(chain_of(ChainType.BLANKCHAIN, 3), limit=3)
     with pytest.raises(ChainRuleBroken) as broken:
-        check_shape(chain_of(ChainType.BLANKCHAIN, 4), endpoints, "GET", limit=3)
-    assert broken.value.extensions["rule"] == "chain-limit"
+        check_length(chain_of(ChainType.BLANKCHAIN, 4), limit=3)
+    assert broken.value.status == 422 and broken.value.extensions["rule"] == "chain-limit"
+    assert broken.value.detail == "a chain holds at most 3 links, this one 4"
 
 
 # --- the field a link receives the previous link's key in -----------------------------------------

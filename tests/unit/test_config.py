@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apid.config import API_FILE, SERVER_FILE, AbuseLimit, ConfigError, load, load_api, load_server
+from apid.config import API_FILE, SERVER_FILE, AbuseLimit, ConfigError, ConnectionLimits, load, load_api, load_server
 
 REPO = Path(__file__).resolve().parents[2]
 ETC = REPO / "etc"
@@ -576,6 +576,40 @@ def test_bad_abuse_limits_are_refused_naming_the_key(config_dir, limits, error):
     data = repo_yaml(API_FILE)
     data["abuseLimits"] = limits
     assert error in api_error(config_dir, data)
+
+
+# --- connections ------------------------------------------------------------------------------
+
+
+def test_connection_limits_default_to_the_documented_values(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    path = write(config_dir, SERVER_FILE, data)
+    limits = load_server(path, "development", config_dir.parent, NO_ENV).connections
+    assert limits == ConnectionLimits(header_timeout=10.0, body_timeout=10.0, body_rate=65536, per_address=128)
+    assert limits.body_seconds(1048576) == 26.0  # the largest body by default: 10 s + 16 s
+
+
+def test_connection_limits_as_set(config_dir):
+    data = repo_yaml(SERVER_FILE)
+    data["development"]["connections"] = {"headerTimeout": 2.5, "bodyTimeout": 5, "bodyRate": 1024, "perAddress": 8}
+    path = write(config_dir, SERVER_FILE, data)
+    limits = load_server(path, "development", config_dir.parent, NO_ENV).connections
+    assert limits == ConnectionLimits(header_timeout=2.5, body_timeout=5.0, body_rate=1024, per_address=8)
+
+
+@pytest.mark.parametrize("connections, error", [
+    ({"headerTimeout": 0}, "test.connections.headerTimeout: must be greater than 0"),
+    ({"bodyTimeout": "soon"}, "test.connections.bodyTimeout: expected a number"),
+    ({"bodyRate": 100}, "test.connections.bodyRate: must be at least 1024"),
+    ({"bodyRate": 1.5e6}, "test.connections.bodyRate: expected a whole number"),
+    ({"perAddress": 0}, "test.connections.perAddress: must be at least 1"),
+    ({"idleTimeout": 5}, "test.connections.idleTimeout: unknown key; allowed here: headerTimeout, bodyTimeout, "
+                         "bodyRate, perAddress"),
+])
+def test_bad_connection_limits_are_refused_naming_the_file_and_key(config_dir, connections, error):
+    data = repo_yaml(SERVER_FILE)
+    data["test"]["connections"] = connections
+    assert error in server_error(config_dir, data)  # a mistake in another environment stops this one too
 
 
 # --- listen -----------------------------------------------------------------------------------

@@ -90,3 +90,5 @@ def test_retry_after_reads_seconds_and_http_dates():
     assert retry_after(format_datetime(datetime.fromtimestamp(now - 30, timezone.utc), usegmt=True).encode(), now) == 0
     assert retry_after(None, now) is None
     assert retry_after(b"soon", now) is None
+    assert retry_after(b"\xb2", now) is None  # "²", which str.isdigit() admits and float() refuses
+    assert retry_after(b"9" * 5000, now) == float("inf")  # capped by the caller (RETRY_AFTER_CAP)

@@ -1,8 +1,9 @@
 """The HTTP edge in memory: the site's channel fed bytes, its answers read back from a transport.
 
-Early answers (a body over the limit, headers too long, bytes that are not HTTP) are problems
-with the same headers as every other answer; they close the connection in stages and keep
-the in-flight count right.
+Early answers (a body over the limit, headers too long, bytes that are not HTTP, a request not
+whole by its deadline) are problems with the same headers as every other answer; they close
+the connection in stages and keep the in-flight count right. The clock is a `Clock`; the cap
+of connections per client address is its factory's, fed addresses.
 """
 
 from __future__ import annotations
@@ -11,13 +12,26 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from twisted.internet.address import IPv4Address
+from twisted.internet.address import IPv4Address, UNIXAddress
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import capturedLogs
+from twisted.python.failure import Failure
 from twisted.web.http import Request
 from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
 
-from apid.http import LINGER_SECONDS, ApidSite, query_fields, read_json_body, write_json, write_problem
+from apid.config import ConnectionLimits
+from apid.http import (
+    LINGER_SECONDS,
+    ApidSite,
+    OpenConnections,
+    query_fields,
+    read_json_body,
+    write_json,
+    write_problem,
+)
 from apid.problems import Problem
 
 LIMIT = 1024
@@ -73,9 +87,9 @@ def parse_answers(data: bytes) -> list[Answer]:
 
 
 class Connection:
-    def __init__(self, resource: Resource | None = None) -> None:
+    def __init__(self, resource: Resource | None = None, limits: ConnectionLimits | None = None) -> None:
         self.clock = Clock()
-        self.site = ApidSite(resource or Echo(), LIMIT, access_log_enabled=False)
+        self.site = ApidSite(resource or Echo(), LIMIT, access_log_enabled=False, limits=limits)
         self.site.reactor = self.clock
         self.channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
         self.transport = Transport()
@@ -93,6 +107,17 @@ class Connection:
     def only_answer(self) -> Answer:
         (answer,) = self.answers
         return answer
+
+    def deadlines(self) -> list:
+        """The request deadlines pending on the clock (the idle timeout is not one)."""
+        return [call for call in self.clock.getDelayedCalls() if call.func == self.channel._request_overdue]
+
+    def trickle(self, data: bytes, seconds: float = 1.0) -> Connection:
+        """`data` a byte at a time, one every `seconds` (each byte resets the idle timeout)."""
+        for byte in data:
+            self.send(bytes([byte]))
+            self.clock.advance(seconds)
+        return self
 
 
 @pytest.fixture
@@ -247,3 +272,196 @@ def test_asterisk_is_for_options_only(connection):
     assert_answer_headers(options)
     assert assert_problem(get, 405)["allow"] == ["OPTIONS"]
     assert get.headers["Allow"] == "OPTIONS"
+
+
+# --- slow clients: a request's deadlines -------------------------------------------------------------
+
+SLOW = ConnectionLimits(header_timeout=10.0, body_timeout=10.0, body_rate=256, per_address=3)
+CHUNK = b"100\r\n" + b" " * 0x100 + b"\r\n"  # 256 bytes of a chunked body: one second more at SLOW's rate
+
+
+@pytest.fixture
+def slow() -> Connection:
+    return Connection(limits=SLOW)
+
+
+class Held(Resource):
+    """Answers a request only when the test finishes it."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[Request] = []
+
+    def render(self, request: Request) -> object:
+        self.waiting.append(request)
+        return NOT_DONE_YET
+
+
+def test_headers_trickled_a_byte_a_second_are_cut_with_408_at_their_deadline(slow):
+    slow.send(b"GET /thing HTTP/1.1\r\n").trickle(b"X-Slow:")  # every byte resets the idle timeout
+    slow.clock.advance(2.5)
+    assert slow.transport.value() == b""
+    slow.clock.advance(0.5)  # 10 s after the request's first byte
+    answer = slow.only_answer()
+    body = assert_problem(answer, 408)
+    assert body["instance"] == "/thing"
+    assert body["detail"] == "the request's headers did not arrive within 10 s of its first byte"
+    assert answer.headers["Connection"] == "close"
+    assert_answer_headers(answer)
+    assert slow.site.in_flight.count == 0 and not slow.deadlines()
+    assert_closed_in_stages(slow)
+
+
+def test_a_request_line_never_finished_is_cut_with_408_too(slow):
+    slow.send(b"GET /never-ending")
+    slow.clock.advance(10)
+    assert "instance" not in assert_problem(slow.only_answer(), 408)
+    assert slow.site.in_flight.count == 0
+
+
+def test_time_between_requests_is_the_idle_timeouts_and_a_whole_request_starts_no_timer(slow):
+    slow.clock.advance(50)  # connected, nothing sent: not a request yet
+    slow.send(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not slow.deadlines()
+    slow.clock.advance(50)
+    slow.send(b"GET /two HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert [answer.status for answer in slow.answers] == [200, 200]
+    assert not slow.transport.disconnecting
+    slow.clock.advance(60)  # twisted.web's idle timeout closes a connection that sends nothing
+    assert slow.transport.disconnecting and len(slow.answers) == 2
+
+
+def test_a_body_has_its_own_time_for_its_declared_size_whatever_its_headers_took(slow):
+    slow.send(b"POST /echo HTTP/1.1\r\n").trickle(AUTH, seconds=0.2)  # 8.2 s of the headers' 10
+    slow.send(b"Content-Length: 1024\r\n\r\n", b"{")  # 10 s + 1024 / 256 s from here
+    slow.clock.advance(13.9)
+    assert slow.transport.value() == b""
+    slow.clock.advance(0.2)
+    body = assert_problem(slow.only_answer(), 408)
+    assert body["instance"] == "/echo"
+    assert body["detail"] == ("the request body arrived too slowly: 10 s and one more for every 256 bytes of it "
+                              "are allowed")
+    assert slow.site.in_flight.count == 0 and not slow.deadlines()
+    assert_closed_in_stages(slow)
+
+
+def test_a_body_arriving_in_time_is_read_and_leaves_no_timer(slow):
+    body = json.dumps({"pad": "x" * 900}).encode()
+    slow.send(b"POST /echo HTTP/1.1\r\n" + AUTH + b"Content-Length: %d\r\n\r\n" % len(body), body[:500])
+    assert len(slow.deadlines()) == 1
+    slow.clock.advance(13)  # within 10 s + 911 / 256 s
+    assert slow.send(body[500:]).only_answer().status == 200
+    assert not slow.deadlines() and not slow.transport.disconnecting
+
+
+def test_a_chunked_body_earns_a_second_for_each_rate_of_bytes_that_arrives(slow):
+    slow.send(b"POST /echo HTTP/1.1\r\n" + AUTH + b"Transfer-Encoding: chunked\r\n\r\n", CHUNK, CHUNK)
+    slow.clock.advance(10)  # the base time: the 512 bytes in by then earn 2 s more
+    slow.clock.advance(1.9)
+    assert slow.transport.value() == b""
+    slow.clock.advance(0.2)
+    assert_problem(slow.only_answer(), 408)
+    assert not slow.deadlines()
+
+
+def test_a_chunked_body_arriving_at_the_rate_allowed_is_read_whole(slow):
+    slow.send(b"POST /echo HTTP/1.1\r\n" + AUTH + b"Transfer-Encoding: chunked\r\n\r\n")
+    for _ in range(4):  # 1024 bytes in the base 10 s: 4 s more
+        slow.send(CHUNK)
+        slow.clock.advance(2.5)
+    slow.clock.advance(3.9)
+    assert slow.send(b"0\r\n\r\n").only_answer().status == 200
+    assert not slow.deadlines()
+
+
+def test_no_deadline_runs_while_a_request_is_answered_and_the_next_one_gets_its_own():
+    held = Held()
+    connection = Connection(held, SLOW)
+    connection.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHo")  # the next pipelined
+    assert not connection.deadlines()
+    connection.clock.advance(100)  # an answer takes what it takes
+    assert connection.transport.value() == b"" and not connection.transport.disconnecting
+    answering = held.waiting.pop()
+    answering.setHeader(b"Content-Length", b"4")
+    answering.write(b"done")
+    answering.finish()
+    assert len(connection.deadlines()) == 1  # the next request's clock starts once it is read
+    connection.clock.advance(10)
+    done, cut = connection.answers
+    assert (done.status, done.body) == (200, b"done")
+    assert assert_problem(cut, 408)["instance"] == "/next"
+
+
+def test_a_client_that_reads_nothing_is_cut_without_an_answer(slow):
+    slow.send(b"GET /thing HTTP/1.1\r\nHo")
+    slow.channel.pauseProducing()  # what its transport says when the client reads nothing it is sent
+    slow.clock.advance(10)
+    assert slow.transport.value() == b"" and slow.transport.disconnected
+
+
+def test_an_early_answer_or_a_lost_connection_leaves_no_deadline(slow):
+    slow.send(b"POST /echo HTTP/1.1\r\n")
+    assert len(slow.deadlines()) == 1
+    assert_problem(slow.send(AUTH + b"Content-Length: 52428800\r\n\r\n").only_answer(), 413)
+    assert not slow.deadlines()
+    lost = Connection(limits=SLOW).send(b"GET /thing HTTP/1.1\r\n")
+    lost.channel.connectionLost(Failure(ConnectionDone()))
+    assert not lost.deadlines()
+
+
+# --- slow clients: connections per client address --------------------------------------------------
+
+
+def open_connections() -> OpenConnections:
+    site = ApidSite(Echo(), LIMIT, access_log_enabled=False, limits=SLOW)
+    site.reactor = Clock()
+    return OpenConnections(site, SLOW.per_address)
+
+
+def opened(connections: OpenConnections, peer: IPv4Address | UNIXAddress):
+    """A connection from `peer`, as the listening port makes it: None when it is refused."""
+    wrapper = connections.buildProtocol(peer)
+    if wrapper is not None:
+        wrapper.makeConnection(Transport())
+    return wrapper
+
+
+def peer(host: str) -> IPv4Address:
+    return IPv4Address("TCP", host, 40000)
+
+
+def test_a_client_address_holds_at_most_per_address_connections_and_one_more_is_refused():
+    connections = open_connections()
+    mine = [opened(connections, peer("192.0.2.1")) for _ in range(3)]
+    assert None not in mine
+    assert opened(connections, peer("192.0.2.1")) is None  # closed by the port at once: nothing read
+    assert opened(connections, peer("192.0.2.2")) is not None  # another address is not held up
+    mine[0].connectionLost(Failure(ConnectionDone()))
+    assert opened(connections, peer("192.0.2.1")) is not None
+    assert opened(connections, peer("192.0.2.1")) is None
+    assert len(connections.protocols) == 4  # what shutdown closes
+
+
+def test_connections_without_a_client_address_are_not_counted():
+    connections = open_connections()
+    assert all(opened(connections, UNIXAddress(None)) is not None for _ in range(10))
+
+
+def test_a_client_at_the_cap_is_logged_once_until_its_connections_are_all_closed():
+    connections = open_connections()
+
+    def refusals() -> list[str]:
+        return [event["client"] for event in events if event["log_namespace"] == "apid.http"]
+
+    with capturedLogs() as events:
+        mine = [opened(connections, peer("192.0.2.1")) for _ in range(3)]
+        for _ in range(5):
+            opened(connections, peer("192.0.2.1"))
+        assert refusals() == ["192.0.2.1"]
+        for wrapper in mine:
+            wrapper.connectionLost(Failure(ConnectionDone()))
+        for _ in range(4):
+            opened(connections, peer("192.0.2.1"))
+    assert refusals() == ["192.0.2.1"] * 2

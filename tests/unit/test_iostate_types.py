@@ -198,6 +198,25 @@ def test_float_text_must_be_finite(text, reason):
     assert rejects(FLOAT.parse, text) == reason
 
 
+@pytest.mark.parametrize("text, value", [("1.", 1.0), (".5", 0.5), ("-.5e-3", -0.0005), ("1E+2", 100.0)])
+def test_float_text_takes_each_decimal_form(text, value):
+    assert FLOAT.parse(text) == value
+
+
+def test_float_text_is_at_most_64_characters():
+    assert FLOAT.parse("0." + "0" * 61 + "1") == 1e-62  # 64 characters
+    assert rejects(FLOAT.parse, "0." + "0" * 62 + "1") == "expected a number of at most 64 characters"
+    assert rejects(FLOAT.parse, "1" * 16_000 + "x") == "expected a number of at most 64 characters"
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "1\u00b2", "\u0664\u0660\u0664", "\uff11\uff12", "\u09e7"])
+def test_numbers_as_text_take_ascii_digits_only(text):
+    """Superscripts, Arabic-Indic, full-width and Bengali digits: str.isdigit() admits them all."""
+    assert rejects(LONG.parse, text) == "expected a whole number"
+    assert rejects(INTEGER.parse, text) == "expected a whole number"
+    assert rejects(FLOAT.parse, text) == "expected a number"
+
+
 @pytest.mark.parametrize("text", ["", "abc", "1,5", "0x10"])
 def test_float_text_must_be_a_number(text):
     assert rejects(FLOAT.parse, text) == "expected a number"

@@ -18,7 +18,7 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.config import MailConfig
-from apid.mail import FileMailer, Message, Outbox, make_mailer, SmtpMailer
+from apid.mail import FileMailer, Message, Outbox, Undeliverable, make_mailer, SmtpMailer
 
 SENDER = "apid <apid@example.com>"
 LINK = "http://127.0.0.1:8080/validate?id=" + "Ab-_" * 11
@@ -92,7 +92,27 @@ def test_non_ascii_text_is_encoded_and_comes_back():
     assert message.get_content() == "Héllo — ✓\n"
 
 
+def test_an_address_that_is_not_ascii_is_written_in_utf8_not_as_an_encoded_word():
+    """RFC 6532: an encoded word (`=?utf-8?q?j=C3=B6rg?=@example.com`) is no address."""
+    international = Message("jörg@example.com", "Grüße von apid", "Héllo\n")
+    assert international.international
+    raw = international.render(SENDER)
+    head = raw.partition(b"\n\n")[0].split(b"\n")
+    assert "To: jörg@example.com".encode() in head
+    assert "Subject: Grüße von apid".encode() in head
+    assert b"=?" not in raw
+    message = email.message_from_bytes(raw, policy=policy.default.clone(utf8=True))
+    assert (message["To"], message.get_content(), message.defects) == ("jörg@example.com", "Héllo\n", [])
+
+
+def test_an_ascii_address_keeps_ascii_headers_for_servers_without_smtputf8():
+    message = Message("bob@example.com", "Grüße von apid", "Héllo\n")
+    assert not message.international
+    assert message.render(SENDER).partition(b"\n\n")[0].isascii()
+
+
 @pytest.mark.parametrize("to", [
+    "jörg@example.com\r\nBcc: eve@evil.example",
     "bob@example.com\r\nBcc: eve@evil.example",
     "bob@example.com\nBcc: eve@evil.example",
     "bob@example.com\rBcc: eve@evil.example",
@@ -147,6 +167,17 @@ async def test_file_mailer_writes_one_eml_per_message(tmp_path):
 
 
 @pytest_twisted.ensureDeferred
+async def test_file_mailer_writes_an_address_that_is_not_ascii_as_it_is(tmp_path):
+    await FileMailer(config(tmp_path)).send(welcome("jörg@example.com"))
+    (written,) = names(tmp_path)
+    raw = (tmp_path / written).read_bytes()
+    assert "To: jörg@example.com\n".encode() in raw
+    message = email.message_from_bytes(raw, policy=policy.default.clone(utf8=True))
+    assert message["To"] == "jörg@example.com"
+    assert LINK in message.get_content()
+
+
+@pytest_twisted.ensureDeferred
 async def test_file_mailer_leaves_no_partial_files(tmp_path):
     outbox = tmp_path / "outbox"
     mailer = FileMailer(config(outbox))
@@ -196,6 +227,17 @@ class RaisingMailer:
     def send(self, message: Message) -> defer.Deferred[None]:
         self.attempts += 1
         raise RuntimeError("broken mailer")
+
+
+class UndeliverableMailer:
+    """Fails every send as a server that cannot take the address does."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def send(self, message: Message) -> defer.Deferred[None]:
+        self.attempts += 1
+        return defer.fail(Undeliverable("the server does not offer SMTPUTF8"))
 
 
 class SlowMailer:
@@ -310,6 +352,19 @@ def test_messages_are_retried_independently():
     clock.advance(2)
     assert mailer.delivered == [second, first]
     assert not outbox.pending
+
+
+def test_an_undeliverable_message_is_logged_once_as_an_error_and_not_tried_again(events):
+    clock, mailer = Clock(), UndeliverableMailer()
+    outbox = Outbox(mailer, clock, (2.0, 10.0, 60.0))
+    outbox.post(welcome("jörg@example.com"))
+    clock.advance(86400)
+    assert mailer.attempts == 1
+    assert not outbox.pending
+    assert mail_events(events, LogLevel.warn) == []
+    (dropped,) = mail_events(events, LogLevel.error)
+    assert (dropped["to"], dropped["subject"]) == ("jörg@example.com", welcome().subject)
+    assert dropped["error"] == "the server does not offer SMTPUTF8"
 
 
 def test_post_never_raises_when_the_mailer_raises(events):

@@ -62,6 +62,21 @@ def version(engine) -> str:
         return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
+def assert_unique_key(database, key: str, clashing_insert: str) -> None:
+    """`person.<key>` is NOT NULL under `uq_person_<key>`, `clashing_insert` breaks it, and
+    SQLite enforces foreign keys again after the table was rebuilt."""
+    (column,) = [c for c in inspect(database).get_columns("person") if c["name"] == key]
+    assert column["nullable"] is False
+    name = f"uq_person_{key}"
+    assert {"name": name, "column_names": [key]}.items() <= next(
+        u for u in inspect(database).get_unique_constraints("person") if u["name"] == name).items()
+    with pytest.raises(IntegrityError), database.begin() as connection:
+        connection.execute(text(clashing_insert))
+    if database.dialect.name == "sqlite":
+        with database.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1  # enforcement is back
+
+
 def test_0004_gives_every_existing_address_its_key(database):
     upgrade(database, "0003")
     add_people_at_0003(database, "Alice@Example.com", "STRASSE@example.com", "e\u0301@example.com")
@@ -76,16 +91,8 @@ def test_0004_gives_every_existing_address_its_key(database):
         ("e\u0301@example.com", "\u00e9@example.com"),
     ]
     assert roles == 3  # rebuilding person on SQLite took no referencing row along
-    (column,) = [c for c in inspect(database).get_columns("person") if c["name"] == "email_key"]
-    assert column["nullable"] is False
-    assert {"name": "uq_person_email_key", "column_names": ["email_key"]}.items() <= next(
-        u for u in inspect(database).get_unique_constraints("person") if u["name"] == "uq_person_email_key").items()
-    with pytest.raises(IntegrityError), database.begin() as connection:
-        connection.execute(text("INSERT INTO person (username, password, email, email_key) "
-                                "VALUES ('again', 'x', 'ALICE@example.com', 'alice@example.com')"))
-    if database.dialect.name == "sqlite":
-        with database.connect() as connection:
-            assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1  # enforcement is back
+    assert_unique_key(database, "email_key", "INSERT INTO person (username, password, email, email_key) "
+                                             "VALUES ('again', 'x', 'ALICE@example.com', 'alice@example.com')")
 
 
 def test_0004_refuses_addresses_that_fold_alike_and_changes_nothing(database):
@@ -124,6 +131,61 @@ def test_rows_dangling_before_a_migration_do_not_stop_it(tmp_path):
     with engine.connect() as connection:
         assert connection.execute(text("SELECT person_id FROM person_role ORDER BY person_id")).scalars().all() == [1, 99]
     engine.dispose()
+
+
+# --- 0009: person.username_key ------------------------------------------------------------------
+
+
+def add_people_at_0008(engine, *names: str) -> None:
+    """People (each with a role) as revision 0008 stores them: no username_key yet."""
+    with engine.begin() as connection:
+        role_id = connection.execute(text("INSERT INTO role (authority) VALUES ('ROLE_USER') RETURNING id")).scalar()
+        for n, name in enumerate(names, 1):
+            person_id = connection.execute(
+                text("INSERT INTO person (username, password, email, email_key) "
+                     "VALUES (:name, 'x', :email, :email) RETURNING id"),
+                {"name": name, "email": f"person{n}@example.com"}).scalar()
+            connection.execute(text("INSERT INTO person_role (person_id, role_id) VALUES (:p, :r)"),
+                               {"p": person_id, "r": role_id})
+
+
+def test_0009_gives_every_existing_name_its_key(database):
+    upgrade(database, "0008")
+    add_people_at_0008(database, "Alice", "bob", "CAROL.x-1", "\u212aate")  # the last with a Kelvin sign
+    upgrade(database, "0009")
+
+    with database.connect() as connection:
+        rows = connection.execute(text("SELECT username, username_key FROM person ORDER BY id")).all()
+        roles = connection.execute(text("SELECT count(*) FROM person_role")).scalar()
+    assert [tuple(row) for row in rows] == [
+        ("Alice", "alice"),  # the name stays as typed
+        ("bob", "bob"),
+        ("CAROL.x-1", "carol.x-1"),
+        ("\u212aate", "\u212aate"),  # ASCII letters only fold: no alias of `kate`
+    ]
+    assert roles == 4  # rebuilding person on SQLite took no referencing row along
+    assert_unique_key(database, "username_key",
+                      "INSERT INTO person (username, username_key, password, email, email_key) "
+                      "VALUES ('ALICE', 'alice', 'x', 'other@example.com', 'other@example.com')")
+
+
+def test_0009_refuses_names_that_differ_only_in_letter_case_and_changes_nothing(database):
+    upgrade(database, "0008")
+    add_people_at_0008(database, "Bob", "carol", "bob", "BOB", "Dave", "dave")
+    with pytest.raises(MigrationRefused) as refused:
+        upgrade(database, "0009")
+    message = str(refused.value)
+    assert "person 1 'Bob', person 3 'bob', person 4 'BOB'\n" in message
+    assert "person 5 'Dave', person 6 'dave'\n" in message
+    assert "carol" not in message
+    assert "Nothing was changed." in message
+    assert version(database) == "0008"
+    assert "username_key" not in {c["name"] for c in inspect(database).get_columns("person")}
+
+    with database.begin() as connection:  # the operator makes them distinct, and migrates again
+        connection.execute(text("UPDATE person SET username = username || '-' || id WHERE id IN (3, 4, 6)"))
+    upgrade(database, "0009")
+    assert version(database) == "0009"
 
 
 # --- what an upgrade reports (apid migrate prints it) -------------------------------------------
@@ -203,8 +265,8 @@ def test_a_plugins_tables_reference_apids(tmp_path, directory):
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     upgrade_all(engine, [directory])
     with engine.begin() as connection:
-        connection.execute(text("INSERT INTO person (id, username, password, email, email_key) "
-                                "VALUES (7, 'ann', 'x', 'ann@example.com', 'ann@example.com')"))
+        connection.execute(text("INSERT INTO person (id, username, username_key, password, email, email_key) "
+                                "VALUES (7, 'ann', 'ann', 'x', 'ann@example.com', 'ann@example.com')"))
         connection.execute(text("INSERT INTO directory_company (id, name, created_by) VALUES (1, 'Acme', 7)"))
         connection.execute(text("INSERT INTO directory_department (company_id, name) VALUES (1, 'Research')"))
     with pytest.raises(IntegrityError), engine.begin() as connection:

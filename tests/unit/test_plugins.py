@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from importlib import metadata
@@ -209,6 +210,22 @@ def test_bind_refuses_an_io_state_action_the_controller_does_not_implement(tmp_p
     team = LoadedController(plugin=found("team", "x:T", "thin-dist"), cls=TeamWithoutCreate)
     with pytest.raises(IOStateError, match=r"action create: the controller of team \(distribution thin-dist\) implements no such action \(it has: list, show\)"):
         bind([team], tmp_path, SECURITY)
+
+
+def test_bind_shares_cached_answers_only_of_actions_declared_caller_independent(tmp_path):
+    loaded = loaded_team_and_person(tmp_path)
+    team = json.loads(json.dumps(TEAM_JSON))
+    team["VERSION"]["1"]["URI"]["show"]["CACHE"] = {"maxAge": 60, "shared": True}  # declared by the plugin
+    write_state(tmp_path, "team.json", team)
+    assert bind(loaded, tmp_path, SECURITY).rules.controller("team").versions["1"].endpoints["show"].cache.shared
+
+    person = json.loads((tmp_path / "person.json").read_text())
+    person["IOSTATE"]["VERSION"]["1"]["URI"]["show"]["CACHE"] = {"maxAge": 60, "shared": True}  # own record only
+    write_state(tmp_path, "person.json", person)
+    with pytest.raises(IOStateError, match=re.escape(
+            f'{tmp_path / "person.json"}: controller person, version 1, action show, CACHE: "shared": true is '
+            "refused: the controller of person (distribution apid) does not declare show caller-independent")):
+        bind(loaded, tmp_path, SECURITY)
 
 
 def test_bind_refuses_a_single_module_plugin_with_no_io_state(tmp_path, monkeypatch):

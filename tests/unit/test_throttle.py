@@ -314,6 +314,7 @@ async def test_a_locked_user_gets_429_with_retry_after_the_lock_left(clock, limi
     assert problem.headers["RateLimit-Policy"] == '"ROLE_USER";q=5;w=86400'
     assert problem.headers["RateLimit"] == f'"ROLE_USER";r=0;t={EXPIRES}'
     assert problem.extensions["violatedPolicies"] == ["ROLE_USER"]
+    assert problem.detail == f"the request limit of 5 a day is used up; try again in {EXPIRES} seconds"
     body = problem.to_dict("/v0.1/person/show")
     assert body["status"] == 429 and body["violatedPolicies"] == ["ROLE_USER"]
     assert body["type"] == "urn:apid:problem:too-many-requests"
@@ -337,9 +338,27 @@ async def test_a_charge_that_would_cross_the_limit_is_429_and_counts_nothing(clo
     with pytest.raises(TooManyRequests) as caught:
         await limiter.charge(user, 3)
     assert state(caught.value.headers)["r"] == 2
-    assert int(caught.value.headers["Retry-After"]) >= 1
+    reset = caught.value.headers["Retry-After"]
+    assert int(reset) >= 1 and state(caught.value.headers)["t"] == int(reset)
     assert caught.value.extensions["violatedPolicies"] == ["ROLE_USER"]
+    assert caught.value.detail == (  # not "used up": what it costs, what is left, that nothing was counted
+        "this request costs 3 (a batch counts one per element, a chain one per link) and 2 are left of the "
+        f"request limit of 5 a day: it was refused whole, none of it counted against that limit; send at most 2, "
+        f"or this one again in {reset} seconds")
     assert state(await limiter.charge(user, 2))["r"] == 0  # the 3 refused were not counted
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_charge_larger_than_the_whole_limit_says_so_and_counts_nothing(clock, limiter):
+    user = principal(18, "ROLE_USER")
+    with pytest.raises(TooManyRequests) as caught:
+        await limiter.charge(user, 10_000)
+    assert state(caught.value.headers)["r"] == 5
+    assert caught.value.detail == (
+        "this request costs 10000 (a batch counts one per element, a chain one per link), more than the request "
+        "limit of 5 a day allows at once: it was refused whole, none of it counted against that limit; 5 are "
+        "left, send at most that many")
+    assert state(await limiter.charge(user, 1))["r"] == 4
 
 
 @pytest_twisted.ensureDeferred
@@ -498,6 +517,10 @@ async def test_a_batch_crossing_an_endpoint_limit_is_refused_whole_and_counts_no
         await limiter.charge(user, 4, calls=[(show, 4)])
     assert caught.value.headers["RateLimit"] == '"ROLE_USER";r=1;t=86400, "team/show";r=3;t=600'
     assert caught.value.extensions["violatedPolicies"] == ["team/show"]
+    assert caught.value.detail.startswith("this request costs 4 (a batch counts one per element, a chain one per "
+                                          "link), more than the limit of 3 calls of team/show per 600 seconds "
+                                          "allows at once: it was refused whole, none of it counted against that "
+                                          "limit; 3 are left")
     fields = await limiter.charge(user, 1, calls=[(show, 3)])
     assert fields["RateLimit"] == '"ROLE_USER";r=0;t=60, "team/show";r=0;t=600'
 

@@ -8,6 +8,7 @@ fields, the client's address, the plain-text answer) and the service endpoints: 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -23,6 +24,11 @@ from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_st
 
 Handler = Callable[[Request, Principal | None], Awaitable[bytes]]
 EMAIL = value_type("Email")
+ERROR_STATUSES = frozenset(status.value for status in HTTPStatus if 400 <= status.value <= 599)
+# Three ASCII digits, matched before int() reads them: str.isdigit() also admits "²" and "٤٠٤",
+# which int() refuses or reads, and a status has no business being longer.
+STATUS_TEXT = re.compile(r"[45][0-9]{2}")
+STATUS_REASON = "must be given once, an error status HTTP names from 400 to 599"
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,16 @@ def query_value(request: Request, name: str) -> str:
     return values[0]
 
 
+def error_status(query: Mapping[str, list[str]]) -> int:
+    """The status `/error` renders: the query's `status`, 500 without one. Anything but one
+    error status HTTP names, in three ASCII digits, is a 400 naming it."""
+    values = query.get("status", ["500"])
+    status = int(values[0]) if len(values) == 1 and STATUS_TEXT.fullmatch(values[0]) else None
+    if status not in ERROR_STATUSES:
+        raise InvalidFields(errors=[{"field": "status", "reason": STATUS_REASON}])
+    return status
+
+
 def client_address(request: Request) -> str:
     return getattr(request.getClientAddress(), "host", "unknown")
 
@@ -119,9 +135,7 @@ class ServiceEndpoints:
     async def error(self, request: Request, _principal: Principal | None) -> bytes:
         """`/error?status=502` answers a 502 problem: a reverse proxy's `error_page` can point
         here so that its own errors look like apid's."""
-        raw = query_fields(request).get("status", ["500"])[0]
-        known = {status.value for status in HTTPStatus if 400 <= status.value <= 599}
-        status = int(raw) if raw.isdigit() and int(raw) in known else 500
+        status = error_status(query_fields(request))
         return write_problem(request, problem_for_status(status, HTTPStatus(status).description or HTTPStatus(status).phrase))
 
     async def metrics(self, request: Request, principal: Principal | None) -> bytes:

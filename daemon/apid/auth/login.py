@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from twisted.web.http import Request
 
-from apid.accounts import Accounts
+from apid.accounts import Accounts, username_key
 from apid.auth.endpoints import PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
 from apid.auth.sessions import Revocations, Rotation, rotate, start_family
@@ -96,7 +96,8 @@ class SessionEndpoints:
         name = query_value(request, "name")
         cookie = request.getCookie(REFRESH_COOKIE)
         # Names compare in any letter case, as at login (the token holds the stored spelling).
-        if principal.username.lower() != name.lower() or not cookie or self._revocations.refuses(principal):
+        same_name = username_key(principal.username) == username_key(name)
+        if not same_name or not cookie or self._revocations.refuses(principal):
             raise Unauthorized(NO_REFRESH)
         try:
             await self._standings.admit(principal)

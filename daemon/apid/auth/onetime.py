@@ -1,7 +1,9 @@
-"""One-time ids for emailed links: account validation and password reset.
+"""One-time ids for emailed links: account validation, password reset, and an owner's change
+of e-mail address (the new address confirming it, the old one putting itself back).
 
 An id is 256 random bits from the operating system's CSPRNG; only its SHA-256 is stored, so
-a copy of the database opens no account. Each id has a purpose, expires, and is used once.
+a copy of the database opens no account. Each id has a purpose, expires, and is used once;
+an id of an address change also carries the address it sets.
 """
 
 from __future__ import annotations
@@ -11,12 +13,36 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from urllib.parse import urlencode
+
 from sqlalchemy import Connection, and_, insert, select, update
 
 from apid.store.tables import account_token
 
 VALIDATE = "validate"
 RESET = "reset"
+EMAIL_CONFIRM = "email-confirm"  # the new address confirms an owner's change to it
+EMAIL_REVERT = "email-revert"  # the old address puts itself back
+BAD_LINK = "this link is not valid: it is unknown, already used or expired"
+
+
+def link(base_url: str, secret: str) -> str:
+    """The emailed link of an id: every purpose is opened through `/validate`."""
+    return f"{base_url}/validate?{urlencode({'id': secret})}"
+
+
+def page(url: str, secret: str) -> str:
+    """A page of the site (the reset page) given the id as its `id` query parameter."""
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'id': secret})}"
+
+
+def duration(seconds: int) -> str:
+    """A lifetime in the largest whole unit that states it exactly: "24 hours", "90 seconds"."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 def new_secret() -> str:
@@ -40,10 +66,22 @@ class LiveId:
     person_id: int
     purpose: str
     expires_at: datetime
+    address: str | None = None
 
 
-def issue(connection: Connection, person_id: int, purpose: str, lifetime: int) -> str:
+def issue(connection: Connection, person_id: int, purpose: str, lifetime: int, address: str | None = None) -> str:
     """A new id for `purpose`; the person's earlier unused ids of that purpose stop working."""
+    moment = withdraw(connection, person_id, purpose)
+    secret = new_secret()
+    connection.execute(insert(account_token).values(
+        person_id=person_id, purpose=purpose, token_hash=digest(secret),
+        date_created=moment, expires_at=moment + timedelta(seconds=lifetime), address=address,
+    ))
+    return secret
+
+
+def withdraw(connection: Connection, person_id: int, purpose: str) -> datetime:
+    """The person's unused ids of `purpose` stop working (marked used now); now."""
     moment = now()
     connection.execute(
         update(account_token)
@@ -51,12 +89,7 @@ def issue(connection: Connection, person_id: int, purpose: str, lifetime: int) -
                     account_token.c.used_at.is_(None)))
         .values(used_at=moment)
     )
-    secret = new_secret()
-    connection.execute(insert(account_token).values(
-        person_id=person_id, purpose=purpose, token_hash=digest(secret),
-        date_created=moment, expires_at=moment + timedelta(seconds=lifetime),
-    ))
-    return secret
+    return moment
 
 
 def find_live(connection: Connection, secret: str) -> LiveId | None:
@@ -66,7 +99,7 @@ def find_live(connection: Connection, secret: str) -> LiveId | None:
     ).first()
     if row is None or row.used_at is not None or _aware(row.expires_at) <= now():
         return None
-    return LiveId(person_id=row.person_id, purpose=row.purpose, expires_at=_aware(row.expires_at))
+    return LiveId(person_id=row.person_id, purpose=row.purpose, expires_at=_aware(row.expires_at), address=row.address)
 
 
 def consume(connection: Connection, secret: str, purpose: str) -> LiveId | None:

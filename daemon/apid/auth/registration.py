@@ -8,48 +8,35 @@ Emailed ids are single use and expire (`apid.auth.onetime`).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlencode
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, select
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.web.http import Request
 
-from apid.accounts import check_credentials, email_key, get_account, insert_account
+from apid.accounts import change_account, check_credentials, email_key, get_account, insert_account, username_key
 from apid.auth import onetime
+from apid.auth.address_change import PURPOSES, AddressChanges
 from apid.auth.endpoints import (
     PublicRoute, client_address, email_field, fields_of, query_value, string_fields, write_text,
 )
 from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
-from apid.auth.standing import note_change
 from apid.auth.tokens import Principal
 from apid.config import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.http import read_json_body, write_json
-from apid.mail import Message, Outbox
+from apid.mail import PRODUCT, Message, Outbox
 from apid.problems import BadRequest, NotFound
 from apid.store.database import Database
 from apid.store.tables import person
 
 log = Logger(namespace="apid.accounts")
 
-PRODUCT = "apid"
 SENT = "A validation email was sent to the address given. Please check your inbox.\n"
 RESET_DONE = "Your password was changed. Please log in with the new password.\n"
-BAD_LINK = "this link is not valid: it is unknown, already used or expired"
-
-
-def duration(seconds: int) -> str:
-    """A lifetime in the largest whole unit that states it exactly: "24 hours", "90 seconds"."""
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds % size == 0:
-            count = seconds // size
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 def _person_by_email(connection: Connection, email: str) -> Any:
@@ -58,8 +45,8 @@ def _person_by_email(connection: Connection, email: str) -> Any:
 
 
 def _person_by_username(connection: Connection, username: str) -> Any:
-    """The account of this name in any letter case (usernames are ASCII)."""
-    return connection.execute(select(person).where(func.lower(person.c.username) == username.lower())).first()
+    """The account of this name in any ASCII letter case (`username_key`, a unique index)."""
+    return connection.execute(select(person).where(person.c.username_key == username_key(username))).first()
 
 
 def register_account(connection: Connection, username: str, email: str, password_hash: str,
@@ -70,7 +57,7 @@ def register_account(connection: Connection, username: str, email: str, password
     existing account goes to the address on file, never to the spelling that was typed."""
     by_email = _person_by_email(connection, email)
     if by_email is not None:
-        if not by_email.enabled and by_email.username.lower() == username.lower():
+        if not by_email.enabled and by_email.username_key == username_key(username):
             return "again", onetime.issue(connection, by_email.id, onetime.VALIDATE, lifetime), by_email.email
         return "email-taken", None, by_email.email
     if _person_by_username(connection, username) is not None:
@@ -81,21 +68,11 @@ def register_account(connection: Connection, username: str, email: str, password
     return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime), email
 
 
-def _changed(connection: Connection, person_id: int, events: AccountEvents | None, **values: Any) -> None:
-    """Update the account as `person/update` would (a new version, lastUpdated), noting the
-    change for every daemon and recording its events in the same transaction."""
-    connection.execute(update(person).where(person.c.id == person_id).values(
-        version=person.c.version + 1, last_updated=datetime.now(timezone.utc), **values))
-    note_change(connection, person_id)
-    if events is not None:
-        events.record(connection, "update", get_account(connection, person_id))
-
-
 def enable_account(connection: Connection, secret: str, events: AccountEvents | None = None) -> bool:
     live = onetime.consume(connection, secret, onetime.VALIDATE)
     if live is None:
         return False
-    _changed(connection, live.person_id, events, enabled=True)
+    change_account(connection, live.person_id, events, enabled=True)
     return True
 
 
@@ -114,7 +91,7 @@ def reset_password(connection: Connection, secret: str, password_hash: str,
     live = onetime.consume(connection, secret, onetime.RESET)
     if live is None:
         return None
-    _changed(connection, live.person_id, events, password=password_hash, password_expired=False)
+    change_account(connection, live.person_id, events, password=password_hash, password_expired=False)
     return live.person_id
 
 
@@ -131,8 +108,10 @@ class AccountEndpoints:
         home_url: str,
         user_role: str,
         events: AccountEvents | None = None,
+        addresses: AddressChanges | None = None,
     ) -> None:
         self._events = events  # None when webhookActive is false
+        self._addresses = addresses
         self._db = db
         self._passwords = passwords
         self._outbox = outbox
@@ -151,9 +130,6 @@ class AccountEndpoints:
             PublicRoute("/validateResetPassword", "GET", self.validate_reset),
             PublicRoute("/resetPassword", "POST", self.reset_password),
         ]
-
-    def _link(self, secret: str) -> str:
-        return f"{self._base_url}/validate?{urlencode({'id': secret})}"
 
     async def register(self, request: Request, _principal: Principal | None) -> bytes:
         body = read_json_body(request)
@@ -178,7 +154,7 @@ class AccountEndpoints:
         if secret is not None:
             return Message(email, f"{PRODUCT}: confirm your account", (
                 f"Hello {username},\n\nto confirm your {PRODUCT} account, open this link within "
-                f"{duration(self._config.validation_lifetime)}:\n\n{self._link(secret)}\n\n"
+                f"{onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
                 "If you did not sign up, ignore this message.\n"))
         if outcome == "email-taken":
             return Message(email, f"{PRODUCT}: someone tried to sign up with your address", (
@@ -190,14 +166,18 @@ class AccountEndpoints:
             "Please sign up again with another username.\n"))
 
     async def validate(self, request: Request, _principal: Principal | None) -> bytes:
+        """Every emailed link: a validation enables the account, a reset goes on to the site's
+        reset page (the id still unused), an address change is carried out (`address_change`)."""
         secret = query_value(request, "id")
-        if await self._db.write(enable_account, secret, self._events):
-            return self._redirect(request, self._home_url)
         live = await self._db.read(onetime.find_live, secret)
-        if live is not None and live.purpose == onetime.RESET:
-            separator = "&" if "?" in self._config.reset_url else "?"
-            return self._redirect(request, f"{self._config.reset_url}{separator}{urlencode({'id': secret})}")
-        raise BadRequest(BAD_LINK)
+        purpose = live.purpose if live is not None else None
+        if purpose == onetime.VALIDATE and await self._db.write(enable_account, secret, self._events):
+            return self._redirect(request, self._home_url)
+        if purpose == onetime.RESET:
+            return self._redirect(request, onetime.page(self._config.reset_url, secret))
+        if purpose in PURPOSES and self._addresses is not None:
+            return self._redirect(request, await self._addresses.follow(secret, purpose))
+        raise BadRequest(onetime.BAD_LINK)
 
     def _redirect(self, request: Request, location: str) -> bytes:
         request.setResponseCode(302)
@@ -222,13 +202,13 @@ class AccountEndpoints:
         secret, address = found
         self._outbox.post(Message(address, f"{PRODUCT}: reset your password", (
             f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
-            f"{duration(self._config.reset_lifetime)}:\n\n{self._link(secret)}\n\n"
+            f"{onetime.duration(self._config.reset_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
             "If you did not ask for this, ignore this message: your password stays as it is.\n")))
 
     async def validate_reset(self, request: Request, _principal: Principal | None) -> bytes:
         live = await self._db.read(onetime.find_live, query_value(request, "id"))
         if live is None or live.purpose != onetime.RESET:
-            raise NotFound(BAD_LINK)
+            raise NotFound(onetime.BAD_LINK)
         request.setHeader(b"Cache-Control", b"no-store")
         return write_json(request, {"valid": True, "expires": live.expires_at.isoformat()})
 
@@ -237,11 +217,11 @@ class AccountEndpoints:
         ((secret, password),) = fields_of(body, lambda: string_fields(body, "id", "password"), allowed=("id", "password"))
         live = await self._db.read(onetime.find_live, secret)
         if live is None or live.purpose != onetime.RESET:
-            raise BadRequest(BAD_LINK)
+            raise BadRequest(onetime.BAD_LINK)
         account = await self._db.read(get_account, live.person_id)
         check_credentials(account.username if account else None, password)
         person_id = await self._db.write(reset_password, secret, await self._passwords.hash(password), self._events)
         if person_id is None:
-            raise BadRequest(BAD_LINK)
+            raise BadRequest(onetime.BAD_LINK)
         await self._revocations.revoke_person(person_id)
         return write_text(request, RESET_DONE)

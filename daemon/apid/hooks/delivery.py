@@ -37,11 +37,12 @@ class _BodyTooLarge(Exception):
 
 
 def retry_after(value: bytes | None, now: float) -> float | None:
-    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date)."""
+    """Seconds to wait from a Retry-After header (delay-seconds or an HTTP date); None for
+    anything else. Delay-seconds are ASCII digits: str.isdigit() alone also admits "²"."""
     if value is None:
         return None
     text = value.decode("latin-1").strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return float(text)
     try:
         return max(0.0, parsedate_to_datetime(text).timestamp() - now)
@@ -128,16 +129,17 @@ class Deliverer:
 
     async def _post(self, message: Claimed) -> IResponse:
         timestamp = int(time.time())
+        headers: dict[bytes | str, bytes | str] = {  # the type treq takes
+            "Content-Type": "application/json",
+            "User-Agent": "apid-webhooks",
+            "webhook-id": message.id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signature_header(list(message.secrets), message.id, timestamp, message.payload),
+        }
         response = await self._client.post(
             message.url,
             data=BytesBody(message.payload),  # can be sent again if a pooled connection was dead
-            headers={
-                "Content-Type": "application/json",
-                "User-Agent": "apid-webhooks",
-                "webhook-id": message.id,
-                "webhook-timestamp": str(timestamp),
-                "webhook-signature": signature_header(list(message.secrets), message.id, timestamp, message.payload),
-            },
+            headers=headers,
             allow_redirects=False,
             unbuffered=True,  # the body is read below, within the timeout and the size limit
         )

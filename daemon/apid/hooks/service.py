@@ -8,6 +8,7 @@ secret is rotated.
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -126,7 +127,8 @@ class Hooks:
         changed, secret = await self._db.write(rotate_secret, hook_id, self._scope(caller), time.time() + ROTATION_GRACE)
         return {**changed.to_dict(), "secret": secret}
 
-    async def deliveries(self, caller: Caller, hook_id: int, offset: int, limit: int) -> list[dict[str, Any]]:
+    async def deliveries(self, caller: Caller, hook_id: int, offset: int,
+                         limit: int) -> builtins.list[dict[str, Any]]:
         return await self._db.read(list_attempts, hook_id, self._scope(caller), offset, limit)
 
     async def redeliver(self, caller: Caller, hook_id: int, message: str) -> dict[str, Any]:

@@ -429,11 +429,13 @@ def insert_hook(connection: Connection, user_id: int, url: str, service: str, se
     if connection.execute(select(person.c.id).where(person.c.id == user_id)).first() is None:
         raise NotFound(f"no person with id {user_id}")
     now = _now()
-    hook_id = connection.execute(insert(hook).values(
+    key = connection.execute(insert(hook).values(
         user_id=user_id, url=url, service=service, secret=secret, format="JSON", attempts=0,
         is_enabled=True, date_created=now, last_modified=now,
-    )).inserted_primary_key[0]
-    return owned_hook(connection, hook_id, None)
+    )).inserted_primary_key
+    if key is None:  # Optional in SQLAlchemy's types; a one-row insert always has its key
+        raise RuntimeError("the hook insert returned no primary key")
+    return owned_hook(connection, key[0], None)
 
 
 def change_hook(

@@ -418,6 +418,23 @@ def check_actions(state: ControllerState, implemented: Iterable[str], plugin: st
                 )
 
 
+def check_shared_caches(state: ControllerState, caller_independent: Iterable[str], plugin: str) -> None:
+    """A `shared` CACHE only on an action its controller declares caller-independent: a cached
+    answer skips the action, and with it any check the action makes of who calls (person/show's
+    "own record only"), so a shared one would hand one caller's answer to another."""
+    caller_independent = frozenset(caller_independent)
+    for version in state.versions.values():
+        for action, endpoint in version.endpoints.items():
+            if endpoint.cache is not None and endpoint.cache.shared and action not in caller_independent:
+                raise IOStateError(
+                    f"{state.source}: controller {state.name}, version {version.name}, action {action}, "
+                    f"CACHE: \"shared\": true is refused: the controller of {plugin} does not declare {action} "
+                    f"caller-independent, so a cached answer could skip a check the action makes of who calls; "
+                    f"leave \"shared\" out (each caller's answers are then kept apart), or declare the action "
+                    f"@action(caller_independent=True) if its answer depends only on the roles and the fields"
+                )
+
+
 def bind_references(states: Mapping[str, ControllerState]) -> dict[str, ControllerState]:
     """The states with every FKEY checked against the controller it points to and bound to
     the field it holds. That field must be the controller's PKEY: an FKEY value names one

@@ -73,7 +73,8 @@ class CallLimit:
 @dataclass(frozen=True)
 class CachePolicy:
     """An action's CACHE: its answers are kept `max_age` seconds (and clients told so), per
-    caller unless `shared`, when they depend only on the caller's roles and request fields."""
+    caller unless `shared`, when they depend only on the caller's roles and request fields
+    (allowed only where the action declares it caller-independent: `check_shared_caches`)."""
 
     max_age: int
     shared: bool = False

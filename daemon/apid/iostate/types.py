@@ -22,8 +22,11 @@ INT64 = (-(2**63), 2**63 - 1)
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"{LABEL}(?:\.{LABEL})*")
 EMAIL = re.compile(rf"[^@\s\x00-\x1f\x7f<>(),;:\"\[\]\\]{{1,64}}@{LABEL}(?:\.{LABEL})+")
+# Numbers as text take ASCII digits only ([0-9], never \d: Unicode digits are not numbers here),
+# in patterns with one way to match each character, so a refused one costs its length, not its square.
 WHOLE_TEXT = re.compile(r"-?[0-9]+")
-FLOAT_TEXT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+FLOAT_TEXT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+FLOAT_TEXT_LIMIT = 64  # characters: a double's shortest form needs 24; more is a mistake or an attack
 CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 
 
@@ -98,6 +101,8 @@ def _double(whole: int) -> float:
 
 
 def _parse_float(text: str) -> float:
+    if len(text) > FLOAT_TEXT_LIMIT:
+        raise ValueError(f"expected a number of at most {FLOAT_TEXT_LIMIT} characters")
     if not FLOAT_TEXT.fullmatch(text):
         raise ValueError("expected a number")
     return _float(float(text))

@@ -53,10 +53,10 @@ def dialect_insert(connection: Connection) -> Callable[..., Any]:
     """The `insert` of the connection's dialect, PostgreSQL's or SQLite's (both with ON CONFLICT),
     its module imported on first use: a daemon on SQLite never loads PostgreSQL's (about 2 MiB)."""
     if connection.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+        return postgresql_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+    return sqlite_insert
 
 
 def _after_wait(waited: Callable[[float], None], queued: float, function: Callable[..., T], /, *args: Any,
@@ -93,6 +93,10 @@ class PreparedSelect:
     driver began). Expanding (IN list) parameters are not supported: their SQL depends on
     the values.
     """
+
+    # a named tuple class with the statement's columns as fields, known only at run time (mypy
+    # reads a namedtuple's fields from literals alone: the ignore below)
+    _row: Callable[..., tuple[Any, ...]]
 
     def __init__(self, engine: Engine, statement: Select[Any]) -> None:
         dialect = engine.dialect

@@ -196,6 +196,8 @@ def _sqlite_foreign_keys(connection: Connection, on: bool) -> bool:
     the driver, before SQLAlchemy begins one.
     """
     driver = connection.connection.driver_connection
+    if driver is None:  # SQLAlchemy's answer for a connection invalidated meanwhile
+        raise RuntimeError("the database connection was invalidated before migrating")
     was_on = bool(driver.execute("PRAGMA foreign_keys").fetchone()[0])
     driver.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
     return was_on

@@ -36,6 +36,10 @@ person = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("version", Integer, nullable=False, server_default=text("0")),
     Column("username", String(64), nullable=False, unique=True),
+    # The identity of the name (apid.accounts.username_key, ASCII letters lowercased): what
+    # login, registration and uniqueness compare, through this unique index. As long as the
+    # name: the fold maps one character to one.
+    Column("username_key", String(64), nullable=False, unique=True),
     Column("password", String(255), nullable=False),
     Column("email", String(254), nullable=False, unique=True),
     # The identity of the address (apid.accounts.email_key, Unicode case fold): what lookups
@@ -133,6 +137,8 @@ account_token = Table(
     Column("date_created", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("used_at", DateTime(timezone=True), nullable=True),
+    # The e-mail address an id of an address change sets (apid.auth.onetime), else none.
+    Column("address", String(254), nullable=True),
 )
 
 # Refresh tokens, rotated at every use; a family is one login's chain of rotations.

@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from twisted.internet.defer import Deferred
-from twisted.internet.protocol import Factory
+from twisted.internet.interfaces import IReactorSocket
+from twisted.internet.protocol import ServerFactory, connectionDone
 from twisted.protocols import amp
+from twisted.python.failure import Failure
 
 from apid.auth.limits import MemoryWindows, Window
 from apid.throttle import Charge, MemoryCounters
+
+P = TypeVar("P", bound=amp.AMP)
 
 
 class Ready(amp.Command):
     """Worker `index` serves, on `reactor` (as `apid.reactors.install` described it)."""
 
     arguments = [(b"index", amp.Integer()), (b"reactor", amp.Unicode())]
-    response: list = []
+    response = []
 
 
 class ChargeCalls(amp.Command):
@@ -48,7 +53,7 @@ class ReleaseAttempt(amp.Command):
     """`WindowStore.release`, counted by the parent."""
 
     arguments = [(b"keys", amp.ListOf(amp.Unicode()))]
-    response: list = []
+    response = []
 
 
 class ParentSide(amp.AMP):
@@ -87,7 +92,7 @@ class WorkerSide(amp.AMP):
         super().__init__()
         self._lost = lost
 
-    def connectionLost(self, reason) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         super().connectionLost(reason)
         self._lost()
 
@@ -118,9 +123,10 @@ class ParentWindows:
         return self._channel.callRemote(ReleaseAttempt, keys=list(keys)).addCallback(lambda _: None)
 
 
-def adopt(reactor, fd: int, protocol: amp.AMP) -> amp.AMP:
+def adopt(reactor: IReactorSocket, fd: int, protocol: P) -> P:
     """Run `protocol` over the connected Unix socket `fd` (the reactor keeps a copy of it)."""
-    factory = Factory.forProtocol(lambda: protocol)
+    factory: ServerFactory = ServerFactory()  # the type adoptStreamConnection takes
+    factory.protocol = lambda: protocol
     factory.noisy = False
     reactor.adoptStreamConnection(fd, socket.AF_UNIX, factory)
     return protocol

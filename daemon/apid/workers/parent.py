@@ -21,10 +21,10 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from twisted.internet import defer
+from twisted.internet import defer, tcp
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ProcessExitedAlready, ProcessTerminated
-from twisted.internet.interfaces import IDelayedCall, IListeningPort, IProcessTransport
+from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort, IProcessTransport
 from twisted.internet.protocol import Factory, ProcessProtocol, Protocol
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
@@ -32,6 +32,7 @@ from twisted.python.failure import Failure
 
 from apid.auth.limits import MemoryWindows
 from apid.config import Config
+from apid.reactors import Reactor
 from apid.throttle import MemoryCounters
 from apid.workers.channel import ParentSide, adopt
 from apid.workers import CHANNEL_FD, PORT_FD
@@ -46,7 +47,7 @@ KILL_AFTER = 5.0  # seconds past the workers' own drain time before they are kil
 NOT_INHERITED = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 
 
-def address_family(port: IListeningPort) -> socket.AddressFamily:
+def address_family(port: tcp.Port) -> socket.AddressFamily:
     """The family of the socket (IPv4, IPv6, Unix: whatever `listen` or systemd gave), as the
     workers must name it to adopt it."""
     with socket.socket(fileno=os.dup(port.fileno())) as listening:
@@ -59,7 +60,7 @@ class NoConnections(Factory):
     protocol = Protocol
     noisy = False
 
-    def buildProtocol(self, addr):
+    def buildProtocol(self, addr: IAddress | None) -> Protocol | None:
         return None
 
 
@@ -81,6 +82,8 @@ class WorkerProcess(ProcessProtocol):
         self._config = config
 
     def connectionMade(self) -> None:
+        if self.transport is None:  # Twisted sets it before calling this
+            raise RuntimeError(f"worker {self._index} started without a transport")
         self.transport.write(self._config)
         self.transport.closeStdin()
 
@@ -91,7 +94,7 @@ class WorkerProcess(ProcessProtocol):
 class Parent:
     """The workers of one `apid serve`, started, watched and stopped."""
 
-    def __init__(self, reactor, config: Config, port: IListeningPort, count: int, reactor_choice: str,
+    def __init__(self, reactor: Reactor, config: Config, port: tcp.Port, count: int, reactor_choice: str,
                  drain_seconds: float) -> None:
         self._reactor = reactor
         self._config = pickle.dumps(config)
@@ -200,10 +203,11 @@ class Parent:
 
 
 def ended_how(reason: Failure) -> str:
-    if reason.check(ProcessTerminated) and reason.value.signal is not None:
-        return f"was killed by signal {reason.value.signal}"
-    if reason.check(ProcessTerminated):
-        return f"exited with status {reason.value.exitCode}"
+    ended = reason.value
+    if isinstance(ended, ProcessTerminated) and ended.signal is not None:
+        return f"was killed by signal {ended.signal}"
+    if isinstance(ended, ProcessTerminated):
+        return f"exited with status {ended.exitCode}"
     return "exited"
 
 
@@ -230,11 +234,12 @@ def _count_restart() -> None:
 
 def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: str) -> int:
     """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker started."""
-    from twisted.internet import reactor
-
     from apid.daemon import DRAIN_SECONDS, describe, notify_systemd, server_endpoint
     from apid.metrics import count_if_read, listen_metrics
+    from apid.reactors import installed
     from apid.store.migration_child import MigrationChild
+
+    reactor = installed()
 
     outcome = {"status": 0}
 
@@ -247,7 +252,9 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
         notify_systemd("STOPPING=1")
         await parent.stop()
         if metrics is not None:
-            await metrics.stopListening()  # scraped until the last worker ended
+            stopped = metrics.stopListening()  # scraped until the last worker ended
+            if stopped is not None:  # a port may also stop at once
+                await stopped
         log.info("apid stopped: every worker ended")
 
     async def begin() -> None:
@@ -255,6 +262,8 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
             await deferToThread(migration.wait)  # once, before any worker
             count_if_read(config.server.metrics)  # the restarts of workers
             port = await endpoint.listen(NoConnections())
+            if not isinstance(port, tcp.Port):  # TCP, Unix and systemd's sockets all are
+                raise TypeError(f"{config.server.listen} gives a {type(port).__name__}, which workers cannot share")
             port.stopReading()  # the workers accept; this process only holds the socket open
             # every worker's metrics, added up: one port, so the parent's
             metrics = None if config.server.metrics.listen is None else await listen_metrics(

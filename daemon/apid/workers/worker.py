@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from typing import cast
 
 from twisted.internet import tcp
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.error import ReactorNotRunning
-from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
-from twisted.internet.protocol import Factory
+from twisted.internet.interfaces import (
+    IListeningPort,
+    IProtocolFactory,
+    IReactorCore,
+    IReactorSocket,
+    IStreamServerEndpoint,
+)
+from twisted.internet.protocol import ServerFactory
 from zope.interface import implementer
 
+from apid.reactors import Reactor
 from apid.workers import CHANNEL_FD, PORT_FD
 from apid.workers.channel import ParentCounters, ParentWindows, Ready, WorkerSide, adopt
 
@@ -39,17 +47,21 @@ class SharedPort(tcp.Port):
 class AdoptedPort:
     """The parent's listening socket, served by this worker too."""
 
-    def __init__(self, reactor, fd: int, family: socket.AddressFamily) -> None:
+    def __init__(self, reactor: IReactorSocket, fd: int, family: socket.AddressFamily) -> None:
         self._reactor = reactor
         self._fd = fd
         self._family = family
 
-    def listen(self, factory: Factory) -> Deferred[IListeningPort]:
+    def listen(self, factory: IProtocolFactory) -> Deferred[IListeningPort]:
         if self._family == socket.AF_UNIX:
-            return maybeDeferred(self._reactor.adoptStreamPort, self._fd, self._family, factory)
+            # Twisted types adoptStreamPort's factory as a ServerFactory, though an endpoint is
+            # given any IProtocolFactory and the reactor uses only that (as does Twisted's own
+            # AdoptedStreamServerEndpoint, which passes its factory on unchanged)
+            server_factory = cast(ServerFactory, factory)
+            return maybeDeferred(self._reactor.adoptStreamPort, self._fd, self._family, server_factory)
         return maybeDeferred(self._adopt, factory)
 
-    def _adopt(self, factory: Factory) -> SharedPort:
+    def _adopt(self, factory: IProtocolFactory) -> SharedPort:
         port = SharedPort._fromListeningDescriptor(self._reactor, self._fd, self._family, factory)
         port.startListening()
         return port
@@ -73,14 +85,14 @@ class WorkerLink:
         return ParentWindows(self.channel)
 
 
-def link(reactor, index: int, family: socket.AddressFamily) -> WorkerLink:
+def link(reactor: Reactor, index: int, family: socket.AddressFamily) -> WorkerLink:
     """Adopt the channel now (so a parent gone while this worker starts stops it) and the port
     when the daemon listens."""
     channel = adopt(reactor, CHANNEL_FD, WorkerSide(lost=lambda: _parent_gone(reactor)))
     return WorkerLink(index=index, endpoint=AdoptedPort(reactor, PORT_FD, family), channel=channel)
 
 
-def _parent_gone(reactor) -> None:
+def _parent_gone(reactor: IReactorCore) -> None:
     try:
         reactor.stop()  # the shutdown triggers drain what is in flight, as for SIGTERM
     except ReactorNotRunning:

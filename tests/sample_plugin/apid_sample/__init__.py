@@ -25,7 +25,9 @@ class TeamController(Controller):
 
     shown = 0  # how many times `show` ran: GET /teamShows (a cached answer does not run it)
 
-    @action(requires=("id",))
+    # A team is the same for every caller (the roles decide its fields): IO State may share its
+    # cached answers (CACHE "shared": true), as it may the list's.
+    @action(requires=("id",), caller_independent=True)
     def show(self, call: Call) -> dict[str, Any]:
         self.shown += 1
         team = self._teams.get(call.fields["id"])
@@ -33,7 +35,7 @@ class TeamController(Controller):
             raise NotFound(f"no team with id {call.fields['id']}")
         return team
 
-    @action
+    @action(caller_independent=True)
     async def list(self, call: Call) -> list[dict[str, Any]]:
         leader = call.fields.get("leaderId")
         offset, limit = call.page(default=100, maximum=1000)

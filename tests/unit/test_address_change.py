@@ -1,0 +1,79 @@
+"""The units of work behind the links of an owner's address change (issue 25, item 1), on a
+real SQLite file migrated with Alembic: what each link sets, that it works once, and what a
+revert does when another account took the old address meanwhile."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+
+from apid.accounts import email_key, get_account
+from apid.auth import onetime
+from apid.auth.address_change import confirm_address, revert_address
+from apid.problems import Conflict
+from apid.store.database import run_read, run_write
+from apid.store.tables import person
+
+import pytest
+
+DAY = 86400
+
+
+def address(engine, person_id: int) -> str:
+    return run_read(engine, lambda c: get_account(c, person_id).email)
+
+
+def set_address(engine, person_id: int, value: str) -> None:
+    run_write(engine, lambda c: c.execute(
+        update(person).where(person.c.id == person_id).values(email=value, email_key=email_key(value))))
+
+
+def test_a_confirmation_sets_the_address_once_and_issues_the_way_back(engine, alice):
+    old = address(engine, alice)
+    secret = run_write(engine, onetime.issue, alice, onetime.EMAIL_CONFIRM, DAY, "alice@new.example")
+    account, was, revert = run_write(engine, confirm_address, secret, DAY, None)
+    assert (account.email, was, address(engine, alice)) == ("alice@new.example", old, "alice@new.example")
+    live = run_read(engine, onetime.find_live, revert)
+    assert (live.purpose, live.address) == (onetime.EMAIL_REVERT, old)
+    assert run_write(engine, confirm_address, secret, DAY, None) is None
+
+
+def test_a_confirmation_of_an_address_taken_meanwhile_is_a_conflict_and_changes_nothing(engine, alice, bob):
+    before = address(engine, alice)
+    secret = run_write(engine, onetime.issue, alice, onetime.EMAIL_CONFIRM, DAY, "shared@example.org")
+    set_address(engine, bob, "SHARED@example.org")
+    with pytest.raises(Conflict):
+        run_write(engine, confirm_address, secret, DAY, None)
+    assert address(engine, alice) == before
+    # the transaction rolled back: the id is still unused
+    assert run_read(engine, onetime.find_live, secret) is not None
+
+
+def test_a_revert_puts_the_address_back_ends_the_sessions_and_issues_a_reset(engine, alice):
+    old = address(engine, alice)
+    set_address(engine, alice, "thief@example.test")
+    secret = run_write(engine, onetime.issue, alice, onetime.EMAIL_REVERT, DAY, old)
+    pending = run_write(engine, onetime.issue, alice, onetime.EMAIL_CONFIRM, DAY, "next@example.test")
+    reverted = run_write(engine, revert_address, secret, 3600, None)
+    assert reverted.person_id == alice and address(engine, alice) == old
+    assert run_read(engine, lambda c: c.execute(
+        select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar()) is not None
+    assert run_read(engine, onetime.find_live, reverted.reset_secret).purpose == onetime.RESET
+    assert run_read(engine, onetime.find_live, pending) is None  # a pending confirmation dies with it
+    assert run_write(engine, revert_address, secret, 3600, None) is None
+
+
+def test_a_revert_to_an_address_another_account_took_still_ends_the_sessions(engine, alice, bob):
+    old = address(engine, alice)
+    set_address(engine, alice, "thief@example.test")
+    set_address(engine, bob, old.upper())
+    secret = run_write(engine, onetime.issue, alice, onetime.EMAIL_REVERT, DAY, old)
+    reverted = run_write(engine, revert_address, secret, 3600, None)
+    assert address(engine, alice) == "thief@example.test"
+    assert run_read(engine, lambda c: c.execute(
+        select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar()) is not None
+    assert run_read(engine, onetime.find_live, reverted.reset_secret) is not None
+
+
+def test_the_reset_page_link_keeps_the_pages_own_query():
+    assert onetime.page("https://app.test/reset", "s3cr3t") == "https://app.test/reset?id=s3cr3t"
+    assert onetime.page("https://app.test/reset?from=mail", "a b") == "https://app.test/reset?from=mail&id=a+b"
