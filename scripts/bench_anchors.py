@@ -76,9 +76,21 @@ def startup_seconds(deployment: Deployment, starts: int = 3) -> float:
         port = free_port()
         started = time.perf_counter()
         process = subprocess.Popen(
-            [sys.executable, "-m", "apid", "serve", "--config-dir", str(deployment.config_dir),
-             "--env", deployment.environment, "--listen", f"tcp:{port}:interface=127.0.0.1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "apid",
+                "serve",
+                "--config-dir",
+                str(deployment.config_dir),
+                "--env",
+                deployment.environment,
+                "--listen",
+                f"tcp:{port}:interface=127.0.0.1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             while not _healthy(port):
                 if process.poll() is not None:
@@ -145,17 +157,21 @@ def versions() -> str:
 def anchors_section(result: dict) -> str:
     """The section of docs/benchmarks.md, printed alone by `scripts/bench --only anchors`."""
     runs = result["runs"]
-    servers = "\n".join(f"| {label} | {runs[name]['rps']:,.0f} | {runs[name]['p99']} |" for name, label in LABELS.items())
-    verdicts = "\n".join(f"| {what} | {measured} | {wanted} | {'met' if met else '**not met**'} |"
-                         for what, measured, wanted, met in targets(result))
+    servers = "\n".join(
+        f"| {label} | {runs[name]['rps']:,.0f} | {runs[name]['p99']} |" for name, label in LABELS.items()
+    )
+    verdicts = "\n".join(
+        f"| {what} | {measured} | {wanted} | {'met' if met else '**not met**'} |"
+        for what, measured, wanted, met in targets(result)
+    )
     return f"""## apid against hand-written servers (issue 16: per core, the same work)
 
 The same authenticated call on each: verify the HS256 bearer token (PyJWT), read one person row
 by id from the same SQLite file, answer the fields of the token's roles (an admin's here). apid
 (`procCores: 1`, access log off) and the hand-written servers of `scripts/anchors/` (their
 packages: the `bench` extra) up together on one deployment, every thread of each pinned to CPU 0,
-wrk on CPU 1 with {result['connections']} connections; a warm-up, then {result['rounds']} alternating runs of
-{result['seconds']} s, the median run of each.
+wrk on CPU 1 with {result["connections"]} connections; a warm-up, then {result["rounds"]} alternating runs of
+{result["seconds"]} s, the median run of each.
 
 | Server | Requests/s | p99 |
 |---|---|---|
@@ -166,7 +182,7 @@ wrk on CPU 1 with {result['connections']} connections; a warm-up, then {result['
 {verdicts}
 
 Idle RSS: VmRSS of the apid process once it is ready, before any request; after the runs
-above ({result['apid_requests']:,} requests served) it was {result['rss_after_mib']:.0f} MiB. Start-up: from
+above ({result["apid_requests"]:,} requests served) it was {result["rss_after_mib"]:.0f} MiB. Start-up: from
 starting `apid serve` to its first served `/health`, best of 3.
 
 Where the idle memory goes (measured 2026-11-27, importing in the daemon's order): bare Python

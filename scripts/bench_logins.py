@@ -42,7 +42,8 @@ def _before_issue_25(connection: Connection, username: str) -> object:
     """The statement login ran before person.username_key, lower() of every row's name (the
     row alone: find_login also reads the account's roles, by an index, after it)."""
     return connection.execute(
-        select(person).where(func.lower(person.c.username) == username.lower())
+        select(person)
+        .where(func.lower(person.c.username) == username.lower())
         .order_by((person.c.username == username).desc(), person.c.id)
     ).first()
 
@@ -53,9 +54,19 @@ def _fill(engine: Engine, count: int) -> None:
     names = [f"user{n:06d}" for n in range(count)]
     with engine.begin() as connection:
         role_id = connection.execute(insert(role).values(authority="ROLE_USER")).inserted_primary_key[0]
-        connection.execute(insert(person), [
-            {"username": name, "username_key": username_key(name), "password": "-",
-             "email": f"{name}@example.com", "email_key": email_key(f"{name}@example.com")} for name in names])
+        connection.execute(
+            insert(person),
+            [
+                {
+                    "username": name,
+                    "username_key": username_key(name),
+                    "password": "-",
+                    "email": f"{name}@example.com",
+                    "email_key": email_key(f"{name}@example.com"),
+                }
+                for name in names
+            ],
+        )
         ids = connection.execute(select(person.c.id)).scalars().all()
         connection.execute(insert(person_role), [{"person_id": i, "role_id": role_id} for i in ids])
         if engine.dialect.name == "postgresql":
@@ -93,6 +104,7 @@ def _databases() -> Iterator[Callable[[str, int], Engine]]:
     folder = Path(tempfile.mkdtemp(prefix="apid-bench-logins-"))
     server = None
     try:
+
         def make(kind: str, count: int) -> Engine:
             nonlocal server
             if kind == "sqlite":
@@ -137,11 +149,14 @@ def logins_section(figures: dict) -> str:
     names = {"sqlite": "SQLite (WAL, a file)", "postgresql": "PostgreSQL (loopback)"}
     rows = "\n".join(
         f"| {names[kind]} | {count:,} | {found['indexed_us']:.0f} | {found['scan_us']:,.0f} |"
-        for (kind, count), found in figures.items())
+        for (kind, count), found in figures.items()
+    )
     kinds = list(dict.fromkeys(kind for kind, _ in figures))
     ratios = " and ".join(
         f"**{figures[kind, COUNTS[-1]]['indexed_us'] / figures[kind, COUNTS[0]]['indexed_us']:.2f}** "
-        f"on {names[kind].split()[0]}" for kind in kinds)
+        f"on {names[kind].split()[0]}"
+        for kind in kinds
+    )
     plans = "\n".join(f"- {names[kind].split()[0]}: `{figures[kind, COUNTS[-1]]['plan']}`" for kind in kinds)
     return f"""## Finding a login's account against the number of accounts (issue 25: independent of it)
 

@@ -82,13 +82,44 @@ def profiled(seconds: int, connections: int) -> dict:
         pin(daemon.process.pid)
         token = daemon.login(*ADMIN[:2])
         load = subprocess.Popen(
-            ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds + 4}s", "-H",
-             f"Authorization: Bearer {token}", f"http://127.0.0.1:{daemon.port}{PERSON}"],
-            stdout=subprocess.PIPE, text=True)
+            [
+                "taskset",
+                "-c",
+                "1",
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{seconds + 4}s",
+                "-H",
+                f"Authorization: Bearer {token}",
+                f"http://127.0.0.1:{daemon.port}{PERSON}",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(2)
         samples = root / "samples.txt"
-        subprocess.run(["taskset", "-c", "1", profiler, "record", "-r", str(RATE_HZ), "-d", str(seconds), "-f", "raw",
-                        "-o", str(samples), "-p", str(daemon.process.pid)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "taskset",
+                "-c",
+                "1",
+                profiler,
+                "record",
+                "-r",
+                str(RATE_HZ),
+                "-d",
+                str(seconds),
+                "-f",
+                "raw",
+                "-o",
+                str(samples),
+                "-p",
+                str(daemon.process.pid),
+            ],
+            check=True,
+            capture_output=True,
+        )
         rps = float(re.search(r"Requests/sec:\s+([\d.]+)", load.communicate()[0]).group(1))
         return {"layers": shares(samples.read_text()), "rps": rps, "seconds": seconds}
     finally:
@@ -102,7 +133,7 @@ def profile_section(result: dict) -> str:
     rows = "\n".join(f"| {name} | {BEFORE.get(name, 0):.1f}% | {after.get(name, 0):.1f}% |" for name in names)
     return f"""## Where a request's time goes (issue 16: the profile before and after)
 
-py-spy ({RATE_HZ} samples a second for {result['seconds']} s) on apid's main thread while wrk loads
+py-spy ({RATE_HZ} samples a second for {result["seconds"]} s) on apid's main thread while wrk loads
 `GET {PERSON}` as above; each sample counts for the layer of its innermost frame in apid or
 one of its libraries (a call into the standard library counts for its caller). Before: the same
 method on 2026-11-27, before issue 16's work.

@@ -71,11 +71,19 @@ def delivery_rate(messages: int) -> dict:
         database.execute("begin")
         for n in range(messages):
             mid = f"msg_bench{n:08d}"
-            body = json.dumps({"id": mid, "type": "team/create", "timestamp": "2026-11-22T00:00:00.000+00:00",
-                               "data": {"id": n, "name": f"team {n}", "leaderId": 1, "budget": 1000.5}})
+            body = json.dumps(
+                {
+                    "id": mid,
+                    "type": "team/create",
+                    "timestamp": "2026-11-22T00:00:00.000+00:00",
+                    "data": {"id": n, "name": f"team {n}", "leaderId": 1, "budget": 1000.5},
+                }
+            )
             database.execute(
                 "insert into hook_message (id, hook_id, type, payload, state, tries, created_at) "
-                "values (?, ?, 'team/create', ?, 'pending', 0, ?)", (mid, hooks[n % HOOKS], body, now + n * 1e-6))
+                "values (?, ?, 'team/create', ?, 'pending', 0, ?)",
+                (mid, hooks[n % HOOKS], body, now + n * 1e-6),
+            )
         database.execute("commit")
         daemon = _started(deployment)
         try:
@@ -84,8 +92,12 @@ def delivery_rate(messages: int) -> dict:
             daemon.stop()
         first, last = received[0].at, received[-1].at
         distinct = len({r.headers["webhook-id"] for r in received})
-        return {"messages": messages, "distinct": distinct, "seconds": last - first,
-                "rate": (len(received) - 1) / (last - first)}
+        return {
+            "messages": messages,
+            "distinct": distinct,
+            "seconds": last - first,
+            "rate": (len(received) - 1) / (last - first),
+        }
     finally:
         receiver.close()
         database.close()
@@ -107,8 +119,12 @@ def _send(port: int, token: str, numbers: range, rate: int, start: float, answer
         if pause > 0:
             time.sleep(pause)
         name = f"event {n}"
-        connection.request("POST", "/v0.1/team/create", json.dumps({"name": name, "leaderId": 1}),
-                           {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        connection.request(
+            "POST",
+            "/v0.1/team/create",
+            json.dumps({"name": name, "leaderId": 1}),
+            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         reply = connection.getresponse()
         reply.read()
         answered[name] = time.time()
@@ -127,8 +143,12 @@ def delivery_latency(rate: int, seconds: int) -> dict:
             answered: dict[str, float] = {}
             count = rate * seconds
             start = time.monotonic()
-            senders = [threading.Thread(target=_send, args=(daemon.port, token, range(k, count, SENDERS), rate, start,
-                                                            answered)) for k in range(SENDERS)]
+            senders = [
+                threading.Thread(
+                    target=_send, args=(daemon.port, token, range(k, count, SENDERS), rate, start, answered)
+                )
+                for k in range(SENDERS)
+            ]
             for sender in senders:
                 sender.start()
             for sender in senders:
@@ -139,7 +159,9 @@ def delivery_latency(rate: int, seconds: int) -> dict:
             daemon.stop()
         latencies = sorted((r.at - answered[r.json["data"]["name"]]) * 1000 for r in received)
         return {
-            "events": count, "received": len(received), "achieved_rate": count / elapsed,
+            "events": count,
+            "received": len(received),
+            "achieved_rate": count / elapsed,
             "p50_ms": statistics.median(latencies),
             "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
             "max_ms": latencies[-1],

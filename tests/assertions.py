@@ -5,7 +5,13 @@ from __future__ import annotations
 PROBLEM_MEMBERS = {"type", "title", "status", "detail", "instance"}
 USER_FIELDS = {"id", "version", "username", "email"}
 ADMIN_FIELDS = USER_FIELDS | {
-    "enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated", "lastUpdated",
+    "enabled",
+    "accountLocked",
+    "accountExpired",
+    "passwordExpired",
+    "roles",
+    "dateCreated",
+    "lastUpdated",
 }
 
 
@@ -23,7 +29,7 @@ def assert_problem(reply, status: int, instance: str | None = None) -> dict:
     assert not reply.body.lstrip().startswith(b"<"), reply.body
     body = reply.json
     assert isinstance(body, dict)
-    assert PROBLEM_MEMBERS <= body.keys(), body
+    assert body.keys() >= PROBLEM_MEMBERS, body
     assert body["status"] == status
     for member in ("type", "title", "detail", "instance"):
         assert isinstance(body[member], str) and body[member], (member, body)

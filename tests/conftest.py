@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from postgres import PostgresServer  # noqa: E402
+from postgres import PostgresServer
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,6 @@ import re
 from typing import Any
 
 import requests
-
 import schemathesis
 
 CHANGES_A_PERSON = re.compile(r"^/[vbc][0-9]+\.[0-9]+(?:-[^/]+)?/person/(?:update|delete)(?:/|$)")
@@ -76,8 +75,9 @@ def _no_person_change_after_the_first_link(body: Any) -> None:
     chain = body.get("chain") if isinstance(body, dict) else None
     order = chain.get("order") if isinstance(chain, dict) else None
     if isinstance(order, dict) and any(PERSON_CHANGE_LINK.match(str(name)) for name in order):
-        chain["order"] = {("person/show" if PERSON_CHANGE_LINK.match(str(name)) else name): passes
-                          for name, passes in order.items()}
+        chain["order"] = {
+            ("person/show" if PERSON_CHANGE_LINK.match(str(name)) else name): passes for name, passes in order.items()
+        }
 
 
 @schemathesis.auth(refresh_interval=None)
@@ -87,8 +87,11 @@ class FuzzToken:
     def get(self, case: schemathesis.Case, context: schemathesis.AuthContext) -> str | None:
         if case.operation.path == "/logout" and os.environ.get("APID_FUZZ_LEAVER"):
             name, _, password = os.environ["APID_FUZZ_LEAVER"].partition(":")
-            reply = requests.post(f"{os.environ['APID_FUZZ_BASE_URL']}/authenticate",
-                                  json={"username": name, "password": password}, timeout=30)
+            reply = requests.post(
+                f"{os.environ['APID_FUZZ_BASE_URL']}/authenticate",
+                json={"username": name, "password": password},
+                timeout=30,
+            )
             reply.raise_for_status()
             return reply.json()["token"]
         return os.environ.get("APID_FUZZ_TOKEN") or None

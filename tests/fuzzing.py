@@ -35,7 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, REPO, USER, USER_ACCOUNT, V, Daemon, Deployment, deployment_with_accounts, everyone,
+    ADMIN,
+    ADMIN_ACCOUNT,
+    REPO,
+    USER,
+    USER_ACCOUNT,
+    Daemon,
+    Deployment,
+    V,
+    deployment_with_accounts,
+    everyone,
 )
 
 CONFIG = REPO / "tests" / "data" / "schemathesis.toml"
@@ -46,16 +55,22 @@ VICTIMS = 6
 # Far above what a run sends. The login limit per (account, address) matters most: Schemathesis
 # reuses values from answers, so it tries wrong passwords for the leaver's name too.
 UNLIMITED = {"perAddress": 1_000_000, "perAccount": 1_000_000, "window": 900}
-API_OVERRIDES = {"abuseLimits": {"login": {**UNLIMITED, "perAccountAddress": 1_000_000},
-                                 "register": dict(UNLIMITED), "reset": dict(UNLIMITED)}}
+API_OVERRIDES = {
+    "abuseLimits": {
+        "login": {**UNLIMITED, "perAccountAddress": 1_000_000},
+        "register": dict(UNLIMITED),
+        "reset": dict(UNLIMITED),
+    }
+}
 SERVER_OVERRIDES = {"jwt": {"accessLifetime": 86_400}}  # a long run outlives the default 15 minutes
 LEAVER = ("leaver", "leaver-password-1", "leaver@example.com")
 
 
 def fuzz_deployment(root: Path) -> Deployment:
     """A disposable deployment whose first account is the user (id 1), then the administrator."""
-    return deployment_with_accounts(root, api=API_OVERRIDES, server=SERVER_OVERRIDES,
-                                    accounts=(USER_ACCOUNT, ADMIN_ACCOUNT))
+    return deployment_with_accounts(
+        root, api=API_OVERRIDES, server=SERVER_OVERRIDES, accounts=(USER_ACCOUNT, ADMIN_ACCOUNT)
+    )
 
 
 @dataclass
@@ -83,8 +98,14 @@ def prepare(daemon: Daemon, out: Path) -> FuzzWorld:
         assert reply.status == 200, (path, reply.status, reply.body)
         return reply.json
 
-    victims = [post("person/create", {"username": f"victim{n}", "password": f"victim-password-{n}",
-                                      "email": f"victim{n}@example.com"}, admin)["id"] for n in range(VICTIMS)]
+    victims = [
+        post(
+            "person/create",
+            {"username": f"victim{n}", "password": f"victim-password-{n}", "email": f"victim{n}@example.com"},
+            admin,
+        )["id"]
+        for n in range(VICTIMS)
+    ]
     leaver = post("person/create", dict(zip(("username", "password", "email"), LEAVER)), admin)["id"]
     post("hook/create", {"url": "http://localhost:3000/fuzz", "service": "person"}, admin)
     post("team/create", {"name": "Fuzz", "leaderId": 1, "budget": 10.5}, admin)
@@ -92,9 +113,14 @@ def prepare(daemon: Daemon, out: Path) -> FuzzWorld:
     accounts = {"user": people[USER[0]], "admin": people[ADMIN[0]]}
     assert accounts["user"]["id"] == 1, accounts
     out.mkdir(parents=True, exist_ok=True)
-    return FuzzWorld(daemon=daemon, tokens={"anonymous": None, "user": user, "admin": admin},
-                     accounts=accounts, protected=[accounts["user"]["id"], accounts["admin"]["id"], leaver],
-                     victims=victims, out=out)
+    return FuzzWorld(
+        daemon=daemon,
+        tokens={"anonymous": None, "user": user, "admin": admin},
+        accounts=accounts,
+        protected=[accounts["user"]["id"], accounts["admin"]["id"], leaver],
+        victims=victims,
+        out=out,
+    )
 
 
 @dataclass
@@ -124,14 +150,40 @@ def document(world: FuzzWorld, role: str) -> Path:
     return path
 
 
-def run(world: FuzzWorld, role: str, *, max_examples: int, seed: int | None = None, phases: str | None = None,
-        max_time: int | None = None, workers: int = 1, timeout: float | None = None) -> FuzzRun:
+def run(
+    world: FuzzWorld,
+    role: str,
+    *,
+    max_examples: int,
+    seed: int | None = None,
+    phases: str | None = None,
+    max_time: int | None = None,
+    workers: int = 1,
+    timeout: float | None = None,
+) -> FuzzRun:
     """`st run` with every check over the role's document; the output is Schemathesis's report.
     `phases` (examples, coverage, fuzzing, stateful; all by default) and `max_time` (seconds,
     repeating the fuzzing phase until spent) are `st run`'s options of those names."""
-    command = [str(ST), "--config-file", str(CONFIG), "--no-color", "run", str(document(world, role)),
-               "--url", world.base_url, "--checks", "all", "--max-examples", str(max_examples),
-               "--workers", str(workers), "--report", "junit", "--report-dir", str(world.out / f"report-{role}")]
+    command = [
+        str(ST),
+        "--config-file",
+        str(CONFIG),
+        "--no-color",
+        "run",
+        str(document(world, role)),
+        "--url",
+        world.base_url,
+        "--checks",
+        "all",
+        "--max-examples",
+        str(max_examples),
+        "--workers",
+        str(workers),
+        "--report",
+        "junit",
+        "--report-dir",
+        str(world.out / f"report-{role}"),
+    ]
     if seed is not None:
         command += ["--seed", str(seed)]
     if phases is not None:
@@ -169,8 +221,11 @@ def intact(world: FuzzWorld) -> list[str]:
         if now.status != 200:
             problems.append(f"the {role}'s record: {now.status} {now.body[:200]!r}")
             continue
-        changed = {name: (before.get(name), value) for name, value in now.json.items()
-                   if before.get(name) != value and name not in own[role]}
+        changed = {
+            name: (before.get(name), value)
+            for name, value in now.json.items()
+            if before.get(name) != value and name not in own[role]
+        }
         if changed:
             problems.append(f"the {role}'s account changed: {changed}")
     return problems
@@ -179,5 +234,8 @@ def intact(world: FuzzWorld) -> list[str]:
 def log_alarms(daemon: Daemon) -> list[str]:
     """The lines around each traceback or unhandled error in the daemon's log."""
     lines = daemon.stderr.splitlines()
-    return ["\n".join(lines[max(0, n - 2):n + 15]) for n, line in enumerate(lines)
-            if any(word in line for word in LOG_ALARMS)]
+    return [
+        "\n".join(lines[max(0, n - 2) : n + 15])
+        for n, line in enumerate(lines)
+        if any(word in line for word in LOG_ALARMS)
+    ]

@@ -94,14 +94,19 @@ class Deployment:
     def config_dir(self) -> Path:
         return self.root / "etc"
 
-    def cli(self, *args: str, input: str | None = None, env: dict | None = None,
-            python: str = sys.executable) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, input: str | None = None, env: dict | None = None, python: str = sys.executable
+    ) -> subprocess.CompletedProcess:
         """`apid ARGS` on this deployment, run by `python` (another virtualenv's: its plugins)."""
         command = [str(python), "-m", "apid", *args]
         if args and args[0] not in ("--help",):
             command += ["--config-dir", str(self.config_dir), "--env", self.environment]
         return subprocess.run(
-            command, input=input, capture_output=True, text=True, timeout=60,
+            command,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
             env={**os.environ, **(env or {})},
         )
 
@@ -126,9 +131,22 @@ class Daemon:
     def start(self, timeout: float = 30) -> Daemon:
         stderr = open(self.stderr_path, "ab")
         self.process = subprocess.Popen(
-            [self.python, "-m", "apid", "serve", "--config-dir", str(self.deployment.config_dir),
-             "--env", self.deployment.environment, "--listen", "tcp:0:interface=127.0.0.1"],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **self.env},
+            [
+                self.python,
+                "-m",
+                "apid",
+                "serve",
+                "--config-dir",
+                str(self.deployment.config_dir),
+                "--env",
+                self.deployment.environment,
+                "--listen",
+                "tcp:0:interface=127.0.0.1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, **self.env},
         )
         stderr.close()
         line = self._read_line(timeout)
@@ -187,8 +205,9 @@ class Daemon:
             headers.setdefault("Content-Type", "application/json")
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout,
-                                                source_address=(source, 0) if source else None)
+        connection = http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=timeout, source_address=(source, 0) if source else None
+        )
         try:
             connection.request(method, path, body=body, headers=headers)
             reply = connection.getresponse()
@@ -321,8 +340,16 @@ def running_anchor(name: str, deployment: Deployment | None = None) -> Iterator[
     free loopback port, reading `deployment`'s SQLite file and JWT secret (the person/show
     anchors): its process and port once it accepts connections; stopped on leaving the block."""
     port = free_port()
-    files = [] if deployment is None else [
-        "--db", str(deployment.root / "var" / "test.db"), "--secret-file", str(deployment.root / "var" / "jwt.secret")]
+    files = (
+        []
+        if deployment is None
+        else [
+            "--db",
+            str(deployment.root / "var" / "test.db"),
+            "--secret-file",
+            str(deployment.root / "var" / "jwt.secret"),
+        ]
+    )
     process = subprocess.Popen([sys.executable, str(ANCHORS / f"{name}.py"), *files, "--port", str(port)])
     try:
         wait_for(lambda: process.poll() is not None or listening(port), timeout=30)

@@ -40,7 +40,9 @@ def read_states(*folders_or_files: Path) -> list[dict]:
     return states
 
 
-def expected_calls(states: list[dict], roles: set[str], groups: dict[str, list[str]]) -> dict[tuple[str, str, str], Expected]:
+def expected_calls(
+    states: list[dict], roles: set[str], groups: dict[str, list[str]]
+) -> dict[tuple[str, str, str], Expected]:
     """(controller, API version, action) -> what `roles` may do with it, for every action any of
     them may call."""
     calls = {}
@@ -73,8 +75,11 @@ def documented_calls(document: dict) -> dict[tuple[str, str, str], Expected]:
         for version, block in described["versions"].items():
             for action, entry in block["actions"].items():
                 calls[(controller, version, action)] = Expected(
-                    method=entry["method"], request=frozenset(entry["request"]), response=frozenset(entry["response"]),
-                    batch=entry["batch"], hook=entry["hook"],
+                    method=entry["method"],
+                    request=frozenset(entry["request"]),
+                    response=frozenset(entry["response"]),
+                    batch=entry["batch"],
+                    hook=entry["hook"],
                 )
     return calls
 
@@ -83,7 +88,9 @@ def current_versions(states: list[dict]) -> dict[str, str]:
     return {state["NAME"]: str(state["CURRENTSTABLE"]) for state in states}
 
 
-def expected_api_paths(states: list[dict], roles: set[str], groups: dict[str, list[str]], app: str) -> set[tuple[str, str]]:
+def expected_api_paths(
+    states: list[dict], roles: set[str], groups: dict[str, list[str]], app: str
+) -> set[tuple[str, str]]:
     """(path, method) of every plain, batch and chain operation an OpenAPI document of `roles`
     must hold, and no other API operation."""
     current = current_versions(states)

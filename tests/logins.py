@@ -14,8 +14,9 @@ WINDOW = 900
 
 
 def log_in(daemon: Daemon, username: str, password: str, source: str) -> object:
-    return daemon.request("POST", "/authenticate", {"username": username, "password": password},
-                          source=source, timeout=60)
+    return daemon.request(
+        "POST", "/authenticate", {"username": username, "password": password}, source=source, timeout=60
+    )
 
 
 def guess_at_once(daemons: list[Daemon], username: str, source: str) -> Counter:
@@ -23,8 +24,11 @@ def guess_at_once(daemons: list[Daemon], username: str, source: str) -> Counter:
     `daemons`: how many answers of each status (every 429 checked to be a problem with
     Retry-After within the window)."""
     with ThreadPoolExecutor(max_workers=GUESSES) as pool:
-        replies = list(pool.map(
-            lambda n: log_in(daemons[n % len(daemons)], username, f"wrong-password-{n}", source), range(GUESSES)))
+        replies = list(
+            pool.map(
+                lambda n: log_in(daemons[n % len(daemons)], username, f"wrong-password-{n}", source), range(GUESSES)
+            )
+        )
     for reply in replies:
         if reply.status == 429:
             assert_problem(reply, 429)

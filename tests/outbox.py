@@ -25,15 +25,19 @@ class Outbox:
     def new(self) -> list[EmailMessage]:
         """Read as text: an address that is not ASCII is UTF-8 in the header (RFC 6532), which
         the bytes parser leaves as surrogate escapes in `addresses`."""
-        return [email.message_from_string(path.read_text(encoding="utf-8"), policy=email.policy.default)
-                for path in self._paths() if path.name not in self.seen]
+        return [
+            email.message_from_string(path.read_text(encoding="utf-8"), policy=email.policy.default)
+            for path in self._paths()
+            if path.name not in self.seen
+        ]
 
     def to(self, address: str) -> list[EmailMessage]:
         return [message for message in self.new() if str(message["To"]) == address]
 
     def wait(self, address: str, count: int = 1, timeout: float = 10) -> list[EmailMessage]:
         assert wait_for(lambda: len(self.to(address)) >= count, timeout=timeout), (
-            f"expected {count} mail(s) to {address}; new: {[str(m['To']) for m in self.new()]}")
+            f"expected {count} mail(s) to {address}; new: {[str(m['To']) for m in self.new()]}"
+        )
         return self.to(address)
 
 

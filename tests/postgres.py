@@ -42,8 +42,14 @@ class PostgresServer:
             shutil.chown(self.folder, "postgres")
         self._run(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         self._run(
-            _bin("pg_ctl"), "-D", str(self.data), "-w", "-l", str(self.folder / "log"),
-            "-o", f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
+            _bin("pg_ctl"),
+            "-D",
+            str(self.data),
+            "-w",
+            "-l",
+            str(self.folder / "log"),
+            "-o",
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
             "start",
         )
         self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "apid")

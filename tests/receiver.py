@@ -84,8 +84,9 @@ class Receiver(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128  # bursts open many connections at once to an HTTP/1.0 receiver
 
-    def __init__(self, default: Answer = Answer(), protocol: str = "HTTP/1.1",
-                 idle_timeout: float | None = None) -> None:
+    def __init__(
+        self, default: Answer = Answer(), protocol: str = "HTTP/1.1", idle_timeout: float | None = None
+    ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.default = default
         self.protocol = protocol

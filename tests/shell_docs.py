@@ -77,8 +77,14 @@ def section(markdown: str, heading: str) -> str:
     lines = markdown.splitlines(keepends=True)
     level = heading.split(" ", 1)[0]
     start = next(i for i, line in enumerate(lines) if line.rstrip("\n") == heading)
-    end = next((i for i in range(start + 1, len(lines))
-                if re.match(r"#{1,%d} " % len(level), lines[i]) and not _in_fence(lines, i)), len(lines))
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if re.match(r"#{1,%d} " % len(level), lines[i]) and not _in_fence(lines, i)
+        ),
+        len(lines),
+    )
     return "".join(lines[start:end])
 
 
@@ -139,9 +145,9 @@ def steps(script: str, first_line: int = 1) -> list[Step]:
         start = i
         while lines[i].rstrip().endswith("\\") and i + 1 < len(lines):
             i += 1
-        command = "\n".join(lines[start:i + 1])
+        command = "\n".join(lines[start : i + 1])
         cut = _comment_start(lines[i])
-        trailing = lines[i][cut + 1:].strip() if cut is not None else ""
+        trailing = lines[i][cut + 1 :].strip() if cut is not None else ""
         i += 1
         under = []
         while i < len(lines) and lines[i].lstrip().startswith("#"):
@@ -211,20 +217,24 @@ def run_steps(all_steps: list[Step], cwd: Path, env: dict[str, str], timeout: fl
     folder = Path(tempfile.mkdtemp(prefix=".steps-", dir=cwd))  # one per run: no step reads another's
     script = []
     for n, step in enumerate(all_steps):
-        script.append(f"{{\n{step.command}\n}} >{folder}/{n}.out 2>{folder}/{n}.err </dev/null\n"
-                      f"rc=$?; echo $rc >{folder}/{n}.rc; [ $rc = 0 ] || exit 0\n")
+        script.append(
+            f"{{\n{step.command}\n}} >{folder}/{n}.out 2>{folder}/{n}.err </dev/null\n"
+            f"rc=$?; echo $rc >{folder}/{n}.rc; [ $rc = 0 ] || exit 0\n"
+        )
     # The reader's terminal has no APID_* settings of the test run's: etc/ of `cwd` decides.
     clean = {name: value for name, value in os.environ.items() if not name.startswith("APID_")}
-    done = subprocess.run(["bash", "-c", "".join(script)], cwd=cwd, env={**clean, **env},
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        ["bash", "-c", "".join(script)], cwd=cwd, env={**clean, **env}, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr
     ran = []
     for n, step in enumerate(all_steps):
         rc_file = folder / f"{n}.rc"
         if not rc_file.exists():
             break
-        ran.append(Ran(step, int(rc_file.read_text()), (folder / f"{n}.out").read_text(),
-                       (folder / f"{n}.err").read_text()))
+        ran.append(
+            Ran(step, int(rc_file.read_text()), (folder / f"{n}.out").read_text(), (folder / f"{n}.err").read_text())
+        )
     return ran
 
 
@@ -235,12 +245,14 @@ def check(ran: list[Ran], expected_count: int, source: str) -> None:
         if wrong:
             raise AssertionError(
                 f"{source}:{result.step.line}: {wrong}\n$ {result.step.command}\n"
-                f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}")
+                f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}"
+            )
     assert len(ran) == expected_count, f"{source}: only {len(ran)} of {expected_count} steps ran"
 
 
-def checkout_like(root: Path, *, server: dict | None = None, api: dict | None = None,
-                  venv: Path | None = REPO / ".venv") -> Deployment:
+def checkout_like(
+    root: Path, *, server: dict | None = None, api: dict | None = None, venv: Path | None = REPO / ".venv"
+) -> Deployment:
     """A deployment laid out like a checkout after `make run`: the development section of the
     repository's etc/ (with `server` overrides), iostate/, var/ and `.venv`, a link to `venv`
     (None: the caller makes its own, see `layered_venv`)."""
@@ -258,14 +270,23 @@ def layered_venv(path: Path) -> Path:
     base = REPO / ".venv"
     subprocess.run([base / "bin" / "python", "-m", "venv", "--without-pip", path], check=True)
     python = path / "bin" / "python"
-    found = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                           check=True, capture_output=True, text=True)
-    inherited = subprocess.run([base / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True)
+    found = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    inherited = subprocess.run(
+        [base / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     # A .pth line that starts with `import` runs: the checkout's packages (and their own .pth
     # files, the editable installs) come after this venv's own.
     Path(found.stdout.strip(), "_checkout_venv.pth").write_text(
-        f"import site; site.addsitedir({inherited.stdout.strip()!r})\n")
+        f"import site; site.addsitedir({inherited.stdout.strip()!r})\n"
+    )
     for command, module in (("pip", "pip"), ("apid", "apid"), ("pytest", "pytest")):
         script = path / "bin" / command
         script.write_text(f'#!/bin/sh\nexec "{python}" -m {module} "$@"\n')

@@ -6,12 +6,12 @@ directly and the daemon runs them in the database thread pool through `Accounts`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 import re
 import string
 import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
@@ -89,10 +89,12 @@ def check_credentials(username: str | None, password: str | None) -> None:
     """The account policy for a new username or password; one 400 lists every breach."""
     errors = []
     if username is not None and not USERNAME.fullmatch(username):
-        errors.append({
-            "field": "username",
-            "reason": "must be 3 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
-        })
+        errors.append(
+            {
+                "field": "username",
+                "reason": "must be 3 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            }
+        )
     if password is not None:
         low, high = PASSWORD_LENGTH
         if not low <= len(password) <= high:
@@ -139,12 +141,12 @@ def username_key(username: str) -> str:
 
 def _iso(moment: datetime) -> str:
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.isoformat()
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # Built once: SQLAlchemy then reuses their compiled form instead of rebuilding them per call.
@@ -152,9 +154,17 @@ def _now() -> datetime:
 # the columns an Account holds (never the password hash).
 _PEOPLE_WITH_ROLES = (
     select(
-        person.c.id, person.c.version, person.c.username, person.c.email, person.c.enabled,
-        person.c.account_locked, person.c.account_expired, person.c.password_expired,
-        person.c.date_created, person.c.last_updated, role.c.authority,
+        person.c.id,
+        person.c.version,
+        person.c.username,
+        person.c.email,
+        person.c.enabled,
+        person.c.account_locked,
+        person.c.account_expired,
+        person.c.password_expired,
+        person.c.date_created,
+        person.c.last_updated,
+        role.c.authority,
     )
     .outerjoin(person_role, person_role.c.person_id == person.c.id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
@@ -346,8 +356,11 @@ def change_account(connection: Connection, person_id: int, events: AccountEvents
     """Update the account as `person/update` would (a new version, lastUpdated), noting the
     change for every daemon and recording its events in the same transaction: for the
     changes emailed links make (validation, reset, an address change)."""
-    connection.execute(update(person).where(person.c.id == person_id).values(
-        version=person.c.version + 1, last_updated=_now(), **values))
+    connection.execute(
+        update(person)
+        .where(person.c.id == person_id)
+        .values(version=person.c.version + 1, last_updated=_now(), **values)
+    )
     note_change(connection, person_id)
     account = get_account(connection, person_id)
     if events is not None:
@@ -371,8 +384,15 @@ def password_hash_of(connection: Connection, account_id: int) -> str | None:
 class Accounts:
     """The accounts service controllers use: every call runs off the reactor thread."""
 
-    def __init__(self, reactor: IReactorTime, db: Database, passwords: Passwords, revocations: Revocations,
-                 limiter: AbuseLimiter | None = None, addresses: AddressChanges | None = None) -> None:
+    def __init__(
+        self,
+        reactor: IReactorTime,
+        db: Database,
+        passwords: Passwords,
+        revocations: Revocations,
+        limiter: AbuseLimiter | None = None,
+        addresses: AddressChanges | None = None,
+    ) -> None:
         self._db = db
         self._passwords = passwords
         self._revocations = revocations
@@ -398,14 +418,21 @@ class Accounts:
         return self._db.read(list_accounts, offset, limit)
 
     async def create(
-        self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True,
-        *, unit: UnitOfWork | None = None,
+        self,
+        username: str,
+        email: str,
+        password: str,
+        roles: Iterable[str],
+        enabled: bool = True,
+        *,
+        unit: UnitOfWork | None = None,
     ) -> Account:
         """Create an account. In a controller pass `unit=call` so that the account and the
         call's webhook events commit together (`Call.write`)."""
         password_hash = await self._passwords.hash(password)
         account = await (unit or self._db).write(
-            insert_account, username, email, password_hash, frozenset(roles), enabled)
+            insert_account, username, email, password_hash, frozenset(roles), enabled
+        )
         await self._revocations.account_changed(account.id)
         return account
 
@@ -459,8 +486,15 @@ class Accounts:
 
         def change(connection: Connection) -> Account:
             before = get_account(connection, account_id)
-            account = update_account(connection, account_id, changes, expected_version, password_hash,
-                                     None if roles is None else frozenset(roles), keep_session)
+            account = update_account(
+                connection,
+                account_id,
+                changes,
+                expected_version,
+                password_hash,
+                None if roles is None else frozenset(roles),
+                keep_session,
+            )
             if new_address is not None and before is not None and addresses is not None:
                 mail.append(addresses.issue(connection, account, before.email, new_address))
             return account
@@ -477,8 +511,11 @@ class Accounts:
         (before it is verified, so simultaneous guesses cannot slip past the limit; a right
         one gives its count back)."""
         if not current_password:
-            raise InvalidFields(errors=[{
-                "field": "currentPassword", "reason": "is required to change your own password or e-mail address"}])
+            raise InvalidFields(
+                errors=[
+                    {"field": "currentPassword", "reason": "is required to change your own password or e-mail address"}
+                ]
+            )
         limiter = self._limiter
         counted = limiter is not None and await limiter.reserve("login", address, account.username)
         stored = await self._db.read(password_hash_of, account.id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from apid.iostate.model import ControllerState, Deprecation, Endpoint, FieldSpec
@@ -39,8 +39,13 @@ class FieldDoc:
         return value_type(self.type)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "description": self.description, "mockData": self.mock,
-                "key": self.key, "reference": self.reference}
+        return {
+            "type": self.type,
+            "description": self.description,
+            "mockData": self.mock,
+            "key": self.key,
+            "reference": self.reference,
+        }
 
 
 @dataclass(frozen=True)
@@ -188,17 +193,26 @@ def _version(state: ControllerState, name: str, roles: frozenset[str]) -> Versio
 
 
 def iso_time(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 def deprecation_dict(deprecation: Deprecation) -> dict[str, Any]:
     """DEPRECATED and SUNSET as ISO 8601 UTC times, with DEPRECATED's message (or null)."""
-    return {"since": iso_time(deprecation.since), "message": deprecation.message,
-            "sunset": None if deprecation.sunset is None else iso_time(deprecation.sunset)}
+    return {
+        "since": iso_time(deprecation.since),
+        "message": deprecation.message,
+        "sunset": None if deprecation.sunset is None else iso_time(deprecation.sunset),
+    }
 
 
-def _action(state: ControllerState, endpoint: Endpoint, roles: frozenset[str], current: bool,
-            default: bool, deprecated: Deprecation | None) -> ActionDoc:
+def _action(
+    state: ControllerState,
+    endpoint: Endpoint,
+    roles: frozenset[str],
+    current: bool,
+    default: bool,
+    deprecated: Deprecation | None,
+) -> ActionDoc:
     granted = endpoint.granted(roles)
     return ActionDoc(
         controller=state.name,
@@ -219,8 +233,14 @@ def _action(state: ControllerState, endpoint: Endpoint, roles: frozenset[str], c
 def _fields(values: Mapping[str, FieldSpec], names: frozenset[str]) -> tuple[FieldDoc, ...]:
     """The named fields, in the order VALUES lists them."""
     return tuple(
-        FieldDoc(name=spec.name, type=spec.type.name, description=spec.description,
-                 mock=mock_value(spec.type, spec.mock_data), key=spec.key, reference=spec.reference)
+        FieldDoc(
+            name=spec.name,
+            type=spec.type.name,
+            description=spec.description,
+            mock=mock_value(spec.type, spec.mock_data),
+            key=spec.key,
+            reference=spec.reference,
+        )
         for spec in values.values()
         if spec.name in names
     )

@@ -23,7 +23,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import Request
 from twisted.web.resource import IResource
-from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed, NotFound as RoutingNotFound
+from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import MethodNotAllowed as RoutingMethodNotAllowed
+from werkzeug.exceptions import NotFound as RoutingNotFound
 from werkzeug.routing import RequestRedirect
 
 from apid.auth.endpoints import PublicRoute, client_address
@@ -38,7 +40,8 @@ from apid.deprecation import announce
 from apid.dispatch import ApiDispatch
 from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
 from apid.iostate import Endpoint
-from apid.links import add_links, link_header, page_links, wanted as wanted_links
+from apid.links import add_links, link_header, page_links
+from apid.links import wanted as wanted_links
 from apid.openapi import OPENAPI_PATH
 from apid.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.plugin import Caller, Controller, RouteCall
@@ -121,8 +124,9 @@ class Application:
             if key in seen:
                 raise ValueError(f"two endpoints answer {route.method} {route.path}")
             seen[key] = route
-            app.route(route.path, methods=[route.method], endpoint=f"public {route.method} {route.path}",
-                      strict_slashes=False)(self._public(route))
+            app.route(
+                route.path, methods=[route.method], endpoint=f"public {route.method} {route.path}", strict_slashes=False
+            )(self._public(route))
         for rule in API_RULES:
             app.route(rule, methods=API_METHODS, endpoint="api", strict_slashes=False)(self._api)
         if self._openapi is not None:
@@ -149,17 +153,27 @@ class Application:
 
         return handle
 
-    async def _api(self, request: Request, prefix: str, controller: str,
-                   action: str | None = None, id: str | None = None) -> bytes:
+    async def _api(
+        self, request: Request, prefix: str, controller: str, action: str | None = None, id: str | None = None
+    ) -> bytes:
         target = parse_target(self.version, prefix, controller, action, id)
         try:
             return await self._call(request, target)
         except Exception:
             # perhaps refused before its endpoint was known: named now, on this slower path only
             try:
-                name(request, self._pipeline.endpoint(CallRequest(
-                    controller=target.controller, action=target.action, api_version=target.api_version, method=None,
-                )), target.kind)
+                name(
+                    request,
+                    self._pipeline.endpoint(
+                        CallRequest(
+                            controller=target.controller,
+                            action=target.action,
+                            api_version=target.api_version,
+                            method=None,
+                        )
+                    ),
+                    target.kind,
+                )
             except Problem:
                 pass  # no such endpoint: `other`
             raise
@@ -169,9 +183,16 @@ class Application:
         if token is None:
             # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
             principal = self._anonymous
-            self._pipeline.check_anonymous(principal, CallRequest(
-                controller=target.controller, action=target.action, api_version=target.api_version, method=None,
-            ), Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT)
+            self._pipeline.check_anonymous(
+                principal,
+                CallRequest(
+                    controller=target.controller,
+                    action=target.action,
+                    api_version=target.api_version,
+                    method=None,
+                ),
+                Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT,
+            )
         else:
             principal = await self._authenticated(token)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
@@ -180,14 +201,19 @@ class Application:
         # read before the charge: a batch or chain refused for its method, shape or size costs nothing
         batch = self._batch.parse(target, method, body) if target.kind == "b" else None
         chain = self._chain.parse(principal, target, body, method) if target.kind == "c" else None
-        await self._charge(request, principal, request_cost(target.kind, body),
-                           lambda: endpoint_calls(self._pipeline.endpoint, target, body))
+        await self._charge(
+            request,
+            principal,
+            request_cost(target.kind, body),
+            lambda: endpoint_calls(self._pipeline.endpoint, target, body),
+        )
         text = query_fields(request)
         if target.id is not None:
             text["id"] = [target.id]
         if batch is not None:
-            outcome = await self._batch.run(principal, target, batch, request.path.decode("utf-8", "replace"),
-                                            client_address(request))
+            outcome = await self._batch.run(
+                principal, target, batch, request.path.decode("utf-8", "replace"), client_address(request)
+            )
             name(request, outcome.endpoint, target.kind)
             self._set_links(request, principal, outcome.endpoint, None, target.api_version)
             return write_json(request, outcome.body, outcome.status)
@@ -212,8 +238,9 @@ class Application:
             return write_json(request, result.data)
         return await self._read(request, principal, admitted, call, target)
 
-    async def _read(self, request: Request, principal: Principal, admitted: Admission, call: CallRequest,
-                    target: Target) -> bytes:
+    async def _read(
+        self, request: Request, principal: Principal, admitted: Admission, call: CallRequest, target: Target
+    ) -> bytes:
         """A GET call: from the cache when its action declares one and holds the answer, with
         its ETag, answering 304 to a client that holds it already."""
         endpoint = admitted.endpoint
@@ -235,25 +262,53 @@ class Application:
         return answer(request, body, tag, endpoint)
 
     def _set_call_links(self, request: Request, principal: Principal, result: CallResult, target: Target) -> None:
-        self._set_links(request, principal, result.endpoint, result.data, target.api_version,
-                        page_links(result.endpoint, result.granted, result.data, result.page,
-                                   request.uri.decode("utf-8", "replace")))
+        self._set_links(
+            request,
+            principal,
+            result.endpoint,
+            result.data,
+            target.api_version,
+            page_links(
+                result.endpoint, result.granted, result.data, result.page, request.uri.decode("utf-8", "replace")
+            ),
+        )
 
-    def _set_links(self, request: Request, principal: Principal, endpoint: Endpoint, data: Any,
-                   api_version: str | None, paging: Sequence[str] = ()) -> None:
+    def _set_links(
+        self,
+        request: Request,
+        principal: Principal,
+        endpoint: Endpoint,
+        data: Any,
+        api_version: str | None,
+        paging: Sequence[str] = (),
+    ) -> None:
         """The answer's `Link` header: a list answer's `paging` links always, the related calls
         of `endpoint` for the record `data` when the request asked for them."""
         if wanted_links(request):
-            value = link_header(self._pipeline.rules(), endpoint, data, principal.roles, self.version, api_version,
-                                request.uri.decode("utf-8", "replace"), request.method.decode("ascii"), paging)
+            value = link_header(
+                self._pipeline.rules(),
+                endpoint,
+                data,
+                principal.roles,
+                self.version,
+                api_version,
+                request.uri.decode("utf-8", "replace"),
+                request.method.decode("ascii"),
+                paging,
+            )
         elif paging:
             value = ", ".join(paging)
         else:
             return
         add_links(request, value)
 
-    async def _charge(self, request: Request, principal: Principal, cost: int,
-                      calls: Callable[[], Sequence[tuple[Endpoint, int]]] = tuple) -> None:
+    async def _charge(
+        self,
+        request: Request,
+        principal: Principal,
+        cost: int,
+        calls: Callable[[], Sequence[tuple[Endpoint, int]]] = tuple,
+    ) -> None:
         """Count the request against the caller's rate limit and its `calls` against their
         endpoints' RATELIMIT (a 429 past either) and say so in the RateLimit fields."""
         if self._rate_limiter is None:
@@ -307,7 +362,6 @@ class Application:
         return write_problem(request, InternalError("the request failed; the error was logged"))
 
 
-
 def name(request: Request, endpoint: Endpoint, kind: str) -> None:
     """Name the request by the endpoint it reached, for the metrics and the access log: a
     call by the endpoint's path, a batch or chain by its kind; each with the API version."""
@@ -325,8 +379,9 @@ def request_cost(kind: str, body: Mapping[str, Any]) -> int:
     return 1
 
 
-def endpoint_calls(resolve: Callable[[CallRequest], Endpoint], target: Target,
-                   body: Mapping[str, Any]) -> list[tuple[Endpoint, int]]:
+def endpoint_calls(
+    resolve: Callable[[CallRequest], Endpoint], target: Target, body: Mapping[str, Any]
+) -> list[tuple[Endpoint, int]]:
     """The endpoints a call will reach and how many calls each, for their RATELIMIT: a batch's
     elements all call its endpoint, a chain's links each call theirs. One that does not
     resolve is left out: the call then fails as it would anyway, before anything runs."""
@@ -340,8 +395,9 @@ def endpoint_calls(resolve: Callable[[CallRequest], Endpoint], target: Target,
     calls: dict[tuple[str, str], tuple[Endpoint, int]] = {}
     for controller, action in paths:
         try:
-            endpoint = resolve(CallRequest(controller=controller, action=action or None,
-                                           api_version=target.api_version, method=None))
+            endpoint = resolve(
+                CallRequest(controller=controller, action=action or None, api_version=target.api_version, method=None)
+            )
         except Problem:
             continue
         key = (endpoint.api_version, endpoint.path)
@@ -360,10 +416,18 @@ def plugin_routes(controllers: Mapping[str, Controller], superuser_role: str) ->
 
 def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> Callable[..., Any]:
     async def handle(request: Request, principal: Principal | None) -> bytes:
-        caller = None if principal is None else Caller(
-            id=principal.user_id, username=principal.username, roles=principal.roles,
-            is_superuser=superuser_role in principal.roles, session=principal.session,
-            all_roles=principal.roles, address=client_address(request),
+        caller = (
+            None
+            if principal is None
+            else Caller(
+                id=principal.user_id,
+                username=principal.username,
+                roles=principal.roles,
+                is_superuser=superuser_role in principal.roles,
+                session=principal.session,
+                all_roles=principal.roles,
+                address=client_address(request),
+            )
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
         if inspect.isawaitable(output):

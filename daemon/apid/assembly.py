@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from twisted.web.resource import IResource
 
 from apid.accounts import Accounts
-from apid.auth.address_change import AddressChanges
 from apid.app import Application, plugin_routes
+from apid.auth.address_change import AddressChanges
 from apid.auth.endpoints import ServiceEndpoints
 from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
 from apid.auth.login import SessionEndpoints
@@ -93,29 +93,58 @@ def assemble(
     redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
     limiter = abuse_limiting(reactor, config, redis, shared)
     outbox = Outbox(make_mailer(server.mail, reactor), reactor)
-    account_events = AccountEvents(
-        lambda: rule_book.current, filter_output, time.time, lambda: reactor.callFromThread(wake),
-    ) if wake else None
-    addresses = AddressChanges(db, outbox, revocations, server.accounts, server.base_url, server.home_url,
-                               account_events)
+    account_events = (
+        AccountEvents(
+            lambda: rule_book.current,
+            filter_output,
+            time.time,
+            lambda: reactor.callFromThread(wake),
+        )
+        if wake
+        else None
+    )
+    addresses = AddressChanges(
+        db, outbox, revocations, server.accounts, server.base_url, server.home_url, account_events
+    )
     accounts = Accounts(reactor, db, passwords, revocations, limiter, addresses)
     pinger = PeerPinger(reactor, server.servers)
     hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
-    services = Services(db=db, accounts=accounts, security=api.security, pinger=pinger, hooks=hooks,
-                        rules=lambda: rule_book.current, version=api.version)
+    services = Services(
+        db=db,
+        accounts=accounts,
+        security=api.security,
+        pinger=pinger,
+        hooks=hooks,
+        rules=lambda: rule_book.current,
+        version=api.version,
+    )
     controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
     recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
     events = wrap_events(recorder) if recorder and wrap_events else recorder
     cache = AnswerCache(reactor, db)
-    pipeline = Pipeline(lambda: rule_book.current, controllers, api.security.superuser_role, events, db,
-                        changed=cache.changed)
+    pipeline = Pipeline(
+        lambda: rule_book.current, controllers, api.security.superuser_role, events, db, changed=cache.changed
+    )
     public_routes = [
         *ServiceEndpoints(api.version, server.metrics.role).routes(),
         *docs_page.routes(),
-        *SessionEndpoints(accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies).routes(),
-        *AccountEndpoints(db, passwords, outbox, revocations, limiter, server.accounts, server.base_url,
-                          server.home_url, api.security.user_role, account_events, addresses).routes(),
+        *SessionEndpoints(
+            accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies
+        ).routes(),
+        *AccountEndpoints(
+            db,
+            passwords,
+            outbox,
+            revocations,
+            limiter,
+            server.accounts,
+            server.base_url,
+            server.home_url,
+            api.security.user_role,
+            account_events,
+            addresses,
+        ).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
     rate_limiter = rate_limiting(reactor, config, redis, shared)
@@ -134,16 +163,25 @@ def assemble(
         anonymous_role=api.security.anonymous_role,
         cache=cache,
         openapi=OpenApiDocuments(
-            lambda: rule_book.current, document_settings(config, bound.controllers.values())).document,
+            lambda: rule_book.current, document_settings(config, bound.controllers.values())
+        ).document,
     )
     return Assembly(
-        application=application, resource=Cors(application.resource(), api.allowed_origins), rule_book=rule_book,
-        accounts=accounts, tokens=tokens, revocations=revocations, outbox=outbox, pinger=pinger, redis=redis,
+        application=application,
+        resource=Cors(application.resource(), api.allowed_origins),
+        rule_book=rule_book,
+        accounts=accounts,
+        tokens=tokens,
+        revocations=revocations,
+        outbox=outbox,
+        pinger=pinger,
+        redis=redis,
     )
 
 
-def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None,
-                  shared: WorkerLink | None = None) -> RateLimiter | None:
+def rate_limiting(
+    reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
+) -> RateLimiter | None:
     """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set, else
     in the parent of the worker processes, else in this process."""
     if not config.server.api_throttle:
@@ -156,8 +194,9 @@ def rate_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler |
     return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
 
 
-def abuse_limiting(reactor, config: Config, redis: txredisapi.ConnectionHandler | None,
-                   shared: WorkerLink | None = None) -> AbuseLimiter:
+def abuse_limiting(
+    reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
+) -> AbuseLimiter:
     """The limits on logins, registrations and reset requests: counting in Redis when
     redis.url is set (whatever apiThrottle says), so that every daemon shares them, else as
     the rate limits are."""

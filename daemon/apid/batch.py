@@ -54,7 +54,10 @@ def parse_batch(body: Mapping[str, Any], limit: int) -> BatchRequest:
         )
     elements = body.get("batch")
     if not isinstance(elements, list) or not elements:
-        raise BadRequest("batch must be a non-empty array of objects", errors=[{"field": "batch", "reason": "must be a non-empty array"}])
+        raise BadRequest(
+            "batch must be a non-empty array of objects",
+            errors=[{"field": "batch", "reason": "must be a non-empty array"}],
+        )
     if len(elements) > limit:
         raise PayloadTooLarge(f"a batch holds at most {limit} elements, this one {len(elements)}", limit=limit)
     for index, element in enumerate(elements):
@@ -82,19 +85,26 @@ class BatchRunner:
             raise MethodNotAllowed("a batch is POSTed to /b{version}/{controller}/{action}", allow=["POST"])
         return parse_batch(body, self._limit)
 
-    async def run(self, principal: Principal, target: Target, batch: BatchRequest, instance: str,
-                  address: str = "") -> BatchOutcome:
+    async def run(
+        self, principal: Principal, target: Target, batch: BatchRequest, instance: str, address: str = ""
+    ) -> BatchOutcome:
         metrics.batch_run(len(batch.elements))
         calls = [
-            CallRequest(controller=target.controller, action=target.action,
-                        api_version=target.api_version, method=None, body=element)
+            CallRequest(
+                controller=target.controller,
+                action=target.action,
+                api_version=target.api_version,
+                method=None,
+                body=element,
+            )
             for element in batch.elements
         ]
         admitted = self._pipeline.admit(principal, calls[0], Purpose.BATCH, address)
         if admitted.endpoint.is_safe:
             # All start now and run together, and the batch goes on once all have finished.
-            outcomes = await _settled([self._pipeline.execute(admitted, call).addCallbacks(_data, _problem)
-                                       for call in calls])
+            outcomes = await _settled(
+                [self._pipeline.execute(admitted, call).addCallbacks(_data, _problem) for call in calls]
+            )
         else:
             outcomes = [await self._pipeline.execute(admitted, call).addCallbacks(_data, _problem) for call in calls]
         return replace(summarise(outcomes, batch.combine, instance), endpoint=admitted.endpoint)

@@ -99,10 +99,12 @@ def bump_generations(connection: Connection, controllers: Iterable[str]) -> dict
     counters = {}
     for controller in controllers:
         statement = insert(cache_change).values(controller=controller, generation=1)
-        counters[controller] = connection.execute(statement.on_conflict_do_update(
-            index_elements=[cache_change.c.controller],
-            set_={"generation": cache_change.c.generation + 1},
-        ).returning(cache_change.c.generation)).scalar_one()
+        counters[controller] = connection.execute(
+            statement.on_conflict_do_update(
+                index_elements=[cache_change.c.controller],
+                set_={"generation": cache_change.c.generation + 1},
+            ).returning(cache_change.c.generation)
+        ).scalar_one()
     return counters
 
 
@@ -130,8 +132,11 @@ class AnswerCache:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        if (entry.endpoint is not endpoint or entry.generation != self.generation(endpoint.controller)
-                or entry.expires <= self._clock.seconds()):
+        if (
+            entry.endpoint is not endpoint
+            or entry.generation != self.generation(endpoint.controller)
+            or entry.expires <= self._clock.seconds()
+        ):
             del self._entries[key]
             return None
         self._entries.move_to_end(key)
@@ -156,8 +161,11 @@ class AnswerCache:
         try:
             counters = await self._db.write(bump_generations, controllers)
         except Exception:
-            log.failure("counting a change of {controllers} failed: other daemons may serve their cached "
-                        "answers until these expire", controllers=controllers)
+            log.failure(
+                "counting a change of {controllers} failed: other daemons may serve their cached "
+                "answers until these expire",
+                controllers=controllers,
+            )
             return
         for controller, count in counters.items():
             # our own change, seen: the next read need not drop the answers made since. With a

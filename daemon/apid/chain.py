@@ -72,12 +72,16 @@ class ChainRuleBroken(Unprocessable):
 def _chain_object(body: Mapping[str, Any]) -> Mapping[str, Any]:
     chain = body.get("chain")
     if not isinstance(chain, dict):
-        raise BadRequest("a chain call needs a chain object in its JSON body",
-                         errors=[{"field": "chain", "reason": "must be an object"}])
+        raise BadRequest(
+            "a chain call needs a chain object in its JSON body",
+            errors=[{"field": "chain", "reason": "must be an object"}],
+        )
     unknown = sorted(set(chain) - {"key", "combine", "type", "order"})
     if unknown:
-        raise BadRequest(f"the chain object has unknown members: {', '.join(unknown)}",
-                         errors=[{"field": f"chain.{name}", "reason": "is not a chain member"} for name in unknown])
+        raise BadRequest(
+            f"the chain object has unknown members: {', '.join(unknown)}",
+            errors=[{"field": f"chain.{name}", "reason": "is not a chain member"} for name in unknown],
+        )
     return chain
 
 
@@ -86,23 +90,31 @@ def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRe
     chain = _chain_object(body)
     key, order = chain.get("key"), chain.get("order")
     if not isinstance(key, str) or not key:
-        raise BadRequest("chain.key must name the field of the first link's output passed on",
-                         errors=[{"field": "chain.key", "reason": "must be a non-empty string"}])
+        raise BadRequest(
+            "chain.key must name the field of the first link's output passed on",
+            errors=[{"field": "chain.key", "reason": "must be a non-empty string"}],
+        )
     if not isinstance(order, dict) or not order:
-        raise BadRequest("chain.order must map each further link controller/action to the key it passes",
-                         errors=[{"field": "chain.order", "reason": "must be a non-empty object"}])
+        raise BadRequest(
+            "chain.order must map each further link controller/action to the key it passes",
+            errors=[{"field": "chain.order", "reason": "must be a non-empty object"}],
+        )
     raw_type = chain.get("type")
     if raw_type is None:
         if method != "GET":
-            raise BadRequest("chain.type is required unless the chain is called with GET",
-                             errors=[{"field": "chain.type", "reason": "is required"}])
+            raise BadRequest(
+                "chain.type is required unless the chain is called with GET",
+                errors=[{"field": "chain.type", "reason": "is required"}],
+            )
         chain_type = ChainType.BLANKCHAIN
     else:
         try:
             chain_type = ChainType(raw_type)
         except ValueError:
-            raise BadRequest("chain.type must be postchain, prechain or blankchain",
-                             errors=[{"field": "chain.type", "reason": "must be postchain, prechain or blankchain"}]) from None
+            raise BadRequest(
+                "chain.type must be postchain, prechain or blankchain",
+                errors=[{"field": "chain.type", "reason": "must be postchain, prechain or blankchain"}],
+            ) from None
     if target.action is None:
         raise BadRequest("the first link of a chain is the path's controller/action")
 
@@ -110,18 +122,26 @@ def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRe
     for position, (name, passes) in enumerate(order.items(), start=1):
         controller, _, action = name.partition("/")
         if not controller or not action or not isinstance(passes, str) or not passes:
-            raise BadRequest(f"chain.order entry {name!r} must be \"controller/action\": \"key\"",
-                             errors=[{"field": f"chain.order.{name}", "reason": "must map controller/action to a key"}])
+            raise BadRequest(
+                f'chain.order entry {name!r} must be "controller/action": "key"',
+                errors=[{"field": f"chain.order.{name}", "reason": "must map controller/action to a key"}],
+            )
         links.append(Link(position, controller, action, passes))
     for link in links[:-1]:
         if link.passes == RETURN:
-            raise BadRequest(f"only the last link may be marked return, not {link.path} (link {link.position})",
-                             errors=[{"field": _order_field(link), "reason": "only the last link may be marked return"}])
+            raise BadRequest(
+                f"only the last link may be marked return, not {link.path} (link {link.position})",
+                errors=[{"field": _order_field(link), "reason": "only the last link may be marked return"}],
+            )
     if links[-1].passes != RETURN:
-        raise BadRequest(f"the last link, {links[-1].path}, must be marked return",
-                         errors=[{"field": _order_field(links[-1]), "reason": "the last link must be marked return"}])
+        raise BadRequest(
+            f"the last link, {links[-1].path}, must be marked return",
+            errors=[{"field": _order_field(links[-1]), "reason": "the last link must be marked return"}],
+        )
     fields = {name: value for name, value in body.items() if name != "chain"}
-    return ChainRequest(links=tuple(links), type=chain_type, combine=parse_combine(chain.get("combine"), "chain.combine"), fields=fields)
+    return ChainRequest(
+        links=tuple(links), type=chain_type, combine=parse_combine(chain.get("combine"), "chain.combine"), fields=fields
+    )
 
 
 def _order_field(link: Link) -> str:
@@ -140,23 +160,29 @@ def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str)
     unsafe = [i for i, endpoint in enumerate(endpoints) if not endpoint.is_safe]
     if len(unsafe) > 1:
         names = ", ".join(endpoints[i].path for i in unsafe)
-        raise ChainRuleBroken(f"a chain holds at most one PUT, POST or DELETE call; this one has {names}",
-                              rule="one-non-safe-method")
+        raise ChainRuleBroken(
+            f"a chain holds at most one PUT, POST or DELETE call; this one has {names}", rule="one-non-safe-method"
+        )
     if chain.type is ChainType.BLANKCHAIN:
         if unsafe:
-            raise ChainRuleBroken(f"a blankchain holds only GET calls, not {endpoints[unsafe[0]].path}",
-                                  rule="blankchain-safe-only")
+            raise ChainRuleBroken(
+                f"a blankchain holds only GET calls, not {endpoints[unsafe[0]].path}", rule="blankchain-safe-only"
+            )
         expected = "GET"
     else:
         if not unsafe:
-            raise ChainRuleBroken(f"a {chain.type.value} ends or begins with a PUT, POST or DELETE call; this one has none",
-                                  rule="non-safe-method-required")
+            raise ChainRuleBroken(
+                f"a {chain.type.value} ends or begins with a PUT, POST or DELETE call; this one has none",
+                rule="non-safe-method-required",
+            )
         where = len(endpoints) - 1 if chain.type is ChainType.POSTCHAIN else 0
         if unsafe[0] != where:
             place = "last" if chain.type is ChainType.POSTCHAIN else "first"
             raise ChainRuleBroken(
                 f"in a {chain.type.value} the non-safe call comes {place}; "
-                f"{endpoints[unsafe[0]].path} is link {unsafe[0]}", rule="non-safe-method-position")
+                f"{endpoints[unsafe[0]].path} is link {unsafe[0]}",
+                rule="non-safe-method-position",
+            )
         expected = endpoints[unsafe[0]].method
     if method != expected:
         raise ChainRuleBroken(f"this chain must be called with {expected}, not {method}", rule="request-method")
@@ -177,8 +203,9 @@ class ChainRunner:
         self._limit = limit
 
     def _request(self, link: Link, target: Target, **fields: Any) -> CallRequest:
-        return CallRequest(controller=link.controller, action=link.action,
-                           api_version=target.api_version, method=None, **fields)
+        return CallRequest(
+            controller=link.controller, action=link.action, api_version=target.api_version, method=None, **fields
+        )
 
     def _check_method(self, principal: Principal, target: Target, method: str) -> None:
         """405 for a method no chain starting at the path's endpoint can be called with, before
@@ -192,8 +219,9 @@ class ChainRunner:
             return
         allowed = chain_methods(first, self._pipeline.rules(), principal.roles)
         if method not in allowed:
-            raise MethodNotAllowed(f"a chain starting with {first.path} is called with {', '.join(allowed)}, "
-                                   f"not {method}", allow=allowed)
+            raise MethodNotAllowed(
+                f"a chain starting with {first.path} is called with {', '.join(allowed)}, not {method}", allow=allowed
+            )
 
     def parse(self, principal: Principal, target: Target, body: Mapping[str, Any], method: str) -> ChainRequest:
         """The chain a request asks for, read before it is charged to the caller's rate limit,
@@ -204,8 +232,15 @@ class ChainRunner:
         check_length(chain, self._limit)
         return chain
 
-    async def run(self, principal: Principal, target: Target, chain: ChainRequest, method: str,
-                  text: Mapping[str, list[str]], address: str = "") -> ChainOutcome:
+    async def run(
+        self,
+        principal: Principal,
+        target: Target,
+        chain: ChainRequest,
+        method: str,
+        text: Mapping[str, list[str]],
+        address: str = "",
+    ) -> ChainOutcome:
         endpoints = []
         requests = [self._request(link, target) for link in chain.links]
         for link, request in zip(chain.links, requests):
@@ -213,15 +248,21 @@ class ChainRunner:
             try:
                 endpoints.append(self._pipeline.endpoint(request))
             except Problem:
-                raise ChainRuleBroken(f"link {link.position}, {link.path}, is not an endpoint", rule="unknown-link",
-                                      link={"position": link.position, "endpoint": link.path}) from None
+                raise ChainRuleBroken(
+                    f"link {link.position}, {link.path}, is not an endpoint",
+                    rule="unknown-link",
+                    link={"position": link.position, "endpoint": link.path},
+                ) from None
         check_shape(chain, endpoints, method)
         metrics.chain_run(len(chain.links))
         admitted = [self._pipeline.admit(principal, request, address=address) for request in requests]
         # receives[i]: the field link i + 1 gets link i's key in, decided before any link runs
-        receives = [handoff_field(source.state.name, link.passes, following.state,
-                                  following.endpoint.request_fields(following.granted))
-                    for link, source, following in zip(chain.links, admitted, admitted[1:])]
+        receives = [
+            handoff_field(
+                source.state.name, link.passes, following.state, following.endpoint.request_fields(following.granted)
+            )
+            for link, source, following in zip(chain.links, admitted, admitted[1:])
+        ]
 
         outputs: list[Any] = []
         passed: dict[str, list[str]] = {}
@@ -230,21 +271,24 @@ class ChainRunner:
             endpoint = admission.endpoint
             call_text = dict(text) if link.position == 0 else dict(passed)
             # the key handed on by the previous link names the record; the body cannot override it
-            call_body = {} if endpoint.is_safe else {
-                name: value for name, value in chain.fields.items() if name not in passed}
+            call_body = (
+                {} if endpoint.is_safe else {name: value for name, value in chain.fields.items() if name not in passed}
+            )
             call = self._request(link, target, body=call_body, text=call_text)
             try:
                 output = (await self._pipeline.execute(admission, call)).data
             except Problem as problem:
-                problem.extensions.update(link={"position": link.position, "endpoint": link.path},
-                                          nonSafeCallCompleted=non_safe_done)
+                problem.extensions.update(
+                    link={"position": link.position, "endpoint": link.path}, nonSafeCallCompleted=non_safe_done
+                )
                 raise
             non_safe_done = non_safe_done or not endpoint.is_safe
             outputs.append(output)
             if link.passes != RETURN:
                 passed = {receives[link.position]: [_passed_key(output, link, non_safe_done)]}
-        return ChainOutcome(body=outputs if chain.combine else outputs[-1], endpoint=admitted[-1].endpoint,
-                            record=outputs[-1])
+        return ChainOutcome(
+            body=outputs if chain.combine else outputs[-1], endpoint=admitted[-1].endpoint, record=outputs[-1]
+        )
 
 
 def handoff_field(source: str, key: str, target: ControllerState, accepted: frozenset[str]) -> str:
@@ -252,8 +296,10 @@ def handoff_field(source: str, key: str, target: ControllerState, accepted: froz
     controller `source`'s output: the first FKEY, in VALUES order, of the next link's
     controller that references that field and that the next link accepts from the caller's
     roles (`accepted`); else `id`, which then names a record of the next link's controller."""
-    return next((spec.name for spec in target.values.values()
-                 if spec.references(source, key) and spec.name in accepted), PATH_ID)
+    return next(
+        (spec.name for spec in target.values.values() if spec.references(source, key) and spec.name in accepted),
+        PATH_ID,
+    )
 
 
 def _passed_key(output: Any, link: Link, non_safe_done: bool) -> str:
@@ -261,7 +307,9 @@ def _passed_key(output: Any, link: Link, non_safe_done: bool) -> str:
     if not isinstance(output, Mapping) or output.get(link.passes) is None:
         raise ChainRuleBroken(
             f"link {link.position}, {link.path}, returned no {link.passes!r} to pass on (or your role may not see it)",
-            rule="missing-key", link={"position": link.position, "endpoint": link.path}, key=link.passes,
+            rule="missing-key",
+            link={"position": link.position, "endpoint": link.path},
+            key=link.passes,
             nonSafeCallCompleted=non_safe_done,
         )
     value = output[link.passes]

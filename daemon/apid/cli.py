@@ -200,15 +200,17 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     from apid.accounts import Account, check_credentials, insert_account
     from apid.auth.passwords import hash_password
     from apid.hooks.events import AccountEvents
-    from apid.pipeline import filter_output
     from apid.iostate.types import value_type
+    from apid.pipeline import filter_output
     from apid.store.database import run_write
 
     config = _load(args)
     unknown = sorted(set(args.role) - config.api.security.all_roles)
     if unknown:
-        print(f"apid: unknown role {unknown[0]}; known roles: {', '.join(sorted(config.api.security.all_roles))}",
-              file=sys.stderr)
+        print(
+            f"apid: unknown role {unknown[0]}; known roles: {', '.join(sorted(config.api.security.all_roles))}",
+            file=sys.stderr,
+        )
         return 2
     password = _read_password(args.password_stdin)
     try:
@@ -265,8 +267,10 @@ def cmd_hook_list(args: argparse.Namespace) -> int:
     while page := run_read(engine, list_hooks, None, offset, 500):
         for item in page:
             state = "enabled" if item.is_enabled else f"disabled ({item.disabled_reason or 'no reason given'})"
-            print(f"{item.id}\tuser {item.user_id}\t{item.service}\t{item.url}\tattempts {item.attempts}"
-                  f"\tpending {item.pending}\t{state}")
+            print(
+                f"{item.id}\tuser {item.user_id}\t{item.service}\t{item.url}\tattempts {item.attempts}"
+                f"\tpending {item.pending}\t{state}"
+            )
         offset += len(page)
     return 0
 
@@ -386,8 +390,10 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     roles = frozenset(args.role or ())
     unknown = sorted(roles - config.api.security.all_roles)
     if unknown:
-        print(f"apid: unknown role {unknown[0]}; known roles: {', '.join(sorted(config.api.security.all_roles))}",
-              file=sys.stderr)
+        print(
+            f"apid: unknown role {unknown[0]}; known roles: {', '.join(sorted(config.api.security.all_roles))}",
+            file=sys.stderr,
+        )
         return 2
     bound = _bound(config)
     settings = document_settings(config, bound.controllers.values(), config.server.base_url)
@@ -416,20 +422,30 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config-dir", type=Path, default=None,
-                        help="folder holding service_server.yml and service_api.yml (default: $APID_CONFIG_DIR or etc)")
+    common.add_argument(
+        "--config-dir",
+        type=Path,
+        default=None,
+        help="folder holding service_server.yml and service_api.yml (default: $APID_CONFIG_DIR or etc)",
+    )
     common.add_argument("--env", default=None, help="environment section to use (default: $APID_ENV or development)")
 
     top = argparse.ArgumentParser(prog="apid", description="An API daemon for IO State-governed controllers.")
     commands = top.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", parents=[common], help="run the daemon")
-    serve.add_argument("--listen", help="a port (8080: on loopback only, tcp:8080:interface=127.0.0.1) "
-                                        "or a Twisted endpoint such as tcp:PORT:interface=ADDR (default: $APID_LISTEN, "
-                                        "then listen in service_server.yml)")
-    serve.add_argument("--reactor", choices=REACTORS,
-                       help="the Twisted reactor: asyncio lets plugin actions await asyncio libraries "
-                            "(default: reactor in service_server.yml, else default)")
+    serve.add_argument(
+        "--listen",
+        help="a port (8080: on loopback only, tcp:8080:interface=127.0.0.1) "
+        "or a Twisted endpoint such as tcp:PORT:interface=ADDR (default: $APID_LISTEN, "
+        "then listen in service_server.yml)",
+    )
+    serve.add_argument(
+        "--reactor",
+        choices=REACTORS,
+        help="the Twisted reactor: asyncio lets plugin actions await asyncio libraries "
+        "(default: reactor in service_server.yml, else default)",
+    )
     serve.set_defaults(run=cmd_serve)
     worker = commands.add_parser("worker", help="a worker process of `serve` (started by it, not by hand)")
     worker.add_argument("--index", type=int, required=True)
@@ -437,11 +453,15 @@ def parser() -> argparse.ArgumentParser:
     worker.add_argument("--reactor", choices=REACTORS, required=True)
     worker.set_defaults(run=cmd_worker)
 
-    migrate = commands.add_parser("migrate", parents=[common],
-                                  help="bring the database schema up to date, apid's then each plugin's")
-    migrate.add_argument("--status", action="store_true",
-                         help="show each schema's revision, head and pending migrations, change nothing "
-                              "(exit status 1 while any is pending)")
+    migrate = commands.add_parser(
+        "migrate", parents=[common], help="bring the database schema up to date, apid's then each plugin's"
+    )
+    migrate.add_argument(
+        "--status",
+        action="store_true",
+        help="show each schema's revision, head and pending migrations, change nothing "
+        "(exit status 1 while any is pending)",
+    )
     migrate.set_defaults(run=cmd_migrate)
 
     user = commands.add_parser("user", help="manage accounts").add_subparsers(dest="user_command", required=True)
@@ -455,28 +475,42 @@ def parser() -> argparse.ArgumentParser:
     hook = commands.add_parser("hook", help="manage webhooks").add_subparsers(dest="hook_command", required=True)
     hook_add = hook.add_parser("add", parents=[common], help="subscribe a URL to a controller's or endpoint's changes")
     hook_add.add_argument("--user", required=True, help="the owner's username: the events carry what this user may see")
-    hook_add.add_argument("--url", required=True, help="where events are POSTed (its origin must be in cors.allowedOrigins)")
+    hook_add.add_argument(
+        "--url", required=True, help="where events are POSTed (its origin must be in cors.allowedOrigins)"
+    )
     hook_add.add_argument("--service", required=True, help="a controller (person) or one endpoint (person/create)")
     hook_add.set_defaults(run=cmd_hook_add)
     hook.add_parser("list", parents=[common], help="every hook with its state and pending messages").set_defaults(
-        run=cmd_hook_list)
-    for name, enable, text in (("enable", True, "deliver to a hook again, its waiting messages first"),
-                               ("disable", False, "stop deliveries to a hook (its events are still recorded)")):
+        run=cmd_hook_list
+    )
+    for name, enable, text in (
+        ("enable", True, "deliver to a hook again, its waiting messages first"),
+        ("disable", False, "stop deliveries to a hook (its events are still recorded)"),
+    ):
         switch = hook.add_parser(name, parents=[common], help=text)
         switch.add_argument("id", type=int)
         switch.set_defaults(run=cmd_hook_switch, enable=enable)
 
-    iostate = commands.add_parser("iostate", help="IO State files").add_subparsers(dest="iostate_command", required=True)
+    iostate = commands.add_parser("iostate", help="IO State files").add_subparsers(
+        dest="iostate_command", required=True
+    )
     check = iostate.add_parser("check", parents=[common], help="validate a folder of IO State files")
     check.add_argument("directory", nargs="?", help="folder to check (default: the configured iostateDir)")
     check.set_defaults(run=cmd_iostate_check)
-    reload = iostate.add_parser("reload", parents=[common],
-                                help="have every daemon on the database reload the IO State files, once they load")
-    reload.add_argument("--wait", type=float, default=3.0, metavar="SECONDS",
-                        help="how long to wait for the daemons' reports (default: 3)")
+    reload = iostate.add_parser(
+        "reload", parents=[common], help="have every daemon on the database reload the IO State files, once they load"
+    )
+    reload.add_argument(
+        "--wait",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to wait for the daemons' reports (default: 3)",
+    )
     reload.set_defaults(run=cmd_iostate_reload)
-    convert = iostate.add_parser("convert", parents=[common],
-                                 help="rewrite a file of the original framework in apid's form, listing each change")
+    convert = iostate.add_parser(
+        "convert", parents=[common], help="rewrite a file of the original framework in apid's form, listing each change"
+    )
     convert.add_argument("file", type=Path)
     convert.add_argument("--output", type=Path, help="where to write it (default: standard output)")
     convert.set_defaults(run=cmd_iostate_convert)
@@ -489,8 +523,9 @@ def parser() -> argparse.ArgumentParser:
     new_plugin.add_argument("--directory", type=Path, help="where to write it (default: ./apid-NAME)")
     new_plugin.set_defaults(run=cmd_new_plugin)
 
-    openapi = commands.add_parser("openapi", parents=[common],
-                                  help="print the OpenAPI 3.1 document of some roles (none: the public endpoints)")
+    openapi = commands.add_parser(
+        "openapi", parents=[common], help="print the OpenAPI 3.1 document of some roles (none: the public endpoints)"
+    )
     openapi.add_argument("--role", action="append", help="a role whose API to describe (repeatable)")
     openapi.set_defaults(run=cmd_openapi)
     return top

@@ -223,9 +223,7 @@ class _Node:
             if not isinstance(key, str):
                 raise self.fail(f"keys must be strings, got {key!r}")
             if allowed is not None and key not in allowed:
-                raise self.child(key, value).fail(
-                    f"unknown key; allowed here: {', '.join(allowed)}"
-                )
+                raise self.child(key, value).fail(f"unknown key; allowed here: {', '.join(allowed)}")
             out[key] = self.child(key, value)
         return out
 
@@ -288,8 +286,10 @@ class _Node:
         try:
             serverFromString(None, text)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
-            raise self.fail(f"{exc}; give a port (9464 means tcp:9464:interface=127.0.0.1) "
-                            "or an endpoint such as tcp:PORT:interface=ADDR") from None
+            raise self.fail(
+                f"{exc}; give a port (9464 means tcp:9464:interface=127.0.0.1) "
+                "or an endpoint such as tcp:PORT:interface=ADDR"
+            ) from None
         return text
 
 
@@ -327,9 +327,7 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _get(
-    section: dict[str, _Node], key: str, read: Callable[[_Node], T], default: T
-) -> T:
+def _get(section: dict[str, _Node], key: str, read: Callable[[_Node], T], default: T) -> T:
     node = section.get(key)
     return default if node is None else read(node)
 
@@ -369,7 +367,7 @@ def _sqlite_url(root: Path, url: str) -> str:
     """Anchor a relative SQLite file path at the deployment root."""
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
-        return prefix + str(_path(root, url[len(prefix):]))
+        return prefix + str(_path(root, url[len(prefix) :]))
     return url
 
 
@@ -387,11 +385,7 @@ def _mail(node: _Node | None, root: Path) -> MailConfig:
     if backend not in ("file", "smtp"):
         raise section["backend"].fail(f"must be file or smtp, got {backend!r}")
     smtp_node = section.get("smtp")
-    smtp = (
-        smtp_node.mapping(("host", "port", "username", "password", "starttls"))
-        if smtp_node
-        else {}
-    )
+    smtp = smtp_node.mapping(("host", "port", "username", "password", "starttls")) if smtp_node else {}
     return MailConfig(
         backend=backend,
         outbox=_path(root, _get(section, "outbox", _Node.string, "var/outbox")),
@@ -406,8 +400,18 @@ def _mail(node: _Node | None, root: Path) -> MailConfig:
 
 def _jwt(node: _Node | None, root: Path) -> JwtConfig:
     section = (
-        node.mapping(("secret", "secretFile", "issuer", "audience", "accessLifetime", "leeway",
-                      "refreshLifetime", "refreshGrace"))
+        node.mapping(
+            (
+                "secret",
+                "secretFile",
+                "issuer",
+                "audience",
+                "accessLifetime",
+                "leeway",
+                "refreshLifetime",
+                "refreshGrace",
+            )
+        )
         if node
         else {}
     )
@@ -446,7 +450,8 @@ def _webhooks(node: _Node | None) -> WebhooksConfig:
     if lease < 3 * timeout:
         # a delivery may wait for its host's slot behind others: the lease must outlast that
         raise (section.get("lease") or section["timeout"]).fail(
-            f"webhooks.lease ({lease:g} s) must be at least three times webhooks.timeout ({timeout:g} s)")
+            f"webhooks.lease ({lease:g} s) must be at least three times webhooks.timeout ({timeout:g} s)"
+        )
     retry_base = _get(section, "retryBase", _Node.number, 5.0)
     retry_max = _get(section, "retryMax", _Node.number, 3600.0)
     if retry_max < retry_base:
@@ -475,8 +480,25 @@ def _connections(node: _Node | None) -> ConnectionLimits:
 
 
 SERVER_KEYS = (
-    "webhookActive", "webhooks", "apiThrottle", "listen", "baseUrl", "homeUrl", "accounts", "secureCookies", "database", "redis",
-    "mail", "jwt", "servers", "pingTimeout", "accessLog", "reactor", "metrics", "logFormat", "connections",
+    "webhookActive",
+    "webhooks",
+    "apiThrottle",
+    "listen",
+    "baseUrl",
+    "homeUrl",
+    "accounts",
+    "secureCookies",
+    "database",
+    "redis",
+    "mail",
+    "jwt",
+    "servers",
+    "pingTimeout",
+    "accessLog",
+    "reactor",
+    "metrics",
+    "logFormat",
+    "connections",
 )
 # The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
 REACTORS = ("default", "asyncio")
@@ -492,8 +514,7 @@ def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]
         raise top.fail(f"unknown environment {environment!r}; choose one of {', '.join(ENVIRONMENTS)}")
     sections = top.mapping(ENVIRONMENTS)
     configs = {
-        name: _server_section(sections.get(name) or top.child(name, {}), name, root, env)
-        for name in ENVIRONMENTS
+        name: _server_section(sections.get(name) or top.child(name, {}), name, root, env) for name in ENVIRONMENTS
     }
     return configs[environment]
 
@@ -546,8 +567,7 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
         mail=_mail(section.get("mail"), root),
         jwt=_jwt(section.get("jwt"), root),
         servers=tuple(
-            _peer(servers.child(f"[{i}]", v), ping_timeout)
-            for i, v in enumerate(servers.value if servers else ())
+            _peer(servers.child(f"[{i}]", v), ping_timeout) for i, v in enumerate(servers.value if servers else ())
         ),
         ping_timeout=ping_timeout,
         access_log=_get(section, "accessLog", _Node.boolean, True),
@@ -562,8 +582,18 @@ def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str,
 
 
 API_KEYS = (
-    "reservedUris", "throttle", "attempts", "procCores", "iostateDir", "batchLimit",
-    "chainLimit", "maxBodyBytes", "security", "cors", "api", "abuseLimits",
+    "reservedUris",
+    "throttle",
+    "attempts",
+    "procCores",
+    "iostateDir",
+    "batchLimit",
+    "chainLimit",
+    "maxBodyBytes",
+    "security",
+    "cors",
+    "api",
+    "abuseLimits",
 )
 ABUSE_KINDS = ("login", "register", "reset")
 # Per kind, the keys it accepts and their defaults (docs/accounts.md says why these numbers).
@@ -659,7 +689,7 @@ def load_api(path: Path, root: Path) -> ApiConfig:
     version_node = api.get("version")
     if version_node is not None and not isinstance(version_node.value, str):
         raise version_node.fail(
-            f"must be a quoted string such as \"1.10\" (YAML read {version_node.value!r} as a number)"
+            f'must be a quoted string such as "1.10" (YAML read {version_node.value!r} as a number)'
         )
 
     reserved = _get(section, "reservedUris", _Node.strings, ())
@@ -707,6 +737,8 @@ def load(
     server = load_server(config_dir / SERVER_FILE, environment, root, env)
     api = load_api(config_dir / API_FILE, root)
     if server.metrics.role is not None and server.metrics.role not in api.security.all_roles:
-        raise ConfigError(f"{config_dir / SERVER_FILE}: {environment}.metrics.role: role {server.metrics.role!r} "
-                          f"is not in security.networkRoles ({API_FILE})")
+        raise ConfigError(
+            f"{config_dir / SERVER_FILE}: {environment}.metrics.role: role {server.metrics.role!r} "
+            f"is not in security.networkRoles ({API_FILE})"
+        )
     return Config(server=server, api=api, root=root)

@@ -69,11 +69,15 @@ def server_endpoint(reactor, listen: str) -> IStreamServerEndpoint:
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
         error = exc
     if listen.startswith("systemd:") and isinstance(error, (KeyError, IndexError)):
-        reason = (f"systemd passed no such socket ({error}); start apid through its .socket unit, "
-                  "or try it with systemd-socket-activate (docs/operations.md)")
+        reason = (
+            f"systemd passed no such socket ({error}); start apid through its .socket unit, "
+            "or try it with systemd-socket-activate (docs/operations.md)"
+        )
     else:
-        reason = (f"{error}; give a port (8080 means tcp:8080:interface=127.0.0.1) "
-                  "or an endpoint such as tcp:PORT:interface=ADDR")
+        reason = (
+            f"{error}; give a port (8080 means tcp:8080:interface=127.0.0.1) "
+            "or an endpoint such as tcp:PORT:interface=ADDR"
+        )
     raise ConfigError(f"listen {listen!r}: {reason}")
 
 
@@ -114,8 +118,13 @@ def describe(port: IListeningPort) -> str:
     return str(getattr(host, "name", host))
 
 
-async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker: WorkerLink | None = None,
-                migration: MigrationChild | None = None) -> Running:
+async def start(
+    reactor,
+    config: Config,
+    endpoint: IStreamServerEndpoint,
+    worker: WorkerLink | None = None,
+    migration: MigrationChild | None = None,
+) -> Running:
     """Bring everything up and listen; raises (and leaves nothing running) if any step fails.
     `migration` is the child migrating the database; a worker has none: its parent migrated
     the database before starting any worker, and keeps the counts without Redis."""
@@ -132,8 +141,17 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker
     db = Database(reactor, engine, server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
     deliveries = webhook_delivery(reactor, config, db)
-    parts = assemble(reactor, config, secret=secret, docs_page=docs_page, bound=bound, db=db, passwords=passwords,
-                     wake=deliveries.wake if deliveries else None, shared=worker)
+    parts = assemble(
+        reactor,
+        config,
+        secret=secret,
+        docs_page=docs_page,
+        bound=bound,
+        db=db,
+        passwords=passwords,
+        wake=deliveries.wake if deliveries else None,
+        shared=worker,
+    )
     rules_watcher = RulesWatcher(reactor, db, parts.rule_book, process_name())
     db.start()
     passwords.start()
@@ -141,8 +159,13 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker
     try:
         await parts.revocations.start()
         await rules_watcher.start(generation)
-        site = ApidSite(parts.resource, api.max_body_bytes, server.access_log,
-                        observe=metrics.request_answered if counting else None, limits=server.connections)
+        site = ApidSite(
+            parts.resource,
+            api.max_body_bytes,
+            server.access_log,
+            observe=metrics.request_answered if counting else None,
+            limits=server.connections,
+        )
         connections = OpenConnections(site, server.connections.per_address)
         if server.metrics.listen is not None and worker is None:  # a worker's parent serves every worker's
             metrics_port = await metrics.listen_metrics(reactor, server.metrics.listen)
@@ -161,10 +184,21 @@ async def start(reactor, config: Config, endpoint: IStreamServerEndpoint, worker
         deliveries.start()
     if metrics_port is not None:
         log.info("metrics on {address}/metrics", address=describe(metrics_port))
-    return Running(port=port, site=site, connections=connections, db=db, passwords=passwords,
-                   rule_book=parts.rule_book, rules_watcher=rules_watcher, revocations=parts.revocations,
-                   outbox=parts.outbox, pinger=parts.pinger, redis=parts.redis, deliveries=deliveries,
-                   metrics_port=metrics_port)
+    return Running(
+        port=port,
+        site=site,
+        connections=connections,
+        db=db,
+        passwords=passwords,
+        rule_book=parts.rule_book,
+        rules_watcher=rules_watcher,
+        revocations=parts.revocations,
+        outbox=parts.outbox,
+        pinger=parts.pinger,
+        redis=parts.redis,
+        deliveries=deliveries,
+        metrics_port=metrics_port,
+    )
 
 
 def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | None:

@@ -37,8 +37,14 @@ FailureRenderer = Callable[[Request, Failure], bytes]
 class ApiDispatch(Resource):
     isLeaf = True
 
-    def __init__(self, handle: ApiHandler, failed: FailureRenderer, methods: Collection[str], routes: IResource,
-                 claimed: Collection[bytes]) -> None:
+    def __init__(
+        self,
+        handle: ApiHandler,
+        failed: FailureRenderer,
+        methods: Collection[str],
+        routes: IResource,
+        claimed: Collection[bytes],
+    ) -> None:
         """`routes` answers what is not an API call, and every path whose first segment is
         `claimed` by one of its routes (a plugin may own `/v1.0/...`, and its route wins there
         as it would in Klein)."""
@@ -53,16 +59,20 @@ class ApiDispatch(Resource):
         segments = request.postpath  # unquoted, and UTF-8 (`TextPaths` refused any other)
         if segments and not segments[-1]:
             segments = segments[:-1]  # a trailing slash
-        if (not 2 <= len(segments) <= 4 or request.method not in self._methods
-                or not PREFIX_BYTES.fullmatch(segments[0]) or segments[0] in self._claimed
-                or b"" in segments or ENCODED_SLASH.search(request.path)):
+        if (
+            not 2 <= len(segments) <= 4
+            or request.method not in self._methods
+            or not PREFIX_BYTES.fullmatch(segments[0])
+            or segments[0] in self._claimed
+            or b"" in segments
+            or ENCODED_SLASH.search(request.path)
+        ):
             return self._routes.render(request)
         gone = request.notifyFinish()
         running = Deferred.fromCoroutine(self._handle(request, *(segment.decode() for segment in segments)))
         # a client that hangs up cancels its call (an asyncio action's task with it)
         gone.addErrback(lambda _: running.cancel())
-        running.addCallbacks(_write, self._answer_failure, callbackArgs=(request, gone),
-                             errbackArgs=(request, gone))
+        running.addCallbacks(_write, self._answer_failure, callbackArgs=(request, gone), errbackArgs=(request, gone))
         return NOT_DONE_YET
 
     def _answer_failure(self, failure: Failure, request: Request, gone: Deferred[None]) -> None:

@@ -26,7 +26,8 @@ from twisted.logger import Logger
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.web.http import HTTPChannel, Request, datetimeToString
 from twisted.web.resource import IResource, Resource
-from twisted.web.server import Request as SiteRequest, Site
+from twisted.web.server import Request as SiteRequest
+from twisted.web.server import Site
 
 from apid.config import ConnectionLimits
 from apid.jsonbody import parse_json_object
@@ -231,8 +232,12 @@ class ApidChannel(HTTPChannel):
         super().dataReceived(data)
         # A request has begun and is not whole (a partial line in LineReceiver's buffer, or a
         # request whose headers or body are arriving) while none is being answered: its clock runs.
-        if (self._deadline is None and not self._handlingRequest and (self._buffer or self.requests)
-                and not self._answered_early):
+        if (
+            self._deadline is None
+            and not self._handlingRequest
+            and (self._buffer or self.requests)
+            and not self._answered_early
+        ):
             self._start_deadline()
 
     def _body_arriving(self) -> BoundedBody | None:
@@ -273,12 +278,18 @@ class ApidChannel(HTTPChannel):
         if self._waitingForTransport or self.transport.disconnecting:
             self.transport.abortConnection()
         elif body is None:
-            self.answer_early(RequestTimeout(
-                f"the request's headers did not arrive within {limits.header_timeout:g} s of its first byte"))
+            self.answer_early(
+                RequestTimeout(
+                    f"the request's headers did not arrive within {limits.header_timeout:g} s of its first byte"
+                )
+            )
         else:
-            self.answer_early(RequestTimeout(
-                f"the request body arrived too slowly: {limits.body_timeout:g} s and one more for "
-                f"every {limits.body_rate} bytes of it are allowed"))
+            self.answer_early(
+                RequestTimeout(
+                    f"the request body arrived too slowly: {limits.body_timeout:g} s and one more for "
+                    f"every {limits.body_rate} bytes of it are allowed"
+                )
+            )
 
     def allHeadersReceived(self) -> None:
         limit = self.site.max_body_bytes
@@ -314,8 +325,9 @@ class ApidChannel(HTTPChannel):
         if request.content is None:
             request.gotLength(0)
         # A request line that could not be parsed leaves no method or path to answer for.
-        request.requestReceived(getattr(self, "_command", b"-"), getattr(self, "_path", b""),
-                                getattr(self, "_version", b"HTTP/1.1"))
+        request.requestReceived(
+            getattr(self, "_command", b"-"), getattr(self, "_path", b""), getattr(self, "_version", b"HTTP/1.1")
+        )
 
     def lineReceived(self, line: bytes) -> None:
         if not self._answered_early:
@@ -342,11 +354,15 @@ class ApidChannel(HTTPChannel):
         """twisted.web's answer to a request it cannot parse: a bare 400 without headers or body.
         This private hook is the one place it gives it; answer a problem instead."""
         if self._receivedHeaderCount > self.maxHeaders or self._receivedHeaderSize > self.totalHeadersSize:
-            self.answer_early(HeadersTooLarge(
-                f"the request has more than {self.maxHeaders} headers or {self.totalHeadersSize} bytes of them"))
+            self.answer_early(
+                HeadersTooLarge(
+                    f"the request has more than {self.maxHeaders} headers or {self.totalHeadersSize} bytes of them"
+                )
+            )
         else:
-            self.answer_early(BadRequest("the request is not valid HTTP/1.1 (its request line, a header "
-                                         "or its chunked body)"))
+            self.answer_early(
+                BadRequest("the request is not valid HTTP/1.1 (its request line, a header or its chunked body)")
+            )
 
     def loseConnection(self) -> None:
         if not self._answered_early:
@@ -394,8 +410,14 @@ class ApidSite(Site):
     protocol = ApidChannel
     requestFactory = ApidRequest
 
-    def __init__(self, resource: IResource, max_body_bytes: int, access_log_enabled: bool = True,
-                 observe: Observer | None = None, limits: ConnectionLimits | None = None) -> None:
+    def __init__(
+        self,
+        resource: IResource,
+        max_body_bytes: int,
+        access_log_enabled: bool = True,
+        observe: Observer | None = None,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         # A body is JSON or refused (`read_json_body`); parsing form bodies into `args` would
         # only cost time, a MIME parse of every POST's Content-Type (a twentieth of a batch).
         super().__init__(TextPaths(resource), parsePOSTFormSubmission=False)
@@ -461,8 +483,12 @@ class OpenConnections(WrappingFactory[CountedConnection]):
         if client is not None and self._open.get(client, 0) >= self.per_address:
             if client not in self._refused:  # once until its connections are all closed: no flood
                 self._refused.add(client)
-                log.warn("{client} holds {limit} connections, the most connections.perAddress allows in this "
-                         "process: further ones are closed at once", client=client, limit=self.per_address)
+                log.warn(
+                    "{client} holds {limit} connections, the most connections.perAddress allows in this "
+                    "process: further ones are closed at once",
+                    client=client,
+                    limit=self.per_address,
+                )
             return None
         wrapper = super().buildProtocol(addr)
         wrapper.counted_as = client
@@ -499,9 +525,7 @@ def read_json_body(request: Request) -> dict[str, Any]:
         return {}
     media_type = (header(request, "content-type") or "").split(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
-        raise UnsupportedMediaType(
-            f"the request body must be application/json, not {media_type or 'unlabelled'}"
-        )
+        raise UnsupportedMediaType(f"the request body must be application/json, not {media_type or 'unlabelled'}")
     return parse_json_object(raw)
 
 
@@ -509,8 +533,7 @@ def query_fields(request: Request) -> dict[str, list[str]]:
     """The query parameters as text; one that is not UTF-8 or holds a NUL is a 400."""
     try:
         fields = {
-            key.decode("utf-8"): [value.decode("utf-8") for value in values]
-            for key, values in request.args.items()
+            key.decode("utf-8"): [value.decode("utf-8") for value in values] for key, values in request.args.items()
         }
     except UnicodeDecodeError:
         raise BadRequest("the query string is not valid UTF-8") from None

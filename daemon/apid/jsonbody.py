@@ -52,8 +52,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if "\\" in text and _SUSPECT_ESCAPE.search(text):
         errors = list(string_errors(body))
         if errors:
-            raise InvalidFields(f"the request body holds text that cannot be stored: "
-                                f"{', '.join(error['field'] for error in errors)}", errors=errors)
+            raise InvalidFields(
+                f"the request body holds text that cannot be stored: {', '.join(error['field'] for error in errors)}",
+                errors=errors,
+            )
     return body
 
 
@@ -65,8 +67,7 @@ def _utf8(raw: bytes) -> str:
 
 
 def _too_deep() -> BadRequest:
-    return BadRequest(f"the request body nests arrays and objects deeper than {MAX_DEPTH} levels",
-                      limit=MAX_DEPTH)
+    return BadRequest(f"the request body nests arrays and objects deeper than {MAX_DEPTH} levels", limit=MAX_DEPTH)
 
 
 def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -75,8 +76,10 @@ def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(members) < len(pairs):
         counts = Counter(name for name, _ in pairs)
         name = _shown(next(name for name, count in counts.items() if count > 1))
-        raise InvalidFields(f"the request body gives the member {name!r} twice in one object",
-                            errors=[{"field": name, "reason": "is given more than once in one object"}])
+        raise InvalidFields(
+            f"the request body gives the member {name!r} twice in one object",
+            errors=[{"field": name, "reason": "is given more than once in one object"}],
+        )
     return members
 
 
@@ -99,8 +102,12 @@ def deeper_than(value: Any, limit: int) -> bool:
     time without recursion."""
     level = [value] if type(value) in (dict, list) else []
     for _ in range(limit):
-        level = [child for node in level for child in (node.values() if type(node) is dict else node)
-                 if type(child) in (dict, list)]
+        level = [
+            child
+            for node in level
+            for child in (node.values() if type(node) is dict else node)
+            if type(child) in (dict, list)
+        ]
         if not level:
             return False
     return bool(level)

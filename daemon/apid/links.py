@@ -57,8 +57,17 @@ def _with_key(path: str, field: str, value: Any) -> str:
     return f"{path}/{text}" if field == PATH_ID else f"{path}?{quote(field, safe='')}={text}"
 
 
-def _actions(state: ControllerState, version: str, app: str, api: str | None, roles: frozenset[str],
-             field: str | None, value: Any, skip: str | None = None, only_safe: bool = False) -> Iterator[str]:
+def _actions(
+    state: ControllerState,
+    version: str,
+    app: str,
+    api: str | None,
+    roles: frozenset[str],
+    field: str | None,
+    value: Any,
+    skip: str | None = None,
+    only_safe: bool = False,
+) -> Iterator[str]:
     """Links to the actions of one controller version that the roles may call, with `value`
     under `field` in those that take it; with `only_safe`, only the GET actions that take it."""
     for action, endpoint in state.versions[version].endpoints.items():
@@ -72,8 +81,9 @@ def _actions(state: ControllerState, version: str, app: str, api: str | None, ro
         yield _link(path, f"{REL_BASE}{state.name}/{action}", endpoint.method)
 
 
-def page_links(endpoint: Endpoint, granted: frozenset[str], data: Any, page: tuple[int, int] | None,
-               uri: str) -> list[str]:
+def page_links(
+    endpoint: Endpoint, granted: frozenset[str], data: Any, page: tuple[int, int] | None, uri: str
+) -> list[str]:
     """`next`, `prev` and `first` of a list answer: `page` is the (offset, limit) the action
     paged by (`Call.page`), the call's other query fields are kept. None when the action did
     not page, the answer is not an array, or the roles may not send both page fields."""
@@ -93,25 +103,43 @@ def page_links(endpoint: Endpoint, granted: frozenset[str], data: Any, page: tup
     return links
 
 
-def link_header(rules: RuleSet, endpoint: Endpoint, data: Any, roles: frozenset[str], app: str,
-                api: str | None, self_path: str, self_method: str | None = None,
-                paging: Sequence[str] = ()) -> str:
+def link_header(
+    rules: RuleSet,
+    endpoint: Endpoint,
+    data: Any,
+    roles: frozenset[str],
+    app: str,
+    api: str | None,
+    self_path: str,
+    self_method: str | None = None,
+    paging: Sequence[str] = (),
+) -> str:
     """The `Link` header value for the answer `data` of a call of `endpoint`: `self` (called
     with `self_method`, by default the endpoint's), the `paging` links, then the related calls."""
     state = rules.controllers[endpoint.controller]
     record = data if isinstance(data, Mapping) else {}
     key = state.primary_key
     links = [_link(self_path, "self", self_method or endpoint.method), *paging]
-    links += _actions(state, endpoint.api_version, app, api, roles, key, record.get(key) if key else None,
-                      skip=endpoint.action)
+    links += _actions(
+        state, endpoint.api_version, app, api, roles, key, record.get(key) if key else None, skip=endpoint.action
+    )
     for name, spec in state.values.items():
         target = rules.controller(spec.reference) if spec.key == "FKEY" and spec.reference is not None else None
         if target is not None:
-            links += _actions(target, target.current_stable, app, None, roles, spec.referenced_field,
-                              record.get(name), only_safe=True)
+            links += _actions(
+                target, target.current_stable, app, None, roles, spec.referenced_field, record.get(name), only_safe=True
+            )
     for referrer, spec in rules.referring(state.name):
-        links += _actions(referrer, referrer.current_stable, app, None, roles, spec.name,
-                          record.get(spec.referenced_field), only_safe=True)
+        links += _actions(
+            referrer,
+            referrer.current_stable,
+            app,
+            None,
+            roles,
+            spec.name,
+            record.get(spec.referenced_field),
+            only_safe=True,
+        )
     return ", ".join(links)
 
 

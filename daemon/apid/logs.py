@@ -7,7 +7,7 @@ formatted strings, so the access log's request id, endpoint and status arrive as
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from twisted.logger import (
@@ -72,5 +72,5 @@ def _text(value: Any) -> Any:
 
 def iso_time(seconds: float) -> str:
     """`2025-01-31T12:00:00.123Z`: UTC, to the millisecond."""
-    moment = datetime.fromtimestamp(seconds, timezone.utc)
+    moment = datetime.fromtimestamp(seconds, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
@@ -63,7 +63,7 @@ class Message:
         message["From"] = sender
         message["To"] = self.to
         message["Subject"] = self.subject
-        message["Date"] = format_datetime(datetime.now(timezone.utc))
+        message["Date"] = format_datetime(datetime.now(UTC))
         message["Message-ID"] = make_msgid(domain="apid")
         # ASCII text goes as it is (7bit): quoted-printable would break a long link across
         # lines and write its `=` as `=3D`, unreadable in an outbox file and to simple clients.
@@ -79,7 +79,7 @@ def write_eml(outbox: Path, content: bytes) -> Path:
     """Write a message whole under a private name, then rename it into place, so a reader of
     the folder never sees half a message."""
     outbox.mkdir(parents=True, exist_ok=True)
-    name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:12]}.eml"
+    name = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:12]}.eml"
     draft = outbox / f".{name}.part"
     draft.write_bytes(content)
     os.replace(draft, outbox / name)
@@ -139,14 +139,25 @@ class Outbox:
                 await self._mailer.send(message)
                 return
             except Undeliverable as error:
-                log.error("mail ({subject!r}) to {to} cannot be sent, and is dropped: {error}",
-                          subject=message.subject, to=message.to, error=str(error))
+                log.error(
+                    "mail ({subject!r}) to {to} cannot be sent, and is dropped: {error}",
+                    subject=message.subject,
+                    to=message.to,
+                    error=str(error),
+                )
                 return
             except Exception as error:
-                log.warn("sending mail ({subject!r}) failed, attempt {attempt}: {error}",
-                         subject=message.subject, attempt=attempt, error=str(error) or type(error).__name__)
+                log.warn(
+                    "sending mail ({subject!r}) failed, attempt {attempt}: {error}",
+                    subject=message.subject,
+                    attempt=attempt,
+                    error=str(error) or type(error).__name__,
+                )
                 if delay is None:
-                    log.error("giving up on mail ({subject!r}) after {attempt} attempts",
-                              subject=message.subject, attempt=attempt)
+                    log.error(
+                        "giving up on mail ({subject!r}) after {attempt} attempts",
+                        subject=message.subject,
+                        attempt=attempt,
+                    )
                     return
                 await deferLater(self._reactor, delay, lambda: None)

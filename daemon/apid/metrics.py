@@ -31,7 +31,8 @@ from twisted.python.failure import Failure
 from twisted.web.http import Request
 from twisted.web.iweb import IRequest
 from twisted.web.server import Site
-from werkzeug.exceptions import HTTPException, MethodNotAllowed as RoutingMethodNotAllowed
+from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import MethodNotAllowed as RoutingMethodNotAllowed
 
 from apid.config import MetricsConfig
 from apid.http import write_problem
@@ -50,30 +51,50 @@ class _Metrics:
         from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
         disable_created_metrics()  # the `_created` series would double the output and say little
-        self.requests = Counter("apid_requests", "Requests answered, by endpoint, API version, method and status",
-                                ["endpoint", "api_version", "method", "status"])
+        self.requests = Counter(
+            "apid_requests",
+            "Requests answered, by endpoint, API version, method and status",
+            ["endpoint", "api_version", "method", "status"],
+        )
         self.latency = Histogram(
-            "apid_request_duration_seconds", "Seconds from a request's headers to its answer's last byte, by endpoint",
-            ["endpoint"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-        self.batch_sizes = Histogram("apid_batch_size", "Elements of each batch run",
-                                     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
-        self.chain_lengths = Histogram("apid_chain_length", "Links of each chain run",
-                                       buckets=(2, 3, 4, 5, 6, 8, 10, 15, 20))
+            "apid_request_duration_seconds",
+            "Seconds from a request's headers to its answer's last byte, by endpoint",
+            ["endpoint"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.batch_sizes = Histogram(
+            "apid_batch_size", "Elements of each batch run", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+        )
+        self.chain_lengths = Histogram(
+            "apid_chain_length", "Links of each chain run", buckets=(2, 3, 4, 5, 6, 8, 10, 15, 20)
+        )
         self.throttled = Counter(
-            "apid_throttle_rejections", "Requests refused with 429: `kind` rate (a role's daily limit), endpoint "
+            "apid_throttle_rejections",
+            "Requests refused with 429: `kind` rate (a role's daily limit), endpoint "
             "(its RATELIMIT) or abuse (logins, registrations, resets); `policy` the role, endpoint or abuse limit",
-            ["kind", "policy"])
-        self.deliveries = Counter("apid_webhook_deliveries", "Webhook delivery attempts recorded, by hook and "
-                                  "outcome (delivered, failed, gone, deferred, refused)", ["hook", "outcome"])
-        self.pending = Gauge("apid_webhook_pending", "Webhook messages waiting for delivery, by hook (read from the "
-                             "database by the delivery worker)", ["hook"], multiprocess_mode="livemax")
-        self.pings = Counter("apid_ping_results", "Peers asked by pingServers, by outcome (up, down, timeout)",
-                             ["outcome"])
+            ["kind", "policy"],
+        )
+        self.deliveries = Counter(
+            "apid_webhook_deliveries",
+            "Webhook delivery attempts recorded, by hook and outcome (delivered, failed, gone, deferred, refused)",
+            ["hook", "outcome"],
+        )
+        self.pending = Gauge(
+            "apid_webhook_pending",
+            "Webhook messages waiting for delivery, by hook (read from the database by the delivery worker)",
+            ["hook"],
+            multiprocess_mode="livemax",
+        )
+        self.pings = Counter(
+            "apid_ping_results", "Peers asked by pingServers, by outcome (up, down, timeout)", ["outcome"]
+        )
         self.worker_restarts = Counter("apid_worker_restarts", "Worker processes that died and were replaced")
         self.pool_waits = Histogram(
-            "apid_db_pool_wait_seconds", "Seconds a unit of work waited for a database thread, by pool (read; "
-            "write: SQLite's single writer)", ["pool"],
-            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+            "apid_db_pool_wait_seconds",
+            "Seconds a unit of work waited for a database thread, by pool (read; write: SQLite's single writer)",
+            ["pool"],
+            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+        )
         # Label children by their values: `.labels()` costs a lock and a few dict lookups per call.
         self.answered: dict[tuple[str, str, str, int], Any] = {}
         self.timed: dict[str, Any] = {}
@@ -235,4 +256,3 @@ async def listen_metrics(reactor: Any, listen: str) -> IListeningPort:
     """Serve GET /metrics, and nothing else, on the endpoint `listen` describes (such as
     `tcp:9464:interface=127.0.0.1`), without a token: whoever reaches the port reads them."""
     return await serverFromString(reactor, listen).listen(MetricsSite(_metrics_only().resource()))
-

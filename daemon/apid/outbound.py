@@ -59,8 +59,10 @@ class _HTTP11Client(HTTP11ClientProtocol):
 
     def _finishResponse_WAITING(self, rest: bytes) -> None:
         parser = self._parser
-        if parser is not None and self._currentRequest is not None and not keeps_connection(
-            parser.response.version, parser.connHeaders.getRawHeaders(b"connection", ())
+        if (
+            parser is not None
+            and self._currentRequest is not None
+            and not keeps_connection(parser.response.version, parser.connHeaders.getRawHeaders(b"connection", ()))
         ):
             # Twisted closes the connection after an exchange whose request was not persistent,
             # exactly as for `Connection: close`; this one turned out not to be
@@ -108,8 +110,7 @@ def _never_answered(failure: Failure) -> bool:
     error = failure.value
     if not isinstance(error, (ResponseNeverReceived, RequestTransmissionFailed)):
         return False
-    return all(reason.check(ConnectionClosed) and not reason.check(ConnectionAborted)
-               for reason in error.reasons)
+    return all(reason.check(ConnectionClosed) and not reason.check(ConnectionAborted) for reason in error.reasons)
 
 
 class _PooledConnection:

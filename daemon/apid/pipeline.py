@@ -46,7 +46,7 @@ class Writer(Protocol):
 class CallUnit:
     """A call's unit of work (`Call.write`): its writes, with its events when it has any."""
 
-    __slots__ = ("_db", "_events", "_endpoint", "recorded")
+    __slots__ = ("_db", "_endpoint", "_events", "recorded")
 
     def __init__(self, db: Writer | None, events: Events | None, endpoint: Endpoint) -> None:
         self._db = db
@@ -112,8 +112,7 @@ def resolve(rules: RuleSet, request: CallRequest) -> tuple[ControllerState, Endp
     version = state.versions.get(version_name)
     if version is None:
         raise NotFound(
-            f"controller {state.name} has no API version {version_name!r} "
-            f"(it has {', '.join(sorted(state.versions))})"
+            f"controller {state.name} has no API version {version_name!r} (it has {', '.join(sorted(state.versions))})"
         )
     action = request.action or version.default_action
     endpoint = version.endpoints.get(action) if action else None
@@ -147,7 +146,10 @@ def authorize(endpoint: Endpoint, principal: Principal, purpose: Purpose) -> fro
 
 
 def admit_fields(
-    state: ControllerState, endpoint: Endpoint, granted: frozenset[str], request: CallRequest,
+    state: ControllerState,
+    endpoint: Endpoint,
+    granted: frozenset[str],
+    request: CallRequest,
     declared: ActionRules = ActionRules(),
 ) -> dict[str, Any]:
     """The request fields, typed. One 400 lists every field the role may not send, every bad
@@ -202,8 +204,9 @@ def typed_fields(
     return fields, errors
 
 
-def _sendable(state: ControllerState, endpoint: Endpoint, allowed: frozenset[str], name: str,
-              errors: list[FieldError]) -> bool:
+def _sendable(
+    state: ControllerState, endpoint: Endpoint, allowed: frozenset[str], name: str, errors: list[FieldError]
+) -> bool:
     """Whether the role may send field `name`; when not, the error saying why is added."""
     if name not in state.values:
         errors.append({"field": name, "reason": f"is not a field of {state.name}"})
@@ -297,8 +300,14 @@ class Pipeline:
             address=address,
         )
         action = getattr(self._controllers[endpoint.controller], endpoint.action)
-        return Admission(state=state, endpoint=endpoint, granted=granted, caller=caller,
-                         action=action, action_rules=action_rules(action))
+        return Admission(
+            state=state,
+            endpoint=endpoint,
+            granted=granted,
+            caller=caller,
+            action=action,
+            action_rules=action_rules(action),
+        )
 
     def check_anonymous(self, principal: Principal, request: CallRequest, purpose: Purpose = Purpose.DEFAULT) -> None:
         """For a caller without a token, before anything else is read: a 401 unless the endpoint
@@ -332,8 +341,12 @@ class Pipeline:
         endpoint = admitted.endpoint
         try:
             fields = admit_fields(admitted.state, endpoint, admitted.granted, request, admitted.action_rules)
-            call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller,
-                        unit=CallUnit(self._db, self._events, endpoint))
+            call = Call(
+                endpoint=endpoint,
+                fields=fields,
+                caller=admitted.caller,
+                unit=CallUnit(self._db, self._events, endpoint),
+            )
             output = admitted.action(call)
         except Exception:
             return fail().addErrback(self._action_failed, endpoint)
@@ -343,8 +356,9 @@ class Pipeline:
             running = _deferred(started(output))
         else:
             running = succeed(output)
-        return running.addCallbacks(self._answered, self._action_failed, callbackArgs=(admitted, call),
-                                    errbackArgs=(endpoint,))
+        return running.addCallbacks(
+            self._answered, self._action_failed, callbackArgs=(admitted, call), errbackArgs=(endpoint,)
+        )
 
     def _action_failed(self, failure: Failure, endpoint: Endpoint) -> Failure:
         """A problem or a cancelling as it is; any other error of the plugin's a logged 500."""
@@ -357,16 +371,21 @@ class Pipeline:
 
     def _answered(self, output: Any, admitted: Admission, call: Call) -> CallResult | Deferred[CallResult]:
         endpoint, granted = admitted.endpoint, admitted.granted
-        result = CallResult(endpoint=endpoint, granted=granted, page=call.paged,
-                            data=filter_output(output, endpoint.response_fields(granted)))
+        result = CallResult(
+            endpoint=endpoint,
+            granted=granted,
+            page=call.paged,
+            data=filter_output(output, endpoint.response_fields(granted)),
+        )
         events = self._events is not None and endpoint.emits_events and not call.unit.recorded
         changed = self._changed is not None and not endpoint.is_safe and admitted.state.caches
         if events or changed:
             return Deferred.fromCoroutine(self._told(endpoint, output, result, events, changed))
         return result
 
-    async def _told(self, endpoint: Endpoint, output: Any, result: CallResult, events: bool,
-                    changed: bool) -> CallResult:
+    async def _told(
+        self, endpoint: Endpoint, output: Any, result: CallResult, events: bool, changed: bool
+    ) -> CallResult:
         """A write's answer once its events are recorded and its cached answers dropped."""
         if events:
             await self._events.record(endpoint, output)
@@ -379,7 +398,10 @@ class Pipeline:
         first time only: every call of it fails the same way, and a line says it all."""
         if path not in self._told_asyncio:
             self._told_asyncio.add(path)
-            log.error("{endpoint} awaited asyncio ({error}), which runs only under the asyncio reactor: set "
-                      "`reactor: asyncio` in service_server.yml (logged once per action)",
-                      endpoint=path, error=repr(error))
+            log.error(
+                "{endpoint} awaited asyncio ({error}), which runs only under the asyncio reactor: set "
+                "`reactor: asyncio` in service_server.yml (logged once per action)",
+                endpoint=path,
+                error=repr(error),
+            )
         return asyncio_required(path)

@@ -33,9 +33,31 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
 __all__ = [
-    "Account", "Accounts", "ActionRules", "BadRequest", "Call", "Caller", "Conflict", "Controller", "Database",
-    "Endpoint", "FieldError", "Forbidden", "Hooks", "InvalidFields", "NotFound", "PeerPinger", "Problem",
-    "RouteCall", "RuleSet", "SecuritySettings", "Services", "UnitOfWork", "Unprocessable", "Validator", "action",
+    "Account",
+    "Accounts",
+    "ActionRules",
+    "BadRequest",
+    "Call",
+    "Caller",
+    "Conflict",
+    "Controller",
+    "Database",
+    "Endpoint",
+    "FieldError",
+    "Forbidden",
+    "Hooks",
+    "InvalidFields",
+    "NotFound",
+    "PeerPinger",
+    "Problem",
+    "RouteCall",
+    "RuleSet",
+    "SecuritySettings",
+    "Services",
+    "UnitOfWork",
+    "Unprocessable",
+    "Validator",
+    "action",
     "route",
 ]
 
@@ -74,12 +96,18 @@ def action(method: F) -> F: ...
 
 @overload
 def action(
-    *, requires: Iterable[str] = (), validate: Validator | None = None, caller_independent: bool = False,
+    *,
+    requires: Iterable[str] = (),
+    validate: Validator | None = None,
+    caller_independent: bool = False,
 ) -> Callable[[F], F]: ...
 
 
 def action(
-    method: Any = None, *, requires: Iterable[str] = (), validate: Validator | None = None,
+    method: Any = None,
+    *,
+    requires: Iterable[str] = (),
+    validate: Validator | None = None,
     caller_independent: bool = False,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
@@ -215,8 +243,14 @@ class Accounts(Protocol):
     def list(self, offset: int, limit: int) -> Awaitable[list[Account]]: ...
 
     async def create(
-        self, username: str, email: str, password: str, roles: Iterable[str], enabled: bool = True,
-        *, unit: UnitOfWork | None = None,
+        self,
+        username: str,
+        email: str,
+        password: str,
+        roles: Iterable[str],
+        enabled: bool = True,
+        *,
+        unit: UnitOfWork | None = None,
     ) -> Account: ...
 
     async def update(
@@ -277,8 +311,9 @@ class Hooks(Protocol):
     async def create(self, caller: Caller, url: str, service: str) -> dict[str, Any]:
         """The new hook with its secret, which is shown only here and by `rotate_secret`."""
 
-    async def update(self, caller: Caller, hook_id: int, url: str | None, service: str | None,
-                     version: int | None) -> dict[str, Any]: ...
+    async def update(
+        self, caller: Caller, hook_id: int, url: str | None, service: str | None, version: int | None
+    ) -> dict[str, Any]: ...
 
     async def delete(self, caller: Caller, hook_id: int) -> dict[str, Any]: ...
 
@@ -383,11 +418,7 @@ class Controller:
 
     @classmethod
     def actions(cls) -> Mapping[str, Callable[..., Any]]:
-        return {
-            attr: getattr(cls, attr)
-            for attr in dir(cls)
-            if getattr(getattr(cls, attr, None), _ACTION_MARK, False)
-        }
+        return {attr: getattr(cls, attr) for attr in dir(cls) if getattr(getattr(cls, attr, None), _ACTION_MARK, False)}
 
     @classmethod
     def routes(cls) -> Mapping[str, tuple[str, str]]:

@@ -22,7 +22,14 @@ from pathlib import Path
 
 from apid.config import SecurityConfig
 from apid.iostate import (
-    ControllerState, IOStateError, RuleSet, bind_references, check_actions, check_shared_caches, parse_text, read_dir,
+    ControllerState,
+    IOStateError,
+    RuleSet,
+    bind_references,
+    check_actions,
+    check_shared_caches,
+    parse_text,
+    read_dir,
 )
 from apid.plugin import Controller, action_rules
 
@@ -84,17 +91,14 @@ def load(found: Iterable[FoundPlugin]) -> list[LoadedController]:
         try:
             cls = plugin.entry_point.load()
         except Exception as exc:
-            raise PluginError(
-                f"plugin {plugin.label} failed to load: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise PluginError(f"plugin {plugin.label} failed to load: {type(exc).__name__}: {exc}") from exc
         if not (isinstance(cls, type) and issubclass(cls, Controller)):
             raise PluginError(f"plugin {plugin.label}: {plugin.entry_point.value} is not an apid.plugin.Controller")
         if not cls.name:
             raise PluginError(f"plugin {plugin.label}: {cls.__qualname__} sets no controller name")
         if cls.name in loaded:
             raise PluginError(
-                f"plugin {plugin.label}: controller {cls.name!r} is already provided by "
-                f"{loaded[cls.name].plugin.label}"
+                f"plugin {plugin.label}: controller {cls.name!r} is already provided by {loaded[cls.name].plugin.label}"
             )
         loaded[cls.name] = LoadedController(plugin=plugin, cls=cls)
     return list(loaded.values())
@@ -116,9 +120,7 @@ def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
     return f"{package}:iostate/{controller.cls.name}.json", resource.read_text(encoding="utf-8")
 
 
-def bind(
-    controllers: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig
-) -> Bound:
+def bind(controllers: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig) -> Bound:
     """Attach every controller to its IO State and check that each action exists, and that
     only the actions declared caller-independent share cached answers."""
     controllers = {c.cls.name: c for c in controllers}
@@ -140,8 +142,11 @@ def bind(
             state = parse_text(text, source, security)
         actions = controller.cls.actions()
         check_actions(state, actions, controller.plugin.label)
-        check_shared_caches(state, [action for action, handler in actions.items()
-                                    if action_rules(handler).caller_independent], controller.plugin.label)
+        check_shared_caches(
+            state,
+            [action for action, handler in actions.items() if action_rules(handler).caller_independent],
+            controller.plugin.label,
+        )
         states[name] = state
     return Bound(rules=RuleSet(controllers=bind_references(states)), controllers=controllers)
 
@@ -185,8 +190,10 @@ class MigrationSource:
                 f"plugin {label}: migrations package {package} failed to load: {type(exc).__name__}: {exc}"
             ) from exc
         if not (isinstance(folder, Path) and folder.is_dir()):
-            raise PluginError(f"plugin {label}: migrations package {package} is not a folder on disk "
-                              f"(a regular package, not zipped, holding the revision files)")
+            raise PluginError(
+                f"plugin {label}: migrations package {package} is not a folder on disk "
+                f"(a regular package, not zipped, holding the revision files)"
+            )
         return cls(name=name, distribution=distribution, package=package, folder=folder)
 
 
@@ -202,8 +209,10 @@ def migration_sources(entry_points: Iterable[metadata.EntryPoint] | None = None)
         if taken is None:
             sources[entry_point.name] = MigrationSource.from_package(entry_point.name, entry_point.value, distribution)
         elif taken.distribution != distribution:
-            raise PluginError(f"plugin {entry_point.name} (distribution {distribution}): migrations named "
-                              f"{entry_point.name!r} are already provided by {taken.label}")
+            raise PluginError(
+                f"plugin {entry_point.name} (distribution {distribution}): migrations named "
+                f"{entry_point.name!r} are already provided by {taken.label}"
+            )
     return sorted(sources.values(), key=lambda source: source.name)
 
 

@@ -143,12 +143,30 @@ class ServiceUnavailable(Problem):
 def problem_for_status(status: int, detail: str) -> Problem:
     """A problem of the kind that answers `status`; a status with no kind of its own gets a
     generic problem named after its reason phrase."""
-    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, Conflict, Gone, PayloadTooLarge, UriTooLong,
-                 UnsupportedMediaType, Unprocessable, TooManyRequests, HeadersTooLarge, InternalError,
-                 ServiceUnavailable):
+    for kind in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        Conflict,
+        Gone,
+        PayloadTooLarge,
+        UriTooLong,
+        UnsupportedMediaType,
+        Unprocessable,
+        TooManyRequests,
+        HeadersTooLarge,
+        InternalError,
+        ServiceUnavailable,
+    ):
         if kind.status == status:
             return kind(detail)
-    generic = type(f"Status{status}", (Problem,), {
-        "status": status, "slug": HTTPStatus(status).name.lower().replace("_", "-"),
-    })
+    generic = type(
+        f"Status{status}",
+        (Problem,),
+        {
+            "status": status,
+            "slug": HTTPStatus(status).name.lower().replace("_", "-"),
+        },
+    )
     return generic(detail)

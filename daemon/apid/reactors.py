@@ -26,8 +26,7 @@ from twisted.internet.interfaces import (
 from apid.config import REACTORS
 
 
-class Reactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorUNIX, IReactorSocket,
-              IReactorProcess):
+class Reactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorUNIX, IReactorSocket, IReactorProcess):
     """The reactor's interfaces apid uses, as one type (as Twisted types its global reactor with
     the common ones): both reactors apid installs are PosixReactorBase and provide them all."""
 

@@ -46,8 +46,9 @@ def get_row(connection: Connection, table: Table, record_id: int) -> Record:
     return dict(row._mapping)
 
 
-def list_rows(connection: Connection, table: Table, offset: int, limit: int,
-              where: Mapping[str, Any] | None = None) -> list[Record]:
+def list_rows(
+    connection: Connection, table: Table, offset: int, limit: int, where: Mapping[str, Any] | None = None
+) -> list[Record]:
     """A page of records by id, those whose fields equal `where`'s values."""
     query = select(*_fields(table)).order_by(table.c.id).offset(offset).limit(limit)
     for name, value in (where or {}).items():
@@ -55,20 +56,25 @@ def list_rows(connection: Connection, table: Table, offset: int, limit: int,
     return [dict(row._mapping) for row in connection.execute(query)]
 
 
-def update_row(connection: Connection, table: Table, record_id: int, version: int,
-               changes: Mapping[str, Any]) -> Record:
+def update_row(
+    connection: Connection, table: Table, record_id: int, version: int, changes: Mapping[str, Any]
+) -> Record:
     """Change a record as of the version its caller read: a change made since then is a 409,
     never overwritten."""
     changed = connection.execute(
-        update(table).where(table.c.id == record_id, table.c.version == version)
-        .values(**changes, version=table.c.version + 1).returning(*_fields(table))
+        update(table)
+        .where(table.c.id == record_id, table.c.version == version)
+        .values(**changes, version=table.c.version + 1)
+        .returning(*_fields(table))
     ).first()
     if changed is None:
         current = connection.execute(select(table.c.version).where(table.c.id == record_id)).scalar()
         if current is None:
             raise _missing(table, record_id)
-        raise Conflict(f"{_noun(table)} {record_id} was changed meanwhile (version {current}, you sent {version})",
-                       currentVersion=current)
+        raise Conflict(
+            f"{_noun(table)} {record_id} was changed meanwhile (version {current}, you sent {version})",
+            currentVersion=current,
+        )
     return dict(changed._mapping)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, delete, select
 from twisted.internet.defer import DeferredLock
@@ -49,11 +49,11 @@ def process_name() -> str:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 # --- units of work (run in a database thread) -----------------------------------------------------
@@ -68,10 +68,12 @@ def bump_generation(connection: Connection) -> int:
     """Ask every daemon process to reload; the new generation."""
     moment = _now()
     statement = dialect_insert(connection)(iostate_change).values(id=1, generation=1, changed_at=moment)
-    return connection.execute(statement.on_conflict_do_update(
-        index_elements=[iostate_change.c.id],
-        set_={"generation": iostate_change.c.generation + 1, "changed_at": moment},
-    ).returning(iostate_change.c.generation)).scalar_one()
+    return connection.execute(
+        statement.on_conflict_do_update(
+            index_elements=[iostate_change.c.id],
+            set_={"generation": iostate_change.c.generation + 1, "changed_at": moment},
+        ).returning(iostate_change.c.generation)
+    ).scalar_one()
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,11 @@ def report(connection: Connection, done: Report) -> None:
     """Write (or refresh) a process's report, marking it alive now; purge those gone a day."""
     moment = _now()
     values = {"generation": done.generation, "outcome": done.outcome, "tried_at": done.tried_at, "seen_at": moment}
-    connection.execute(dialect_insert(connection)(iostate_report).values(who=done.who, **values).on_conflict_do_update(
-        index_elements=[iostate_report.c.who], set_=values))
+    connection.execute(
+        dialect_insert(connection)(iostate_report)
+        .values(who=done.who, **values)
+        .on_conflict_do_update(index_elements=[iostate_report.c.who], set_=values)
+    )
     connection.execute(delete(iostate_report).where(iostate_report.c.seen_at < moment - KEPT))
 
 
@@ -100,14 +105,16 @@ def forget(connection: Connection, who: str) -> None:
 
 def live_processes(connection: Connection) -> set[str]:
     """The processes seen lately: those whose reports a reload waits for."""
-    return set(connection.execute(
-        select(iostate_report.c.who).where(iostate_report.c.seen_at >= _now() - LIVE)).scalars())
+    return set(
+        connection.execute(select(iostate_report.c.who).where(iostate_report.c.seen_at >= _now() - LIVE)).scalars()
+    )
 
 
 def reports_since(connection: Connection, generation: int) -> list[Report]:
     """The reports on `generation` or a later one, by process."""
     rows = connection.execute(
-        select(iostate_report).where(iostate_report.c.generation >= generation).order_by(iostate_report.c.who))
+        select(iostate_report).where(iostate_report.c.generation >= generation).order_by(iostate_report.c.who)
+    )
     return [Report(row.who, row.generation, row.outcome, _aware(row.tried_at)) for row in rows]
 
 
@@ -164,7 +171,8 @@ class RulesWatcher:
         reload announced while they were read is not missed)."""
         await self._report(Report(self._who, generation, OK, _now()))
         self._poller.start(POLL_SECONDS, now=False).addErrback(
-            lambda failure: log.failure("IO State reload polling stopped", failure))
+            lambda failure: log.failure("IO State reload polling stopped", failure)
+        )
 
     async def stop(self) -> None:
         """Stop watching and remove this process's report; a check in flight ends first, and

@@ -52,9 +52,13 @@ class _Sender(ESMTPSender):
         if not self._international:
             return super().smtpState_from(code, resp)
         if not self.offers_smtputf8:
-            return self.sendError(SmtpUtf8Unavailable(
-                -1, b"the SMTP server does not offer SMTPUTF8, which mail to an address that is not ASCII needs "
-                    b"(RFC 6531)"))
+            return self.sendError(
+                SmtpUtf8Unavailable(
+                    -1,
+                    b"the SMTP server does not offer SMTPUTF8, which mail to an address that is not ASCII needs "
+                    b"(RFC 6531)",
+                )
+            )
         self._from = self.getMailFrom()
         if self._from is None:
             return self._disconnectFromServer()
@@ -73,7 +77,7 @@ class _Sender(ESMTPSender):
         self.toAddressesResult = []
         self.successAddresses = []
         self._okresponse = self.smtpState_toOrData
-        self._expected = range(0, 1000)  # type: ignore[assignment]  # as Twisted's state: any answer
+        self._expected = range(1000)  # type: ignore[assignment]  # as Twisted's state: any answer
         self.sendLine(b"RCPT TO:<" + self.lastAddress + b">")
 
 

@@ -170,8 +170,14 @@ class InMemoryApid:
             self._folder.cleanup()
             raise
 
-    def _build(self, controllers: list[type[Controller]], migrations: list[str], iostate_dir: Path | str | None,
-               api_settings: Mapping[str, Any] | None, rate_limits: Mapping[str, int] | None) -> None:
+    def _build(
+        self,
+        controllers: list[type[Controller]],
+        migrations: list[str],
+        iostate_dir: Path | str | None,
+        api_settings: Mapping[str, Any] | None,
+        rate_limits: Mapping[str, int] | None,
+    ) -> None:
         root = Path(self._folder.name)
         config = load_config(_write_settings(root, iostate_dir, api_settings, rate_limits), "test", env={})
         self._config = config
@@ -186,8 +192,14 @@ class InMemoryApid:
         self._db = Database(self._reactor, self.engine, 1, pool=pool)
         self._passwords = Passwords(self._reactor, 1, pool=pool)
         self._parts = assemble(
-            self._reactor, config, secret=load_secret(config.server.jwt), docs_page=DocsPage(), bound=bound,
-            db=self._db, passwords=self._passwords, wake=lambda: None,
+            self._reactor,
+            config,
+            secret=load_secret(config.server.jwt),
+            docs_page=DocsPage(),
+            bound=bound,
+            db=self._db,
+            passwords=self._passwords,
+            wake=lambda: None,
             wrap_events=lambda recorder: _KeptEvents(recorder, self.events.append),
         )
         self._client = StubTreq(self._parts.resource)
@@ -203,10 +215,13 @@ class InMemoryApid:
         password = secrets.token_urlsafe(16)
         accounts = self._parts.accounts
         accounts.check(username, password)
-        account = self._settled(Deferred.fromCoroutine(
-            accounts.create(username, f"{username}@example.com", password, roles)), f"creating account {username}")
+        account = self._settled(
+            Deferred.fromCoroutine(accounts.create(username, f"{username}@example.com", password, roles)),
+            f"creating account {username}",
+        )
         _, session = self._settled(
-            self._db.write(start_family, account.id, self._config.server.jwt.refresh_lifetime), "starting its login")
+            self._db.write(start_family, account.id, self._config.server.jwt.refresh_lifetime), "starting its login"
+        )
         token = self._parts.tokens.issue(account.id, account.username, account.roles, session)
         return Login(id=account.id, username=account.username, password=password, roles=account.roles, token=token)
 
@@ -237,13 +252,16 @@ class InMemoryApid:
         what = f"{method} {path}"
         response = self._settled(self._client.request(method, "http://localhost" + path, **options), what)
         content = self._settled(response.content(), what)
-        answered = {name.decode("latin-1").lower(): ", ".join(value.decode("latin-1") for value in values)
-                    for name, values in response.headers.getAllRawHeaders()
-                    if name.lower() != b"content-encoding" or any(values)}  # Twisted's decoder adds it empty
+        answered = {
+            name.decode("latin-1").lower(): ", ".join(value.decode("latin-1") for value in values)
+            for name, values in response.headers.getAllRawHeaders()
+            if name.lower() != b"content-encoding" or any(values)
+        }  # Twisted's decoder adds it empty
         return Reply(status=response.code, headers=answered, text=content.decode("utf-8"))
 
-    def get(self, path: str, query: Mapping[str, Any] | None = None, *, caller: Login | None = None,
-            links: bool = False) -> Reply:
+    def get(
+        self, path: str, query: Mapping[str, Any] | None = None, *, caller: Login | None = None, links: bool = False
+    ) -> Reply:
         """A GET of `path`, the fields in the query string (see `request`)."""
         return self.request("GET", path, query=query, caller=caller, links=links)
 
@@ -259,8 +277,9 @@ class InMemoryApid:
         """A DELETE of `path`, with `body` as JSON if given (see `request`)."""
         return self.request("DELETE", path, body, caller=caller, links=links)
 
-    def batch(self, target: str, elements: Iterable[Mapping[str, Any]], *, caller: Login | None = None,
-              combine: bool = False) -> Reply:
+    def batch(
+        self, target: str, elements: Iterable[Mapping[str, Any]], *, caller: Login | None = None, combine: bool = False
+    ) -> Reply:
         """`POST /b{version}/{target}` (`target` as `team/create`): one call per element,
         every output answered when `combine` is true, else the last one."""
         body: dict[str, Any] = {"batch": list(elements)}
@@ -268,13 +287,21 @@ class InMemoryApid:
             body["combine"] = True
         return self.request("POST", f"/b{self.version}/{target}", body, caller=caller)
 
-    def chain(self, method: str, target: str, chain: Mapping[str, Any], fields: Mapping[str, Any] | None = None,
-              *, caller: Login | None = None) -> Reply:
+    def chain(
+        self,
+        method: str,
+        target: str,
+        chain: Mapping[str, Any],
+        fields: Mapping[str, Any] | None = None,
+        *,
+        caller: Login | None = None,
+    ) -> Reply:
         """`/c{version}/{target}` (`target` as `team/show/1`, the first link) called with
         `method`: `chain` is the body's `chain` object (`key`, `order`, `type`, `combine`),
         `fields` the request fields of the chain's non-safe call."""
-        return self.request(method, f"/c{self.version}/{target}", {**(fields or {}), "chain": dict(chain)},
-                            caller=caller)
+        return self.request(
+            method, f"/c{self.version}/{target}", {**(fields or {}), "chain": dict(chain)}, caller=caller
+        )
 
     def close(self) -> None:
         """Stop what the kit started and delete its database; calling it again does nothing."""
@@ -304,7 +331,8 @@ class InMemoryApid:
         if not outcome:
             raise StillWaiting(
                 f"{doing} is still waiting after everything the kit runs inline has run: something in it "
-                "awaits what the kit does not run (real network or file I/O, a timer, another thread)")
+                "awaits what the kit does not run (real network or file I/O, a timer, another thread)"
+            )
         if isinstance(outcome[0], Failure):
             outcome[0].raiseException()
         return outcome[0]
@@ -338,8 +366,9 @@ class _InlinePool(ThreadPool):
     def stop(self) -> None:
         self.started = False
 
-    def callInThreadWithCallback(self, onResult: Callable[[bool, Any], object] | None,
-                                 func: Callable[..., Any], *args: Any, **kw: Any) -> None:
+    def callInThreadWithCallback(
+        self, onResult: Callable[[bool, Any], object] | None, func: Callable[..., Any], *args: Any, **kw: Any
+    ) -> None:
         try:
             result = func(*args, **kw)
         except BaseException:
@@ -369,8 +398,12 @@ class _KeptEvents:
         return self._recorder.write(endpoint, work, *args).addCallback(kept)
 
 
-def _write_settings(root: Path, iostate_dir: Path | str | None, api_settings: Mapping[str, Any] | None,
-                    rate_limits: Mapping[str, int] | None) -> Path:
+def _write_settings(
+    root: Path,
+    iostate_dir: Path | str | None,
+    api_settings: Mapping[str, Any] | None,
+    rate_limits: Mapping[str, int] | None,
+) -> Path:
     """The kit's etc/ folder: read by apid's own configuration loader, so every setting the
     kit does not choose has the daemon's default."""
     etc = root / "etc"
@@ -415,8 +448,9 @@ def _found(cls: type[Controller]) -> FoundPlugin:
     """A controller class given to the kit, found as if its distribution announced it, so that
     `load` checks it as it checks an installed one."""
     distribution = metadata.packages_distributions().get(cls.__module__.split(".")[0], ["unknown"])[0]
-    return FoundPlugin(name=getattr(cls, "name", "") or cls.__qualname__, distribution=distribution,
-                       entry_point=_Given(cls))  # type: ignore[arg-type]
+    return FoundPlugin(
+        name=getattr(cls, "name", "") or cls.__qualname__, distribution=distribution, entry_point=_Given(cls)
+    )  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -436,6 +470,10 @@ class _Given:
 
 def _query(fields: Mapping[str, Any]) -> dict[str, list[str]]:
     """Query fields as text: strings as they are, other values as JSON (`true`, `3`)."""
-    return {name: [value if isinstance(value, str) else json.dumps(value)
-                   for value in (values if isinstance(values, (list, tuple)) else [values])]
-            for name, values in fields.items()}
+    return {
+        name: [
+            value if isinstance(value, str) else json.dumps(value)
+            for value in (values if isinstance(values, (list, tuple)) else [values])
+        ]
+        for name, values in fields.items()
+    }

@@ -118,8 +118,13 @@ class RedisCounters:
     closed as configured) instead of holding the request.
     """
 
-    def __init__(self, pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float = 2.0,
-                 prefix: str = "apid:throttle:") -> None:
+    def __init__(
+        self,
+        pool: txredisapi.ConnectionHandler,
+        clock: IReactorTime,
+        timeout: float = 2.0,
+        prefix: str = "apid:throttle:",
+    ) -> None:
         self._pool = pool
         self._clock = clock
         self._timeout = timeout
@@ -127,10 +132,10 @@ class RedisCounters:
 
     def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
         keys = [f"{self._prefix}count:{user}", f"{self._prefix}lock:{user}"]
-        charging = run_script(self._pool, self._clock, self._timeout, CHARGE_SCRIPT, keys,
-                              [amount, limit, window, lock])
-        return charging.addCallback(
-            lambda reply: Charge(bool(int(reply[0])), int(reply[1]), int(reply[2]) / 1000))
+        charging = run_script(
+            self._pool, self._clock, self._timeout, CHARGE_SCRIPT, keys, [amount, limit, window, lock]
+        )
+        return charging.addCallback(lambda reply: Charge(bool(int(reply[0])), int(reply[1]), int(reply[2]) / 1000))
 
 
 @dataclass(frozen=True)
@@ -157,8 +162,9 @@ def endpoint_rule(endpoint: Endpoint, roles: frozenset[str]) -> Rule | None:
 
 
 class RateLimiter:
-    def __init__(self, store: CounterStore, rate_limits: Mapping[str, int], expires: int,
-                 fail_open: bool = True) -> None:
+    def __init__(
+        self, store: CounterStore, rate_limits: Mapping[str, int], expires: int, fail_open: bool = True
+    ) -> None:
         self._store = store
         self._limits = rate_limits
         self._expires = expires
@@ -175,19 +181,22 @@ class RateLimiter:
                 self._known[roles] = Rule(policy=role, limit=limit)
         return self._known[roles]
 
-    async def charge(self, principal: Principal, amount: int, address: str = "unknown",
-                     calls: Iterable[tuple[Endpoint, int]] = ()) -> dict[str, str]:
+    async def charge(
+        self, principal: Principal, amount: int, address: str = "unknown", calls: Iterable[tuple[Endpoint, int]] = ()
+    ) -> dict[str, str]:
         """Charge the user `amount` requests of the day, then each endpoint of `calls` its
         number of calls (RATELIMIT); a caller without a token is counted by the client
         `address` (they have no account to count). The RateLimit fields to answer with, or a 429."""
         counted = f"address:{address}" if principal.anonymous else str(principal.user_id)
-        quotas = [(rule, "rate", counted, amount, self._expires) for rule in [self.rule(principal.roles)]
-                  if rule is not None]
+        quotas = [
+            (rule, "rate", counted, amount, self._expires) for rule in [self.rule(principal.roles)] if rule is not None
+        ]
         for endpoint, count in calls:
             rule = endpoint_rule(endpoint, principal.roles)
             if rule is not None:
-                quotas.append((rule, "endpoint", f"{counted}@{endpoint.api_version}/{endpoint.path}", count,
-                               rule.window))
+                quotas.append(
+                    (rule, "endpoint", f"{counted}@{endpoint.api_version}/{endpoint.path}", count, rule.window)
+                )
         fields: dict[str, str] = {}
         for rule, kind, key, count, lock in quotas:
             try:
@@ -210,21 +219,31 @@ class RateLimiter:
 def _refusal(rule: Rule, kind: str, cost: int, remaining: int, reset: int) -> str:
     """Why a charge was refused: the limit is used up (the caller is locked), or the request
     costs more than is left, which the store refused whole without counting any of it."""
-    quota = (f"the request limit of {rule.limit} a day" if kind == "rate" else
-             f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds")
+    quota = (
+        f"the request limit of {rule.limit} a day"
+        if kind == "rate"
+        else f"the limit of {rule.limit} calls of {rule.policy} per {rule.window} seconds"
+    )
     if remaining <= 0:
         return f"{quota} is used up; try again in {reset} seconds"
     counts = "a batch counts one per element, a chain one per link"
     if cost > rule.limit:
-        return (f"this request costs {cost} ({counts}), more than {quota} allows at once: it was refused "
-                f"whole, none of it counted against that limit; {remaining} are left, send at most that many")
-    return (f"this request costs {cost} ({counts}) and {remaining} are left of {quota}: it was refused whole, "
-            f"none of it counted against that limit; send at most {remaining}, or this one again in {reset} "
-            f"seconds")
+        return (
+            f"this request costs {cost} ({counts}), more than {quota} allows at once: it was refused "
+            f"whole, none of it counted against that limit; {remaining} are left, send at most that many"
+        )
+    return (
+        f"this request costs {cost} ({counts}) and {remaining} are left of {quota}: it was refused whole, "
+        f"none of it counted against that limit; send at most {remaining}, or this one again in {reset} "
+        f"seconds"
+    )
 
 
 def _add_item(fields: dict[str, str], policy: str, state: str) -> dict[str, str]:
     """The RateLimit fields with one more policy: each field is a list, one item per policy."""
     if not fields:
         return {"RateLimit-Policy": policy, "RateLimit": state}
-    return {"RateLimit-Policy": f"{fields['RateLimit-Policy']}, {policy}", "RateLimit": f"{fields['RateLimit']}, {state}"}
+    return {
+        "RateLimit-Policy": f"{fields['RateLimit-Policy']}, {policy}",
+        "RateLimit": f"{fields['RateLimit']}, {state}",
+    }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jwt
@@ -23,8 +23,15 @@ import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 
 PUBLIC = ("id", "version", "username", "email")
-ADMIN = PUBLIC + ("enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated",
-                  "lastUpdated")
+ADMIN = PUBLIC + (
+    "enabled",
+    "accountLocked",
+    "accountExpired",
+    "passwordExpired",
+    "roles",
+    "dateCreated",
+    "lastUpdated",
+)
 QUERY = """
     select p.id, p.version, p.username, p.email, p.enabled, p.account_locked, p.account_expired,
            p.password_expired, p.date_created, p.last_updated, group_concat(r.authority)
@@ -38,7 +45,7 @@ settings = argparse.Namespace()
 
 
 def iso(stored: str) -> str:
-    return datetime.fromisoformat(stored).replace(tzinfo=timezone.utc).isoformat()
+    return datetime.fromisoformat(stored).replace(tzinfo=UTC).isoformat()
 
 
 def read_person(person_id: int) -> dict | None:
@@ -47,18 +54,34 @@ def read_person(person_id: int) -> dict | None:
     row = local.db.execute(QUERY, (person_id,)).fetchone()
     if row is None:
         return None
-    return {"id": row[0], "version": row[1], "username": row[2], "email": row[3], "enabled": bool(row[4]),
-            "accountLocked": bool(row[5]), "accountExpired": bool(row[6]), "passwordExpired": bool(row[7]),
-            "roles": sorted(row[10].split(",")) if row[10] else [], "dateCreated": iso(row[8]),
-            "lastUpdated": iso(row[9])}
+    return {
+        "id": row[0],
+        "version": row[1],
+        "username": row[2],
+        "email": row[3],
+        "enabled": bool(row[4]),
+        "accountLocked": bool(row[5]),
+        "accountExpired": bool(row[6]),
+        "passwordExpired": bool(row[7]),
+        "roles": sorted(row[10].split(",")) if row[10] else [],
+        "dateCreated": iso(row[8]),
+        "lastUpdated": iso(row[9]),
+    }
 
 
 def verified(authorization: str | None) -> dict:
     if not authorization or not authorization.startswith("Bearer "):
         raise HTTPException(401, "a valid bearer token is needed")
     try:
-        return jwt.decode(authorization[7:], settings.secret, algorithms=["HS256"], audience="apid", issuer="apid",
-                          leeway=30, options={"require": ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]})
+        return jwt.decode(
+            authorization[7:],
+            settings.secret,
+            algorithms=["HS256"],
+            audience="apid",
+            issuer="apid",
+            leeway=30,
+            options={"require": ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]},
+        )
     except jwt.InvalidTokenError:
         raise HTTPException(401, "a valid bearer token is needed") from None
 
@@ -82,8 +105,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.parse_args(namespace=settings)
     settings.secret = settings.secret_file.read_text().strip()
-    uvicorn.run(app, host="127.0.0.1", port=settings.port, loop="uvloop", http="httptools", access_log=False,
-                log_level="warning")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import argparse
 import json
 import sqlite3
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jwt
@@ -25,8 +25,15 @@ from twisted.internet.threads import deferToThread
 from twisted.web.server import Site
 
 PUBLIC = ("id", "version", "username", "email")
-ADMIN = PUBLIC + ("enabled", "accountLocked", "accountExpired", "passwordExpired", "roles", "dateCreated",
-                  "lastUpdated")
+ADMIN = PUBLIC + (
+    "enabled",
+    "accountLocked",
+    "accountExpired",
+    "passwordExpired",
+    "roles",
+    "dateCreated",
+    "lastUpdated",
+)
 QUERY = """
     select p.id, p.version, p.username, p.email, p.enabled, p.account_locked, p.account_expired,
            p.password_expired, p.date_created, p.last_updated, group_concat(r.authority)
@@ -45,7 +52,7 @@ class QuietSite(Site):
 
 
 def iso(stored: str) -> str:
-    return datetime.fromisoformat(stored).replace(tzinfo=timezone.utc).isoformat()
+    return datetime.fromisoformat(stored).replace(tzinfo=UTC).isoformat()
 
 
 def read_person(person_id: int) -> dict | None:
@@ -54,18 +61,34 @@ def read_person(person_id: int) -> dict | None:
     row = local.db.execute(QUERY, (person_id,)).fetchone()
     if row is None:
         return None
-    return {"id": row[0], "version": row[1], "username": row[2], "email": row[3], "enabled": bool(row[4]),
-            "accountLocked": bool(row[5]), "accountExpired": bool(row[6]), "passwordExpired": bool(row[7]),
-            "roles": sorted(row[10].split(",")) if row[10] else [], "dateCreated": iso(row[8]),
-            "lastUpdated": iso(row[9])}
+    return {
+        "id": row[0],
+        "version": row[1],
+        "username": row[2],
+        "email": row[3],
+        "enabled": bool(row[4]),
+        "accountLocked": bool(row[5]),
+        "accountExpired": bool(row[6]),
+        "passwordExpired": bool(row[7]),
+        "roles": sorted(row[10].split(",")) if row[10] else [],
+        "dateCreated": iso(row[8]),
+        "lastUpdated": iso(row[9]),
+    }
 
 
 def verified(authorization: bytes | None) -> dict | None:
     if not authorization or not authorization.startswith(b"Bearer "):
         return None
     try:
-        return jwt.decode(authorization[7:], settings.secret, algorithms=["HS256"], audience="apid", issuer="apid",
-                          leeway=30, options={"require": ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]})
+        return jwt.decode(
+            authorization[7:],
+            settings.secret,
+            algorithms=["HS256"],
+            audience="apid",
+            issuer="apid",
+            leeway=30,
+            options={"require": ["iss", "aud", "sub", "roles", "iat", "exp", "jti"]},
+        )
     except jwt.InvalidTokenError:
         return None
 

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from assertions import assert_problem, error_fields
-from harness import ADMIN, V, Daemon, deployment_with_accounts, running_daemon, wait_for
+from harness import ADMIN, Daemon, V, deployment_with_accounts, running_daemon, wait_for
 from integration.test_sessions import claims_of, log_in, log_out, refresh
 
 B = "/b0.1"
@@ -28,9 +28,17 @@ def account(daemon: Daemon, admin_token: str, *roles: str) -> tuple[int, str, st
     """A fresh enabled account with `roles`: (id, username, password)."""
     name = f"st-{uuid.uuid4().hex[:8]}"
     password = f"pw-{uuid.uuid4().hex[:12]}"
-    reply = daemon.request("POST", f"{V}/person/create", {
-        "username": name, "password": password, "email": f"{name}@example.org", "roles": list(roles),
-    }, token=admin_token)
+    reply = daemon.request(
+        "POST",
+        f"{V}/person/create",
+        {
+            "username": name,
+            "password": password,
+            "email": f"{name}@example.org",
+            "roles": list(roles),
+        },
+        token=admin_token,
+    )
     assert reply.status == 200, reply.body
     return reply.json["id"], name, password
 
@@ -92,12 +100,22 @@ def test_a_demoted_admin_loses_admin_rights_on_the_next_request(daemon, admin_to
 
     assert_problem(daemon.request("GET", f"{V}/person/list", token=token), 403)
     # the attack of the report: creating a new administrator with the old token
-    created = daemon.request("POST", f"{V}/person/create", {
-        "username": "st-usurper", "password": "usurper-password", "email": "usurper@example.org",
-        "roles": ["ROLE_ADMIN"]}, token=token)
+    created = daemon.request(
+        "POST",
+        f"{V}/person/create",
+        {
+            "username": "st-usurper",
+            "password": "usurper-password",
+            "email": "usurper@example.org",
+            "roles": ["ROLE_ADMIN"],
+        },
+        token=token,
+    )
     assert_problem(created, 403)
-    assert daemon.request("POST", "/authenticate", {"username": "st-usurper", "password": "usurper-password"}
-                          ).status == 401
+    assert (
+        daemon.request("POST", "/authenticate", {"username": "st-usurper", "password": "usurper-password"}).status
+        == 401
+    )
     # nor can it give itself the role back: a user may not send `roles`
     again = daemon.request("PUT", f"{V}/person/update/{admin_id}", {"roles": ["ROLE_ADMIN"]}, token=token)
     assert "roles" in error_fields(assert_problem(again, 400))
@@ -133,12 +151,16 @@ def test_a_change_on_one_daemon_holds_on_another_within_a_second(daemon, other, 
     assert other.request("GET", f"{V}/person/list", token=token).status == 200  # known to `other` now
     change(daemon, admin_token, person_id, roles=["ROLE_USER"])
     started = time.monotonic()
-    assert wait_for(lambda: other.request("GET", f"{V}/person/list", token=token).status == 403,
-                    timeout=5, interval=0.05)
+    assert wait_for(
+        lambda: other.request("GET", f"{V}/person/list", token=token).status == 403, timeout=5, interval=0.05
+    )
     print(f"\ndemotion on one daemon seen by the other after {time.monotonic() - started:.2f} s")
     change(daemon, admin_token, person_id, enabled=False)
-    assert wait_for(lambda: other.request("GET", f"{V}/person/show/{person_id}", token=token).status == 401,
-                    timeout=5, interval=0.05)
+    assert wait_for(
+        lambda: other.request("GET", f"{V}/person/show/{person_id}", token=token).status == 401,
+        timeout=5,
+        interval=0.05,
+    )
 
 
 def test_a_change_made_by_the_command_line_is_seen_by_the_daemon(daemon, admin_token, shared_deployment):
@@ -146,9 +168,17 @@ def test_a_change_made_by_the_command_line_is_seen_by_the_daemon(daemon, admin_t
     id may be one a deleted account held) through the change log."""
     person_id, name, password = account(daemon, admin_token, "ROLE_USER")
     token = daemon.login(name, password)
-    done = shared_deployment.cli("user", "add", f"cli-{uuid.uuid4().hex[:6]}", "--email",
-                                 f"cli-{uuid.uuid4().hex[:6]}@example.org", "--role", "ROLE_USER",
-                                 "--password-stdin", input="cli-password-123\n")
+    done = shared_deployment.cli(
+        "user",
+        "add",
+        f"cli-{uuid.uuid4().hex[:6]}",
+        "--email",
+        f"cli-{uuid.uuid4().hex[:6]}@example.org",
+        "--role",
+        "ROLE_USER",
+        "--password-stdin",
+        input="cli-password-123\n",
+    )
     assert done.returncode == 0, done.stderr
     assert daemon.request("GET", f"{V}/person/show/{person_id}", token=token).status == 200
 
@@ -162,8 +192,9 @@ def test_changing_ones_own_password_needs_the_current_one(daemon, admin_token):
     path = f"{V}/person/update/{person_id}"
     missing = daemon.request("PUT", path, {"password": "a-new-password-1"}, token=token)
     assert error_fields(assert_problem(missing, 400)) == {"currentPassword"}
-    wrong = daemon.request("PUT", path, {"password": "a-new-password-1", "currentPassword": "not-it-at-all"},
-                           token=token)
+    wrong = daemon.request(
+        "PUT", path, {"password": "a-new-password-1", "currentPassword": "not-it-at-all"}, token=token
+    )
     assert assert_problem(wrong, 403)["field"] == "currentPassword"
     # nothing changed: the old password still logs in, the new one does not
     assert daemon.request("POST", "/authenticate", {"username": name, "password": "a-new-password-1"}).status == 401
@@ -181,8 +212,12 @@ def test_a_password_change_ends_every_other_session_of_the_account(daemon, admin
     person_id, name, password = account(daemon, admin_token, "ROLE_USER")
     mine, my_cookie = log_in(daemon, name, password)
     theirs, their_cookie = log_in(daemon, name, password)
-    reply = daemon.request("PUT", f"{V}/person/update/{person_id}",
-                           {"password": "changed-password-1", "currentPassword": password}, token=mine)
+    reply = daemon.request(
+        "PUT",
+        f"{V}/person/update/{person_id}",
+        {"password": "changed-password-1", "currentPassword": password},
+        token=mine,
+    )
     assert reply.status == 200, reply.body
     # the other login: its access token and its refresh cookie are dead
     assert_problem(daemon.request("GET", f"{V}/person/show/{person_id}", token=theirs), 401)
@@ -200,8 +235,11 @@ def test_an_administrators_reset_ends_all_of_the_accounts_sessions(daemon, other
     change(daemon, admin_token, person_id, password="reset-by-admin-1")
     assert_problem(daemon.request("GET", f"{V}/person/show/{person_id}", token=token), 401)
     assert_problem(refresh(daemon, name, token, cookie), 401)
-    assert wait_for(lambda: other.request("GET", f"{V}/person/show/{person_id}", token=elsewhere).status == 401,
-                    timeout=5, interval=0.05)
+    assert wait_for(
+        lambda: other.request("GET", f"{V}/person/show/{person_id}", token=elsewhere).status == 401,
+        timeout=5,
+        interval=0.05,
+    )
     fresh = daemon.login(name, "reset-by-admin-1")
     assert daemon.request("GET", f"{V}/person/show/{person_id}", token=fresh).status == 200
     # the administrator's own session was not touched
@@ -224,8 +262,9 @@ def test_logout_ends_every_access_token_of_the_login_and_is_idempotent(daemon, a
 @pytest.fixture(scope="module")
 def quick_grace(tmp_path_factory):
     """A daemon whose refresh grace window is 1 s, access tokens living the default 15 min."""
-    deployment = deployment_with_accounts(tmp_path_factory.mktemp("grace"), server={
-        "secureCookies": False, "jwt": {"refreshGrace": 1}})
+    deployment = deployment_with_accounts(
+        tmp_path_factory.mktemp("grace"), server={"secureCookies": False, "jwt": {"refreshGrace": 1}}
+    )
     with running_daemon(deployment) as running:
         yield running
 

@@ -23,7 +23,7 @@ import re
 import statistics
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from http.cookies import Morsel, SimpleCookie
 from typing import Any
@@ -36,11 +36,23 @@ from sqlalchemy import create_engine, update
 from apid.auth.onetime import digest
 from apid.store.tables import account_token
 from assertions import assert_problem
-from outbox import LINK, Outbox, id_of, link_at
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, USER, USER_ACCOUNT, Daemon, Deployment, Response, deployment_with_accounts, everyone,
-    new_person, person_fields, person_named, running_daemon, wait_for,
+    ADMIN,
+    ADMIN_ACCOUNT,
+    USER,
+    USER_ACCOUNT,
+    Daemon,
+    Deployment,
+    Response,
+    deployment_with_accounts,
+    everyone,
+    new_person,
+    person_fields,
+    person_named,
+    running_daemon,
+    wait_for,
 )
+from outbox import LINK, Outbox, id_of, link_at
 
 BASE_URL = "https://api.example.test"
 HOME_URL = "https://app.example.test/home"
@@ -93,8 +105,9 @@ def log_in(daemon: Daemon, name: str, password: str) -> tuple[str, str]:
 
 
 def refresh(daemon: Daemon, name: str, token: str, cookie: str) -> Response:
-    return daemon.request("GET", f"/refreshToken?name={quote(name)}", token=token,
-                          headers={"Cookie": f"apid_refresh={cookie}"})
+    return daemon.request(
+        "GET", f"/refreshToken?name={quote(name)}", token=token, headers={"Cookie": f"apid_refresh={cookie}"}
+    )
 
 
 def whoami(daemon: Daemon, token: str) -> Response:
@@ -146,8 +159,10 @@ def age_id(deployment: Deployment, secret: str) -> None:
     try:
         with engine.begin() as connection:
             done = connection.execute(
-                update(account_token).where(account_token.c.token_hash == digest(secret))
-                .values(expires_at=datetime.now(timezone.utc) - timedelta(seconds=1)))
+                update(account_token)
+                .where(account_token.c.token_hash == digest(secret))
+                .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+            )
             assert done.rowcount == 1
     finally:
         engine.dispose()
@@ -163,8 +178,13 @@ def deployment(tmp_path_factory) -> Deployment:
     return deployment_with_accounts(
         tmp_path_factory.mktemp("accounts"),
         server={"baseUrl": BASE_URL, "homeUrl": HOME_URL, "accounts": {"resetUrl": RESET_PAGE}},
-        api={"abuseLimits": {"login": {**UNLIMITED, "perAccountAddress": 100000}, "register": UNLIMITED,
-                             "reset": UNLIMITED}},
+        api={
+            "abuseLimits": {
+                "login": {**UNLIMITED, "perAccountAddress": 100000},
+                "register": UNLIMITED,
+                "reset": UNLIMITED,
+            }
+        },
     )
 
 
@@ -296,87 +316,141 @@ def test_the_whole_journey(daemon, deployment, admin_token):
 GOOD_REGISTER = {"username": "newcomer", "password": "newcomer-pass-1", "email": "newcomer@example.org"}
 
 
-@pytest.mark.parametrize("path, body, fields", [
-    ("/register", {}, {"username", "password", "email"}),
-    ("/register", {"username": None, "password": None, "email": None}, {"username", "password", "email"}),
-    ("/register", {"username": 7, "password": ["x" * 10], "email": {"a": "b@example.org"}},
-     {"username", "password", "email"}),
-    ("/register", {**GOOD_REGISTER, "roles": ["ROLE_ADMIN"], "enabled": True}, {"roles", "enabled"}),
-    ("/register", {"username": "newcomer", "password": "short", "email": "not-an-email", "isAdmin": True},
-     {"password", "email", "isAdmin"}),
-    ("/register", {"password": "newcomer-pass-1", "email": "newcomer@example.org"}, {"username"}),
-    ("/register", {"username": "x", "password": "newcomer-pass-1", "email": "newcomer@example.org"}, {"username"}),
-    ("/forgotPassword", {}, {"email"}),
-    ("/forgotPassword", {"email": 42}, {"email"}),
-    ("/forgotPassword", {"email": "not an email"}, {"email"}),
-    ("/forgotPassword", {"email": USER[2], "username": USER[0]}, {"username"}),
-    ("/forgotPassword", {"mail": USER[2]}, {"email", "mail"}),
-    ("/resetPassword", {}, {"id", "password"}),
-    ("/resetPassword", {"id": 12, "password": True}, {"id", "password"}),
-    ("/resetPassword", {"id": "abc", "password": "newcomer-pass-1", "email": USER[2]}, {"email"}),
-    ("/authenticate", {}, {"username", "password"}),
-    ("/authenticate", {"username": 1, "password": False}, {"username", "password"}),
-    ("/authenticate", {"username": USER[0], "password": USER[1], "remember": True}, {"remember"}),
-    ("/authenticate", {"username": [USER[0]]}, {"username", "password"}),
-], ids=[
-    "register-empty", "register-nulls", "register-wrong-types", "register-extra", "register-several",
-    "register-no-username", "register-short-username",
-    "forgot-empty", "forgot-number", "forgot-bad-email", "forgot-extra", "forgot-misnamed",
-    "reset-empty", "reset-wrong-types", "reset-extra",
-    "login-empty", "login-wrong-types", "login-extra", "login-list",
-])
+@pytest.mark.parametrize(
+    "path, body, fields",
+    [
+        ("/register", {}, {"username", "password", "email"}),
+        ("/register", {"username": None, "password": None, "email": None}, {"username", "password", "email"}),
+        (
+            "/register",
+            {"username": 7, "password": ["x" * 10], "email": {"a": "b@example.org"}},
+            {"username", "password", "email"},
+        ),
+        ("/register", {**GOOD_REGISTER, "roles": ["ROLE_ADMIN"], "enabled": True}, {"roles", "enabled"}),
+        (
+            "/register",
+            {"username": "newcomer", "password": "short", "email": "not-an-email", "isAdmin": True},
+            {"password", "email", "isAdmin"},
+        ),
+        ("/register", {"password": "newcomer-pass-1", "email": "newcomer@example.org"}, {"username"}),
+        ("/register", {"username": "x", "password": "newcomer-pass-1", "email": "newcomer@example.org"}, {"username"}),
+        ("/forgotPassword", {}, {"email"}),
+        ("/forgotPassword", {"email": 42}, {"email"}),
+        ("/forgotPassword", {"email": "not an email"}, {"email"}),
+        ("/forgotPassword", {"email": USER[2], "username": USER[0]}, {"username"}),
+        ("/forgotPassword", {"mail": USER[2]}, {"email", "mail"}),
+        ("/resetPassword", {}, {"id", "password"}),
+        ("/resetPassword", {"id": 12, "password": True}, {"id", "password"}),
+        ("/resetPassword", {"id": "abc", "password": "newcomer-pass-1", "email": USER[2]}, {"email"}),
+        ("/authenticate", {}, {"username", "password"}),
+        ("/authenticate", {"username": 1, "password": False}, {"username", "password"}),
+        ("/authenticate", {"username": USER[0], "password": USER[1], "remember": True}, {"remember"}),
+        ("/authenticate", {"username": [USER[0]]}, {"username", "password"}),
+    ],
+    ids=[
+        "register-empty",
+        "register-nulls",
+        "register-wrong-types",
+        "register-extra",
+        "register-several",
+        "register-no-username",
+        "register-short-username",
+        "forgot-empty",
+        "forgot-number",
+        "forgot-bad-email",
+        "forgot-extra",
+        "forgot-misnamed",
+        "reset-empty",
+        "reset-wrong-types",
+        "reset-extra",
+        "login-empty",
+        "login-wrong-types",
+        "login-extra",
+        "login-list",
+    ],
+)
 def test_bad_fields_are_400_listing_each(daemon, nothing_happens, path, body, fields):
     assert error_fields(daemon.request("POST", path, body)) == fields
 
 
 @pytest.mark.parametrize("path", ["/register", "/forgotPassword", "/resetPassword", "/authenticate"])
-@pytest.mark.parametrize("raw, content_type, status", [
-    (b"[1, 2]", "application/json", 400),
-    (b'{"email": ', "application/json", 400),
-    (b"email=a@example.org", "application/x-www-form-urlencoded", 415),
-])
+@pytest.mark.parametrize(
+    "raw, content_type, status",
+    [
+        (b"[1, 2]", "application/json", 400),
+        (b'{"email": ', "application/json", 400),
+        (b"email=a@example.org", "application/x-www-form-urlencoded", 415),
+    ],
+)
 def test_a_body_that_is_not_a_json_object_is_refused(daemon, nothing_happens, path, raw, content_type, status):
     reply = daemon.request("POST", path, body=raw, headers={"Content-Type": content_type})
     assert_problem(reply, status, instance=path)
 
 
 INJECTIONS = [
-    ("/register", {"username": "eve\r\nBcc: spy@evil.test", "password": "eve-password-1", "email": "eve@example.org"},
-     "username"),
-    ("/register", {"username": "eve\nX-Extra: 1", "password": "eve-password-1", "email": "eve@example.org"},
-     "username"),
-    ("/register", {"username": "eve-injects", "password": "eve-password-1",
-                   "email": "eve@example.org\r\nBcc: spy@evil.test"}, "email"),
-    ("/register", {"username": "eve-injects", "password": "eve-password-1",
-                   "email": "eve@example.org\nSubject: free money"}, "email"),
-    ("/register", {"username": "eve-injects", "password": "eve-password-1",
-                   "email": "eve@example.org\rBcc: spy@evil.test"}, "email"),
-    ("/register", {"username": "eve-injects", "password": "eve-password-1",
-                   "email": "eve@example.org,spy@evil.test"}, "email"),
-    ("/register", {"username": "eve-injects", "password": "eve-password-1",
-                   "email": "Eve <eve@example.org>"}, "email"),
-    ("/register", {"username": "eve-injects", "password": "eve-password-1",
-                   "email": "eve@example.org\u2028Bcc: spy@evil.test"}, "email"),
+    (
+        "/register",
+        {"username": "eve\r\nBcc: spy@evil.test", "password": "eve-password-1", "email": "eve@example.org"},
+        "username",
+    ),
+    (
+        "/register",
+        {"username": "eve\nX-Extra: 1", "password": "eve-password-1", "email": "eve@example.org"},
+        "username",
+    ),
+    (
+        "/register",
+        {"username": "eve-injects", "password": "eve-password-1", "email": "eve@example.org\r\nBcc: spy@evil.test"},
+        "email",
+    ),
+    (
+        "/register",
+        {"username": "eve-injects", "password": "eve-password-1", "email": "eve@example.org\nSubject: free money"},
+        "email",
+    ),
+    (
+        "/register",
+        {"username": "eve-injects", "password": "eve-password-1", "email": "eve@example.org\rBcc: spy@evil.test"},
+        "email",
+    ),
+    (
+        "/register",
+        {"username": "eve-injects", "password": "eve-password-1", "email": "eve@example.org,spy@evil.test"},
+        "email",
+    ),
+    ("/register", {"username": "eve-injects", "password": "eve-password-1", "email": "Eve <eve@example.org>"}, "email"),
+    (
+        "/register",
+        {"username": "eve-injects", "password": "eve-password-1", "email": "eve@example.org\u2028Bcc: spy@evil.test"},
+        "email",
+    ),
     ("/forgotPassword", {"email": f"{USER[2]}\r\nBcc: spy@evil.test"}, "email"),
     ("/forgotPassword", {"email": f"{USER[2]}\nCc: spy@evil.test"}, "email"),
     ("/forgotPassword", {"email": f"{USER[2]}, spy@evil.test"}, "email"),
 ]
 
 
-@pytest.mark.parametrize("path, body, field", INJECTIONS, ids=[f"{p[1:]}-{i}" for i, (p, _, _) in enumerate(INJECTIONS)])
+@pytest.mark.parametrize(
+    "path, body, field", INJECTIONS, ids=[f"{p[1:]}-{i}" for i, (p, _, _) in enumerate(INJECTIONS)]
+)
 def test_email_header_injection_is_refused_and_sends_nothing(daemon, nothing_happens, path, body, field):
     assert error_fields(daemon.request("POST", path, body)) == {field}
 
 
-@pytest.mark.parametrize("username, password", [
-    ("weakling-a", "seven77"),
-    ("weakling-b", "x" * 129),
-    ("weakling-c", "weakling-c"),
-    ("weakling-d", "WEAKLING-D"),
-], ids=["too-short", "too-long", "the-username", "the-username-in-capitals"])
+@pytest.mark.parametrize(
+    "username, password",
+    [
+        ("weakling-a", "seven77"),
+        ("weakling-b", "x" * 129),
+        ("weakling-c", "weakling-c"),
+        ("weakling-d", "WEAKLING-D"),
+    ],
+    ids=["too-short", "too-long", "the-username", "the-username-in-capitals"],
+)
 def test_a_weak_password_is_refused(daemon, nothing_happens, username, password):
-    reply = daemon.request("POST", "/register", {"username": username, "password": password,
-                                                 "email": f"{username}@example.org"})
+    reply = daemon.request(
+        "POST", "/register", {"username": username, "password": password, "email": f"{username}@example.org"}
+    )
     assert error_fields(reply) == {"password"}
 
 
@@ -406,8 +480,11 @@ def test_register_answers_the_same_whatever_is_taken(daemon, deployment, admin_t
     cases = {
         "new": {"username": name, "password": password, "email": address},
         "taken username": {"username": USER[0], "password": "some-password-1", "email": taken_name_address},
-        "taken username, other case": {"username": USER[0].upper(), "password": "some-password-1",
-                                       "email": taken_name_upper_address},
+        "taken username, other case": {
+            "username": USER[0].upper(),
+            "password": "some-password-1",
+            "email": taken_name_upper_address,
+        },
         "taken email": {"username": taken_email_name, "password": "some-password-1", "email": USER[2]},
         "repeat of the unvalidated registration": {"username": name, "password": f"{password}-2", "email": address},
     }
@@ -448,8 +525,9 @@ def test_register_answers_the_same_whatever_is_taken(daemon, deployment, admin_t
 def test_a_taken_email_in_other_case_creates_nothing(daemon, deployment, admin_token):
     before = everyone(daemon, admin_token)
     name = identity("case")[0]
-    reply = daemon.request("POST", "/register", {"username": name, "password": "case-password-1",
-                                                 "email": USER[2].upper()})
+    reply = daemon.request(
+        "POST", "/register", {"username": name, "password": "case-password-1", "email": USER[2].upper()}
+    )
     assert_sent_text(reply)
     assert everyone(daemon, admin_token) == before
 
@@ -458,14 +536,18 @@ def test_forgot_password_answers_the_same_for_known_and_unknown(daemon, deployme
     """Only an enabled account's address gets a mail; the answer never tells."""
     outbox = Outbox(deployment)
     unvalidated, password, unvalidated_address = identity("unvalidated")
-    assert_sent_text(daemon.request("POST", "/register", {"username": unvalidated, "password": password,
-                                                          "email": unvalidated_address}))
+    assert_sent_text(
+        daemon.request(
+            "POST", "/register", {"username": unvalidated, "password": password, "email": unvalidated_address}
+        )
+    )
     outbox.wait(unvalidated_address)
     unknown = identity("nobody")[2]
 
     known = daemon.request("POST", "/forgotPassword", {"email": USER[2]})
-    replies = [daemon.request("POST", "/forgotPassword", {"email": address})
-               for address in (unknown, unvalidated_address)]
+    replies = [
+        daemon.request("POST", "/forgotPassword", {"email": address}) for address in (unknown, unvalidated_address)
+    ]
     assert_sent_text(known)
     for reply in replies:
         assert shape(reply) == shape(known)
@@ -495,10 +577,14 @@ def test_registration_mail_goes_to_the_stored_address(daemon, deployment):
     stored = f"{name}@Example.org"
     assert_sent_text(daemon.request("POST", "/register", {"username": name, "password": password, "email": stored}))
     outbox.wait(stored)
-    assert_sent_text(daemon.request("POST", "/register", {"username": name, "password": password,
-                                                          "email": stored.lower()}))
-    assert_sent_text(daemon.request("POST", "/register", {"username": identity("other")[0], "password": password,
-                                                          "email": stored.upper()}))
+    assert_sent_text(
+        daemon.request("POST", "/register", {"username": name, "password": password, "email": stored.lower()})
+    )
+    assert_sent_text(
+        daemon.request(
+            "POST", "/register", {"username": identity("other")[0], "password": password, "email": stored.upper()}
+        )
+    )
     assert wait_for(lambda: len(outbox.new()) >= 3, timeout=10)
     time.sleep(0.2)
     assert [str(m["To"]) for m in outbox.new()] == [stored] * 3
@@ -538,8 +624,13 @@ def test_registering_an_address_in_another_case_mails_the_address_on_file(daemon
     before = everyone(daemon, admin_token)
     outbox = Outbox(deployment)
     for typed in (small, decomposed):
-        assert_sent_text(daemon.request("POST", "/register", {"username": identity("umlaut")[0],
-                                                              "password": "umlaut-password-1", "email": typed}))
+        assert_sent_text(
+            daemon.request(
+                "POST",
+                "/register",
+                {"username": identity("umlaut")[0], "password": "umlaut-password-1", "email": typed},
+            )
+        )
     notices = outbox.wait(stored, 2)
     for notice in notices:
         assert_plain_mail(notice, stored)
@@ -708,8 +799,10 @@ def test_failed_logins_are_limited_per_pair_account_and_address_alike(limited):
     for address in ("127.0.0.13", "127.0.0.14"):
         assert_problem(login(USER[0], "wrong-password", address), 401)
     _assert_too_many(login(USER[0], USER[1], "127.0.0.15"), window)
-    assert request_from(limited, other, "POST", "/authenticate",
-                        {"username": ADMIN[0], "password": ADMIN[1]}).status == 200
+    assert (
+        request_from(limited, other, "POST", "/authenticate", {"username": ADMIN[0], "password": ADMIN[1]}).status
+        == 200
+    )
 
 
 def test_registrations_are_limited_per_address(limited, limited_deployment):
@@ -719,19 +812,34 @@ def test_registrations_are_limited_per_address(limited, limited_deployment):
     outbox = Outbox(limited_deployment)
     for index in range(3):
         name, password, address = identity(f"limit{index}")
-        assert_sent_text(request_from(limited, source, "POST", "/register",
-                                      {"username": name, "password": password, "email": address}))
+        assert_sent_text(
+            request_from(
+                limited, source, "POST", "/register", {"username": name, "password": password, "email": address}
+            )
+        )
     name, password, address = identity("limited")
     new = request_from(limited, source, "POST", "/register", {"username": name, "password": password, "email": address})
     _assert_too_many(new, LIMITED_REGISTER["window"])
-    taken = request_from(limited, source, "POST", "/register",
-                         {"username": identity("limited")[0], "password": password, "email": USER[2]})
+    taken = request_from(
+        limited,
+        source,
+        "POST",
+        "/register",
+        {"username": identity("limited")[0], "password": password, "email": USER[2]},
+    )
     _assert_too_many(taken, LIMITED_REGISTER["window"])
     assert shape(new, "Retry-After") == shape(taken, "Retry-After")
 
     barrier_name, barrier_password, barrier_address = identity("elsewhere")
-    assert_sent_text(request_from(limited, other, "POST", "/register",
-                                  {"username": barrier_name, "password": barrier_password, "email": barrier_address}))
+    assert_sent_text(
+        request_from(
+            limited,
+            other,
+            "POST",
+            "/register",
+            {"username": barrier_name, "password": barrier_password, "email": barrier_address},
+        )
+    )
     outbox.wait(barrier_address)
     time.sleep(0.2)
     assert outbox.to(address) == [] and outbox.to(USER[2]) == []
@@ -756,8 +864,11 @@ def test_reset_requests_are_limited_per_account_alike(limited, limited_deploymen
 def test_the_validation_mail_states_the_configured_lifetime(limited, limited_deployment):
     outbox = Outbox(limited_deployment)
     name, password, address = identity("lifetime")
-    assert_sent_text(request_from(limited, "127.0.0.31", "POST", "/register",
-                                  {"username": name, "password": password, "email": address}))
+    assert_sent_text(
+        request_from(
+            limited, "127.0.0.31", "POST", "/register", {"username": name, "password": password, "email": address}
+        )
+    )
     (mail,) = outbox.wait(address)
     stated = re.search(r"within (\d+) (second|minute|hour|day)s?\b", mail.get_content())
     assert stated is not None, mail.get_content()
@@ -776,14 +887,26 @@ def test_error_renders_a_problem(daemon, query, status):
         assert body["title"] == "Bad Gateway"
 
 
-@pytest.mark.parametrize("query", ["?status=%C2%B2", f"?status={'5' * 5000}", "?status=%D9%A5%D9%A0%D9%A2",
-                                   "?status=abc", "?status=200", "?status=999", "?status=0502", "?status=502&status=404"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?status=%C2%B2",
+        f"?status={'5' * 5000}",
+        "?status=%D9%A5%D9%A0%D9%A2",
+        "?status=abc",
+        "?status=200",
+        "?status=999",
+        "?status=0502",
+        "?status=502&status=404",
+    ],
+)
 def test_error_refuses_anything_but_an_error_status_in_three_ascii_digits_naming_it(daemon, query):
     """`²` (which str.isdigit() admits and int() refuses), 5,000 digits, Arabic-Indic digits..."""
     reply = daemon.request("GET", f"/error{query}")
     body = assert_problem(reply, 400, instance="/error")
-    assert body["errors"] == [{"field": "status", "reason": "must be given once, an error status HTTP names "
-                                                            "from 400 to 599"}]
+    assert body["errors"] == [
+        {"field": "status", "reason": "must be given once, an error status HTTP names from 400 to 599"}
+    ]
 
 
 # --- timing: last, it makes many accounts ---------------------------------------------------------
@@ -819,6 +942,8 @@ def test_timing_of_existing_and_unknown_accounts(daemon, deployment):
                 shapes[kind].add(repr(shape(reply)))
         assert len(shapes["existing"]) == 1 and shapes["existing"] == shapes["unknown"], (path, shapes)
         medians = {kind: statistics.median(values) * 1000 for kind, values in times.items()}
-        report.append(f"{path}: existing {medians['existing']:.1f} ms, unknown {medians['unknown']:.1f} ms, "
-                      f"difference {medians['existing'] - medians['unknown']:+.1f} ms (median of {tries})")
+        report.append(
+            f"{path}: existing {medians['existing']:.1f} ms, unknown {medians['unknown']:.1f} ms, "
+            f"difference {medians['existing'] - medians['unknown']:+.1f} ms (median of {tries})"
+        )
     print("\n" + "\n".join(report))

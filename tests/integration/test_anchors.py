@@ -11,7 +11,7 @@ import importlib.util
 import jwt
 import pytest
 
-from harness import V, Response, running_anchor
+from harness import Response, V, running_anchor
 
 FASTAPI_STACK = ("fastapi", "uvicorn", "httptools", "uvloop")
 fastapi_missing = any(importlib.util.find_spec(name) is None for name in FASTAPI_STACK)
@@ -36,16 +36,20 @@ def anchor_port(request, deployment, daemon) -> int:
 
 
 def test_answers_as_apid_does_for_the_same_token(anchor_port, daemon, admin_token, user_token, user_id):
-    for token, path in ((admin_token, f"{V}/person/show/1"), (admin_token, f"{V}/person/show/{user_id}"),
-                        (user_token, f"{V}/person/show/{user_id}")):
+    for token, path in (
+        (admin_token, f"{V}/person/show/1"),
+        (admin_token, f"{V}/person/show/{user_id}"),
+        (user_token, f"{V}/person/show/{user_id}"),
+    ):
         expected = daemon.request("GET", path, token=token)
         answer = get(anchor_port, path, token)
         assert (answer.status, answer.content_type, answer.json) == (200, "application/json", expected.json)
 
 
 def test_refuses_a_missing_or_forged_token(anchor_port, admin_token):
-    forged = jwt.encode({**jwt.decode(admin_token, options={"verify_signature": False})}, "another-secret-" * 3,
-                        algorithm="HS256")
+    forged = jwt.encode(
+        {**jwt.decode(admin_token, options={"verify_signature": False})}, "another-secret-" * 3, algorithm="HS256"
+    )
     assert get(anchor_port, f"{V}/person/show/1").status == 401
     assert get(anchor_port, f"{V}/person/show/1", forged).status == 401
 

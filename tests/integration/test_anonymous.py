@@ -18,7 +18,7 @@ import json
 import pytest
 
 from assertions import assert_json, assert_problem
-from harness import V, Deployment, create_team, deployment_with_accounts, wait_for
+from harness import Deployment, V, create_team, deployment_with_accounts, wait_for
 
 B = "/b0.1"
 C = "/c0.1"
@@ -32,44 +32,63 @@ TEAM = {
     "VALUES": {
         "id": {"type": "Long", "key": "PKEY", "description": "Team id", "mockData": "1"},
         "name": {"type": "String", "description": "Team name", "mockData": "Platform"},
-        "leaderId": {"type": "Long", "key": "FKEY", "reference": "person.id", "description": "The leader",
-                     "mockData": "1"},
+        "leaderId": {
+            "type": "Long",
+            "key": "FKEY",
+            "reference": "person.id",
+            "description": "The leader",
+            "mockData": "1",
+        },
         "budget": {"type": "Float", "description": "Yearly budget", "mockData": "1000.5"},
         "led": {"type": "Integer", "description": "How many teams the leader leads", "mockData": "1"},
     },
     "CURRENTSTABLE": "1",
-    "VERSION": {"1": {"DEFAULTACTION": "list", "URI": {
-        "create": {
-            "METHOD": "POST", "DESCRIPTION": "Create a team",
-            "ROLES": {"DEFAULT": EVERYONE, "BATCH": ["ROLE_ADMIN"], "HOOK": ["ROLE_ADMIN"]},
-            "REQUEST": {"permitAll": ["name", "leaderId"], "ROLE_ADMIN": ["budget"]},
-            "RESPONSE": {"permitAll": ["id", "name"], "ROLE_ADMIN": ["leaderId", "budget"]},
-        },
-        "show": {
-            "METHOD": "GET", "DESCRIPTION": "One team",
-            "ROLES": {"DEFAULT": EVERYONE, "BATCH": EVERYONE},
-            "REQUEST": {"permitAll": ["id"]},
-            "RESPONSE": {"permitAll": ["id", "name"], "ROLE_USER": ["leaderId"], "ROLE_ADMIN": ["leaderId", "budget"]},
-        },
-        "list": {
-            "METHOD": "GET", "DESCRIPTION": "All teams",
-            "ROLES": {"DEFAULT": EVERYONE, "BATCH": MEMBERS},
-            "REQUEST": {"permitAll": [], "ROLE_USER": ["leaderId"], "ROLE_ADMIN": ["leaderId"]},
-            "RESPONSE": {"permitAll": ["id", "name"], "ROLE_USER": ["leaderId"], "ROLE_ADMIN": ["leaderId"]},
-        },
-        "summary": {
-            "METHOD": "GET", "DESCRIPTION": "A team with how many teams its leader leads",
-            "ROLES": {"DEFAULT": EVERYONE},
-            "REQUEST": {"permitAll": ["id"]},
-            "RESPONSE": {"permitAll": ["id", "name", "led"], "ROLE_USER": ["leaderId"]},
-        },
-        "byLeader": {
-            "METHOD": "GET", "DESCRIPTION": "The first team the person leaderId leads",
-            "ROLES": {"DEFAULT": MEMBERS},
-            "REQUEST": {"permitAll": ["leaderId"]},
-            "RESPONSE": {"permitAll": ["id", "name", "leaderId"]},
-        },
-    }}},
+    "VERSION": {
+        "1": {
+            "DEFAULTACTION": "list",
+            "URI": {
+                "create": {
+                    "METHOD": "POST",
+                    "DESCRIPTION": "Create a team",
+                    "ROLES": {"DEFAULT": EVERYONE, "BATCH": ["ROLE_ADMIN"], "HOOK": ["ROLE_ADMIN"]},
+                    "REQUEST": {"permitAll": ["name", "leaderId"], "ROLE_ADMIN": ["budget"]},
+                    "RESPONSE": {"permitAll": ["id", "name"], "ROLE_ADMIN": ["leaderId", "budget"]},
+                },
+                "show": {
+                    "METHOD": "GET",
+                    "DESCRIPTION": "One team",
+                    "ROLES": {"DEFAULT": EVERYONE, "BATCH": EVERYONE},
+                    "REQUEST": {"permitAll": ["id"]},
+                    "RESPONSE": {
+                        "permitAll": ["id", "name"],
+                        "ROLE_USER": ["leaderId"],
+                        "ROLE_ADMIN": ["leaderId", "budget"],
+                    },
+                },
+                "list": {
+                    "METHOD": "GET",
+                    "DESCRIPTION": "All teams",
+                    "ROLES": {"DEFAULT": EVERYONE, "BATCH": MEMBERS},
+                    "REQUEST": {"permitAll": [], "ROLE_USER": ["leaderId"], "ROLE_ADMIN": ["leaderId"]},
+                    "RESPONSE": {"permitAll": ["id", "name"], "ROLE_USER": ["leaderId"], "ROLE_ADMIN": ["leaderId"]},
+                },
+                "summary": {
+                    "METHOD": "GET",
+                    "DESCRIPTION": "A team with how many teams its leader leads",
+                    "ROLES": {"DEFAULT": EVERYONE},
+                    "REQUEST": {"permitAll": ["id"]},
+                    "RESPONSE": {"permitAll": ["id", "name", "led"], "ROLE_USER": ["leaderId"]},
+                },
+                "byLeader": {
+                    "METHOD": "GET",
+                    "DESCRIPTION": "The first team the person leaderId leads",
+                    "ROLES": {"DEFAULT": MEMBERS},
+                    "REQUEST": {"permitAll": ["leaderId"]},
+                    "RESPONSE": {"permitAll": ["id", "name", "leaderId"]},
+                },
+            },
+        }
+    },
 }
 _addresses = (f"127.0.0.{n}" for n in itertools.count(10))
 
@@ -78,11 +97,15 @@ _addresses = (f"127.0.0.{n}" for n in itertools.count(10))
 def deployment(tmp_path_factory, receiver) -> Deployment:
     deployment = deployment_with_accounts(
         tmp_path_factory.mktemp("anonymous"),
-        server={"apiThrottle": True, "webhookActive": True,
-                "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryFactor": 2,
-                             "retryMax": 0.4}},
-        api={"throttle": {"rateLimit": {"ROLE_ANONYMOUS": ANONYMOUS_LIMIT}, "expires": 60},
-             "cors": {"allowedOrigins": [receiver.origin]}},
+        server={
+            "apiThrottle": True,
+            "webhookActive": True,
+            "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryFactor": 2, "retryMax": 0.4},
+        },
+        api={
+            "throttle": {"rateLimit": {"ROLE_ANONYMOUS": ANONYMOUS_LIMIT}, "expires": 60},
+            "cors": {"allowedOrigins": [receiver.origin]},
+        },
     )
     (deployment.root / "iostate" / "team.json").write_text(json.dumps({"IOSTATE": TEAM}))
     return deployment
@@ -123,15 +146,18 @@ def test_an_anonymous_caller_may_send_only_the_anonymous_request_fields(daemon):
     assert [error["field"] for error in body["errors"]] == ["leaderId"]
 
 
-@pytest.mark.parametrize("method, path", [
-    ("GET", f"{V}/team/byLeader?leaderId=1"),
-    ("GET", f"{V}/person/list"),
-    ("GET", f"{V}/person/show/1"),
-    ("GET", f"{V}/hook/list"),
-    ("GET", f"{V}/nothing/list"),
-    ("GET", f"{V}/team/nothing"),
-    ("POST", f"{V}/person/create"),
-])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", f"{V}/team/byLeader?leaderId=1"),
+        ("GET", f"{V}/person/list"),
+        ("GET", f"{V}/person/show/1"),
+        ("GET", f"{V}/hook/list"),
+        ("GET", f"{V}/nothing/list"),
+        ("GET", f"{V}/team/nothing"),
+        ("POST", f"{V}/person/create"),
+    ],
+)
 def test_every_other_endpoint_still_answers_401_without_a_token(daemon, method, path):
     assert_needs_token(anonymous(daemon, method, path))
 
@@ -146,8 +172,9 @@ def test_a_bad_token_is_a_401_even_where_anonymous_calls_are_welcome(daemon, tea
 
 
 def test_a_batch_needs_the_anonymous_role_in_batch(daemon, team):
-    reply = anonymous(daemon, "POST", f"{B}/team/show", {"batch": [{"id": team["id"]}, {"id": team["id"]}],
-                                                          "combine": True})
+    reply = anonymous(
+        daemon, "POST", f"{B}/team/show", {"batch": [{"id": team["id"]}, {"id": team["id"]}], "combine": True}
+    )
     assert assert_json(reply) == [{"id": team["id"], "name": "open team"}] * 2
     assert_needs_token(anonymous(daemon, "POST", f"{B}/team/list", {"batch": [{}]}))
     assert_needs_token(anonymous(daemon, "POST", f"{B}/team/byLeader", {"batch": [{"leaderId": 1}]}))
@@ -217,8 +244,9 @@ def test_the_public_openapi_document_lists_the_anonymous_endpoints(daemon):
 
 
 def test_an_anonymous_change_still_records_events_for_subscribers(daemon, admin_token, receiver):
-    reply = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/anonymous-teams",
-                                                         "service": "team"}, token=admin_token)
+    reply = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + "/anonymous-teams", "service": "team"}, token=admin_token
+    )
     assert reply.status == 200, reply.body
     created = assert_json(anonymous(daemon, "POST", f"{V}/team/create", {"name": "walk-in", "leaderId": 1}))
     assert set(created) == {"id", "name"}

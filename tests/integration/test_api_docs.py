@@ -12,7 +12,7 @@ import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from assertions import assert_problem
-from harness import ADMIN, USER, V, Daemon, deployment_with_accounts, running_daemon, wait_for
+from harness import ADMIN, USER, Daemon, V, deployment_with_accounts, running_daemon, wait_for
 from iostate_rules import (
     SAMPLE_TEAM,
     documented_calls,
@@ -71,8 +71,11 @@ def test_the_admin_and_user_documents_differ_exactly_as_their_io_state_does(daem
     expected_admin = expected_calls(states(daemon), {ADMIN_ROLE}, groups(daemon))
     expected_user = expected_calls(states(daemon), {USER_ROLE}, groups(daemon))
     assert set(admin) - set(user) == set(expected_admin) - set(expected_user) != set()
-    assert {k for k in set(admin) & set(user) if admin[k] != user[k]} == {
-        k for k in set(expected_admin) & set(expected_user) if expected_admin[k] != expected_user[k]} != set()
+    assert (
+        {k for k in set(admin) & set(user) if admin[k] != user[k]}
+        == {k for k in set(expected_admin) & set(expected_user) if expected_admin[k] != expected_user[k]}
+        != set()
+    )
     assert "ROLE_ADMIN" not in json.dumps(apidoc(daemon, user_token))
 
 
@@ -81,8 +84,13 @@ def test_apidoc_show_narrows_to_one_controller_the_caller_may_call(daemon, user_
     assert set(person["controllers"]) == {"person"}
     show = person["controllers"]["person"]["versions"]["1"]["actions"]["show"]
     assert show["paths"]["v"] == [f"{V}/person/show", f"{V}/person/show/{{id}}", f"{V}/person"]
-    assert show["request"]["id"] == {"type": "Long", "description": "Person id", "mockData": 1, "key": "PKEY",
-                                     "reference": None}
+    assert show["request"]["id"] == {
+        "type": "Long",
+        "description": "Person id",
+        "mockData": 1,
+        "key": "PKEY",
+        "reference": None,
+    }
     refused = daemon.request("GET", f"{V}/apidoc/show?controller=server", token=user_token)
     assert_problem(refused, 404)
 
@@ -119,9 +127,15 @@ def test_openapi_answers_an_allowed_origin_with_cors_headers(daemon, user_token)
     reply = daemon.request("GET", "/openapi.json", token=user_token, headers={"Origin": ALLOWED_ORIGIN})
     assert reply.status == 200
     assert reply.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
-    preflight = daemon.request("OPTIONS", "/openapi.json", headers={
-        "Origin": ALLOWED_ORIGIN, "Access-Control-Request-Method": "GET",
-        "Access-Control-Request-Headers": "Authorization"})
+    preflight = daemon.request(
+        "OPTIONS",
+        "/openapi.json",
+        headers={
+            "Origin": ALLOWED_ORIGIN,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "Authorization",
+        },
+    )
     assert preflight.status in (200, 204)
     assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
 
@@ -159,7 +173,7 @@ def test_apid_routes_lists_the_apidoc_endpoint(deployment):
 # --- after a reload ----------------------------------------------------------------------------------
 
 
-@pytest.fixture()
+@pytest.fixture
 def reloading(tmp_path):
     with running_daemon(deployment_with_accounts(tmp_path)) as daemon:
         yield daemon
@@ -183,7 +197,8 @@ def test_after_a_reload_the_docs_follow_the_new_rules(reloading):
     assert after == expected_calls(states(reloading), {USER_ROLE}, groups(reloading))
     assert "email" in after[("person", "1", "update")].response
     assert api_operations(openapi(reloading, user)) == expected_api_paths(
-        states(reloading), {USER_ROLE}, groups(reloading), "0.1")
+        states(reloading), {USER_ROLE}, groups(reloading), "0.1"
+    )
     assert (f"{V}/person/show", "get") not in api_operations(openapi(reloading, user))
     admin = reloading.login(*ADMIN[:2])
     assert ("person", "1", "show") in documented_calls(apidoc(reloading, admin))

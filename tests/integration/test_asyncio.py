@@ -17,7 +17,7 @@ import itertools
 import pytest
 
 from assertions import assert_json, assert_problem
-from harness import V, Daemon, create_team, deployment_with_accounts, wait_for, without_uvloop
+from harness import Daemon, V, create_team, deployment_with_accounts, wait_for, without_uvloop
 from receiver import Answer, Receiver
 
 RETRY_PAUSE = 0.1  # the action's asyncio.sleep between a 503 and its second try
@@ -109,12 +109,14 @@ def test_a_failing_audit_service_is_the_actions_problem(daemon, admin_token, use
 
 
 def test_a_batch_runs_the_action_per_element_and_reports_the_one_that_failed(
-        daemon, admin_token, user_token, user_id, audits):
+    daemon, admin_token, user_token, user_id, audits
+):
     teams = [new_team(daemon, admin_token, user_id) for _ in range(3)]
     refuse_once(audits, teams[0], teams[2])
     audits.scripts[f"/audit/{teams[1]['id']}"] = [Answer(500)]
-    reply = daemon.request("POST", "/b0.1/team/audit", {"batch": [{"id": t["id"]} for t in teams], "combine": True},
-                           token=user_token)
+    reply = daemon.request(
+        "POST", "/b0.1/team/audit", {"batch": [{"id": t["id"]} for t in teams], "combine": True}, token=user_token
+    )
     body = assert_json(reply, 207)
     assert body["data"] == [shown(teams[0]), None, shown(teams[2])]
     [error] = body["errors"]
@@ -143,14 +145,16 @@ def test_a_client_that_goes_away_cancels_the_actions_asyncio_task(daemon, admin_
 
 
 def test_a_client_that_goes_away_cancels_every_running_element_of_a_batch(
-        daemon, admin_token, user_token, user_id, audits):
+    daemon, admin_token, user_token, user_id, audits
+):
     teams = [new_team(daemon, admin_token, user_id) for _ in range(3)]
     for team in teams:
         audits.scripts[f"/audit/{team['id']}"] = [Answer(hang=True)]
     before = cancelled_audits(daemon, user_token)
     body = ('{"batch": [%s]}' % ", ".join(f'{{"id": {t["id"]}}}' for t in teams)).encode()
-    leave_during(daemon, user_token, "POST", "/b0.1/team/audit", body,
-                 lambda: all(posts(audits, team) for team in teams))
+    leave_during(
+        daemon, user_token, "POST", "/b0.1/team/audit", body, lambda: all(posts(audits, team) for team in teams)
+    )
     assert wait_for(lambda: cancelled_audits(daemon, user_token) == before + 3), daemon.stderr
     assert "Traceback" not in daemon.stderr and "Unhandled" not in daemon.stderr
 

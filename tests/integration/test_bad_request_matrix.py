@@ -44,7 +44,16 @@ import yaml
 
 from assertions import PROBLEM_MEMBERS, assert_problem
 from harness import (
-    ADMIN, REPO, USER, V, Daemon, Deployment, Response, deployment_with_accounts, new_person, person_fields,
+    ADMIN,
+    REPO,
+    USER,
+    Daemon,
+    Deployment,
+    Response,
+    V,
+    deployment_with_accounts,
+    new_person,
+    person_fields,
 )
 
 CASES_FILE = REPO / "tests" / "data" / "bad_requests.yaml"
@@ -65,19 +74,41 @@ API_OVERRIDES = {
     "throttle": {"rateLimit": {"ROLE_USER": 1_000_000, "ROLE_ADMIN": 1_000_000}},
 }
 
-ANSWER_TIMEOUT = 30.0      # seconds to wait for an ordinary answer
+ANSWER_TIMEOUT = 30.0  # seconds to wait for an ordinary answer
 EARLY_ANSWER_TIMEOUT = 3.0  # seconds to wait for an answer to a body that is never sent whole
 LOG_ALARMS = ("Traceback", "Unhandled")
 REPEATED = re.compile(r"<(.)\*([0-9]+)>")  # in a case's path: `<9*5000>` is 5,000 nines
 
 CASE_KEYS = {
-    "id", "method", "path", "headers", "token", "json", "raw", "encoding", "generate", "raw_request",
-    "declared_length", "chunked", "expect", "why",
+    "id",
+    "method",
+    "path",
+    "headers",
+    "token",
+    "json",
+    "raw",
+    "encoding",
+    "generate",
+    "raw_request",
+    "declared_length",
+    "chunked",
+    "expect",
+    "why",
 }
 BODY_KEYS = ("json", "raw", "generate")
 EXPECT_KEYS = {
-    "status", "problem", "fields", "detail_contains", "allow", "rule", "element_errors", "forbid_headers",
-    "closed", "index", "servedVersion", "instance",
+    "status",
+    "problem",
+    "fields",
+    "detail_contains",
+    "allow",
+    "rule",
+    "element_errors",
+    "forbid_headers",
+    "closed",
+    "index",
+    "servedVersion",
+    "instance",
 }
 
 
@@ -116,6 +147,7 @@ def generator(name: str) -> Callable[[Callable[[Any], bytes]], Callable[[Any], b
     def register(function: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
         GENERATORS[name] = function
         return function
+
     return register
 
 
@@ -204,7 +236,7 @@ def deployment(tmp_path_factory) -> Deployment:
 
 @dataclass
 class World:
-    values: dict[str, Any] = field(default_factory=dict)   # what `${name}` stands for in a case
+    values: dict[str, Any] = field(default_factory=dict)  # what `${name}` stands for in a case
     auth: dict[str, str | None] = field(default_factory=dict)  # token kind -> Authorization value
     admin_token: str = ""
 
@@ -219,12 +251,27 @@ def _b64(data: dict) -> str:
 
 def _claims(**claims: Any) -> dict[str, Any]:
     now = int(time.time())
-    return {"iss": "apid", "aud": "apid", "sub": "1", "name": ADMIN[0], "roles": ["ROLE_ADMIN"],
-            "iat": now, "exp": now + 600, "jti": uuid.uuid4().hex, **claims}
+    return {
+        "iss": "apid",
+        "aud": "apid",
+        "sub": "1",
+        "name": ADMIN[0],
+        "roles": ["ROLE_ADMIN"],
+        "iat": now,
+        "exp": now + 600,
+        "jti": uuid.uuid4().hex,
+        **claims,
+    }
 
 
-def forge(deployment: Deployment, key: bytes | None = None, algorithm: str = "HS256",
-          header: dict | None = None, drop: tuple[str, ...] = (), **claims: Any) -> str:
+def forge(
+    deployment: Deployment,
+    key: bytes | None = None,
+    algorithm: str = "HS256",
+    header: dict | None = None,
+    drop: tuple[str, ...] = (),
+    **claims: Any,
+) -> str:
     """An administrator's token with chosen claims, signed with the deployment's secret unless
     told otherwise (the same idea as test_bad_input.forge)."""
     payload = _claims(**claims)
@@ -233,8 +280,7 @@ def forge(deployment: Deployment, key: bytes | None = None, algorithm: str = "HS
     headers = {"typ": "at+jwt", **(header or {})}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short HMAC keys only warn
-        return jwt.encode(payload, _secret(deployment) if key is None else key, algorithm=algorithm,
-                          headers=headers)
+        return jwt.encode(payload, _secret(deployment) if key is None else key, algorithm=algorithm, headers=headers)
 
 
 def _unsigned(alg: str, **claims: Any) -> str:
@@ -304,14 +350,15 @@ def world(daemon: Daemon, deployment: Deployment, admin_token: str, user_token: 
     delete(recycled)
     successor = new_person(daemon, admin, **person_fields("successor"))
 
-    hook = daemon.request("POST", f"{V}/hook/create", {"url": "http://localhost:3000/matrix", "service": "person"},
-                          token=admin)
+    hook = daemon.request(
+        "POST", f"{V}/hook/create", {"url": "http://localhost:3000/matrix", "service": "person"}, token=admin
+    )
     assert hook.status == 200, hook.body
-    team = daemon.request("POST", f"{V}/team/create", {"name": "Matrix", "leaderId": victim["id"], "budget": 10.5},
-                          token=admin)
+    team = daemon.request(
+        "POST", f"{V}/team/create", {"name": "Matrix", "leaderId": victim["id"], "budget": 10.5}, token=admin
+    )
     assert team.status == 200, team.body
-    ghost_team = daemon.request("POST", f"{V}/team/create", {"name": "Ghosts", "leaderId": deleted["id"]},
-                                token=admin)
+    ghost_team = daemon.request("POST", f"{V}/team/create", {"name": "Ghosts", "leaderId": deleted["id"]}, token=admin)
     assert ghost_team.status == 200, ghost_team.body
 
     now = int(time.time())
@@ -333,7 +380,8 @@ def world(daemon: Daemon, deployment: Deployment, admin_token: str, user_token: 
         "signature_stripped": admin.rsplit(".", 1)[0] + ".",
         "wrong_key": forge(deployment, key=b"another-deployment-secret-0123456789abcdef"),
         "empty_key_kid_traversal": _hs256_by_hand(
-            b"", {"alg": "HS256", "typ": "at+jwt", "kid": "../../../../../dev/null"}),
+            b"", {"alg": "HS256", "typ": "at+jwt", "kid": "../../../../../dev/null"}
+        ),
         "hs512": forge(deployment, algorithm="HS512"),
         "wrong_audience": forge(deployment, aud="someone-else"),
         "wrong_issuer": forge(deployment, iss="someone-else"),
@@ -351,20 +399,34 @@ def world(daemon: Daemon, deployment: Deployment, admin_token: str, user_token: 
         "malformed": "not.a.token",
         "huge": "a" * 10000,
     }
-    auth: dict[str, str | None] = {"none": None, "bearer_empty": "Bearer ",
-                                   "basic": "Basic " + base64.b64encode(f"{ADMIN[0]}:{ADMIN[1]}".encode()).decode()}
+    auth: dict[str, str | None] = {
+        "none": None,
+        "bearer_empty": "Bearer ",
+        "basic": "Basic " + base64.b64encode(f"{ADMIN[0]}:{ADMIN[1]}".encode()).decode(),
+    }
     auth.update({kind: f"Bearer {token}" for kind, token in bearer.items()})
 
     values = {
-        "admin_id": 1, "admin_name": ADMIN[0],
-        "user_id": user_id, "user_name": USER[0],
-        "victim_id": victim["id"], "victim_name": victim["username"],
-        "deleted_id": deleted["id"], "deleted_name": deleted["username"], "deleted_password": deleted["password"],
-        "disabled_name": disabled["username"], "disabled_password": disabled["password"],
-        "locked_name": locked["username"], "locked_password": locked["password"],
-        "demoted_id": demoted["id"], "demoted_b_id": demoted_b["id"],
-        "successor_id": successor["id"], "recycled_id": recycled["id"],
-        "hook_id": hook.json["id"], "team_id": team.json["id"], "ghost_team_id": ghost_team.json["id"],
+        "admin_id": 1,
+        "admin_name": ADMIN[0],
+        "user_id": user_id,
+        "user_name": USER[0],
+        "victim_id": victim["id"],
+        "victim_name": victim["username"],
+        "deleted_id": deleted["id"],
+        "deleted_name": deleted["username"],
+        "deleted_password": deleted["password"],
+        "disabled_name": disabled["username"],
+        "disabled_password": disabled["password"],
+        "locked_name": locked["username"],
+        "locked_password": locked["password"],
+        "demoted_id": demoted["id"],
+        "demoted_b_id": demoted_b["id"],
+        "successor_id": successor["id"],
+        "recycled_id": recycled["id"],
+        "hook_id": hook.json["id"],
+        "team_id": team.json["id"],
+        "ghost_team_id": ghost_team.json["id"],
     }
     return World(values=values, auth=auth, admin_token=admin)
 
@@ -385,8 +447,9 @@ def snapshot(database: Path) -> dict[str, list[tuple]]:
     """Every row of every table, read through a read-only connection."""
     connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
     try:
-        tables = [name for (name,) in connection.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        tables = [
+            name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        ]
         return {
             table: sorted(connection.execute(f'SELECT * FROM "{table}"').fetchall(), key=repr)
             for table in tables
@@ -443,13 +506,13 @@ def body_of(case: dict[str, Any], values: dict[str, Any]) -> bytes | None:
         encoding = case.get("encoding", "utf-8")
         return text.encode(encoding, "surrogatepass" if encoding.startswith("utf") else "strict")
     if "generate" in case:
-        (name, argument), = case["generate"].items()
+        ((name, argument),) = case["generate"].items()
         return GENERATORS[name](substitute(argument, values))
     return None
 
 
 def _chunked(body: bytes, size: int = 65536) -> bytes:
-    chunks = [body[i:i + size] for i in range(0, len(body), size)]
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
     return b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for chunk in chunks) + b"0\r\n\r\n"
 
 

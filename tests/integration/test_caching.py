@@ -16,7 +16,16 @@ from sqlalchemy import create_engine, update
 from apid.caching import CHECK_SECONDS
 from apid.store.tables import person
 from harness import (
-    ADMIN, USER, V, Daemon, Deployment, create_team, deployment_with_accounts, new_person, running_daemon, wait_for,
+    ADMIN,
+    USER,
+    Daemon,
+    Deployment,
+    V,
+    create_team,
+    deployment_with_accounts,
+    new_person,
+    running_daemon,
+    wait_for,
 )
 from redis_server import running_redis
 
@@ -59,8 +68,12 @@ def test_a_get_answer_has_an_etag_and_answers_304_to_a_client_holding_it(daemon,
     admin = daemon.request("GET", path, token=admin_token, headers={"If-None-Match": tag})
     assert admin.status == 200 and admin.headers["ETag"] != tag and "roles" in admin.json
 
-    changed = daemon.request("PUT", f"{V}/person/update/{someone['id']}",
-                             {"email": "changed@example.com", "version": first.json["version"]}, token=admin_token)
+    changed = daemon.request(
+        "PUT",
+        f"{V}/person/update/{someone['id']}",
+        {"email": "changed@example.com", "version": first.json["version"]},
+        token=admin_token,
+    )
     assert changed.status == 200, changed.body
     after = daemon.request("GET", path, token=token, headers={"If-None-Match": tag})
     assert after.status == 200 and after.json["email"] == "changed@example.com"
@@ -72,15 +85,19 @@ def test_an_etag_tells_nothing_of_a_record_the_caller_may_not_read(daemon, admin
     owner, other = new_person(daemon, admin_token), new_person(daemon, admin_token)
     path = f"{V}/person/show/{owner['id']}"
     tag = daemon.request("GET", path, token=daemon.login(owner["username"], owner["password"])).headers["ETag"]
-    guessing = daemon.request("GET", path, token=daemon.login(other["username"], other["password"]),
-                              headers={"If-None-Match": tag})
+    guessing = daemon.request(
+        "GET", path, token=daemon.login(other["username"], other["password"]), headers={"If-None-Match": tag}
+    )
     assert guessing.status == 403 and "ETag" not in guessing.headers
 
 
 def test_a_writing_call_and_an_error_are_not_cacheable(daemon, admin_token):
-    created = daemon.request("POST", f"{V}/person/create",
-                             {"username": "etagless", "password": "etagless-password-1", "email": "etagless@example.com"},
-                             token=admin_token)
+    created = daemon.request(
+        "POST",
+        f"{V}/person/create",
+        {"username": "etagless", "password": "etagless-password-1", "email": "etagless@example.com"},
+        token=admin_token,
+    )
     assert created.status == 200 and "ETag" not in created.headers
     assert created.headers["Cache-Control"] == "no-store"
     missing = daemon.request("GET", f"{V}/person/show/999999", token=admin_token)
@@ -132,8 +149,10 @@ def test_a_shared_cache_on_an_action_that_checks_its_caller_stops_the_daemon_nam
     daemon = Daemon(deployment)
     with pytest.raises(RuntimeError, match="did not become ready"):
         daemon.start()
-    assert (f'{person_file}: controller person, version 1, action show, CACHE: "shared": true is refused: '
-            "the controller of person (distribution apid) does not declare show caller-independent") in daemon.stderr
+    assert (
+        f'{person_file}: controller person, version 1, action show, CACHE: "shared": true is refused: '
+        "the controller of person (distribution apid) does not declare show caller-independent"
+    ) in daemon.stderr
 
 
 def test_two_users_of_one_role_never_read_each_others_record_through_the_cache(tmp_path):
@@ -207,8 +226,12 @@ def a_write_on_one_daemon_drops_the_others_cached_answer(deployment: Deployment,
         assert two.request("GET", path, token=token).json == before.json
         assert one.request("GET", path, token=token).json["email"] == "around@example.com"
 
-        updated = one.request("PUT", f"{V}/person/update/{someone['id']}",
-                              {"email": "updated@example.com", "version": before.json["version"]}, token=admin)
+        updated = one.request(
+            "PUT",
+            f"{V}/person/update/{someone['id']}",
+            {"email": "updated@example.com", "version": before.json["version"]},
+            token=admin,
+        )
         assert updated.status == 200, updated.body
         # the other daemon reads the change counters at most CHECK_SECONDS before answering from its cache
         time.sleep(CHECK_SECONDS)

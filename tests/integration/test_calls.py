@@ -20,7 +20,8 @@ _serial = itertools.count(1)
 
 def test_create_answers_id_and_version_and_stores_the_account(daemon, admin_token):
     created = daemon.request(
-        "POST", f"{V}/person/create",
+        "POST",
+        f"{V}/person/create",
         {"username": "carol", "password": "carol-password-1", "email": "carol@example.com"},
         token=admin_token,
     )
@@ -68,8 +69,10 @@ def test_list_returns_every_account_in_id_order_a_page_at_a_time(daemon, admin_t
 def test_update_changes_what_is_stored_and_raises_the_version(daemon, admin_token):
     person = new_person(daemon, admin_token)
     reply = daemon.request(
-        "PUT", f"{V}/person/update/{person['id']}",
-        {"email": "changed@example.com", "accountLocked": True}, token=admin_token,
+        "PUT",
+        f"{V}/person/update/{person['id']}",
+        {"email": "changed@example.com", "accountLocked": True},
+        token=admin_token,
     )
     assert reply.status == 200, reply.body
     assert reply.json == {"id": person["id"], "version": 1}
@@ -84,7 +87,12 @@ def test_update_changes_what_is_stored_and_raises_the_version(daemon, admin_toke
 def test_update_of_the_password_changes_which_password_logs_in(daemon, admin_token):
     person = new_person(daemon, admin_token)
     token = daemon.login(person["username"], person["password"])
-    reply = daemon.request("PUT", f"{V}/person/update/{person['id']}", {"password": "a-brand-new-secret", "currentPassword": person["password"]}, token=token)
+    reply = daemon.request(
+        "PUT",
+        f"{V}/person/update/{person['id']}",
+        {"password": "a-brand-new-secret", "currentPassword": person["password"]},
+        token=token,
+    )
     assert reply.status == 200, reply.body
     old = daemon.request("POST", "/authenticate", {"username": person["username"], "password": person["password"]})
     assert_problem(old, 401)
@@ -152,8 +160,10 @@ def test_body_wins_over_the_path_id_on_update(daemon, admin_token):
     path_person = new_person(daemon, admin_token)
     body_person = new_person(daemon, admin_token)
     reply = daemon.request(
-        "PUT", f"{V}/person/update/{path_person['id']}",
-        {"id": body_person["id"], "email": "body-wins@example.com"}, token=admin_token,
+        "PUT",
+        f"{V}/person/update/{path_person['id']}",
+        {"id": body_person["id"], "email": "body-wins@example.com"},
+        token=admin_token,
     )
     assert reply.status == 200, reply.body
     assert reply.json["id"] == body_person["id"]
@@ -201,7 +211,9 @@ def test_a_user_may_not_show_another_record(daemon, user_token):
 def test_a_user_may_update_their_own_email(daemon, admin_token, user_token, user_id):
     before = show_person(daemon, admin_token, user_id)
     reply = daemon.request(
-        "PUT", f"{V}/person/update/{user_id}", {"email": "alice.new@example.com", "currentPassword": USER[1]},
+        "PUT",
+        f"{V}/person/update/{user_id}",
+        {"email": "alice.new@example.com", "currentPassword": USER[1]},
         token=user_token,
     )
     assert reply.status == 200, reply.body
@@ -234,7 +246,8 @@ def test_a_user_may_not_list(daemon, user_token):
 def test_a_user_may_not_create(daemon, admin_token, user_token):
     before = everyone(daemon, admin_token)
     reply = daemon.request(
-        "POST", f"{V}/person/create",
+        "POST",
+        f"{V}/person/create",
         {"username": "mallory", "password": "mallory-password", "email": "mallory@example.com"},
         token=user_token,
     )

@@ -16,7 +16,15 @@ import pytest
 
 from assertions import ADMIN_FIELDS, USER_FIELDS, assert_json, assert_problem, error_fields
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, USER, V, create_team, deployment_with_accounts, everyone, new_person, running_daemon,
+    ADMIN,
+    ADMIN_ACCOUNT,
+    USER,
+    V,
+    create_team,
+    deployment_with_accounts,
+    everyone,
+    new_person,
+    running_daemon,
     show_person,
 )
 
@@ -102,13 +110,19 @@ def leader_chain(**extra) -> dict:
 def update_chain(email: str, current_password: str | None = None, **extra) -> dict:
     """A postchain ending in person/update of `email` (with `currentPassword`, as an owner's needs)."""
     password = {} if current_password is None else {"currentPassword": current_password}
-    return {"email": email, **password,
-            "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}, **extra}}
+    return {
+        "email": email,
+        **password,
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}, **extra},
+    }
 
 
 def create_chain(name: str, leader_id: int, **extra) -> dict:
-    return {"name": name, "leaderId": leader_id,
-            "chain": {"key": "leaderId", "type": "prechain", "order": {"person/show": "return"}, **extra}}
+    return {
+        "name": name,
+        "leaderId": leader_id,
+        "chain": {"key": "leaderId", "type": "prechain", "order": {"person/show": "return"}, **extra},
+    }
 
 
 # --- blankchain ---------------------------------------------------------------------------------
@@ -160,8 +174,13 @@ def test_a_four_link_chain_passes_each_key_on(daemon, admin_token):
     leader = new_person(daemon, admin_token)
     first = new_team(daemon, admin_token, leader["id"])
     second = new_team(daemon, admin_token, leader["id"])
-    chain = {"chain": {"key": "leaderId", "combine": True,
-                       "order": {"person/show": "id", "team/byLeader": "id", "team/summary": "return"}}}
+    chain = {
+        "chain": {
+            "key": "leaderId",
+            "combine": True,
+            "order": {"person/show": "id", "team/byLeader": "id", "team/summary": "return"},
+        }
+    }
     reply = daemon.request("GET", f"{C}/team/show/{second['id']}", chain, token=admin_token)
     body = assert_json(reply)
     assert len(body) == 4
@@ -185,8 +204,9 @@ def test_a_person_id_reaches_team_list_as_leader_id(daemon, admin_token, user_to
     chain = {"chain": {"key": "id", "combine": True, "order": {"team/list": "return"}}}
     person, listed = assert_json(daemon.request("GET", f"{C}/person/show/{user_id}", chain, token=user_token))
     assert person["id"] == user_id
-    assert [team["id"] for team in listed] == [team["id"] for team in teams(daemon, admin_token)
-                                               if team["leaderId"] == user_id]
+    assert [team["id"] for team in listed] == [
+        team["id"] for team in teams(daemon, admin_token) if team["leaderId"] == user_id
+    ]
     assert {team["id"] for team in led} <= {team["id"] for team in listed}
 
 
@@ -195,8 +215,11 @@ def test_a_postchain_creates_the_team_under_the_leader_it_was_handed(daemon, adm
     the body cannot override the key handed on."""
     leader = new_person(daemon, admin_token)
     name = team_name()
-    body = {"name": name, "leaderId": 1,
-            "chain": {"key": "id", "type": "postchain", "order": {"team/create": "return"}}}
+    body = {
+        "name": name,
+        "leaderId": 1,
+        "chain": {"key": "id", "type": "postchain", "order": {"team/create": "return"}},
+    }
     created = assert_json(daemon.request("POST", f"{C}/person/show/{leader['id']}", body, token=admin_token))
     assert created["leaderId"] == leader["id"]
     assert show_team(daemon, admin_token, created["id"]) == created
@@ -208,9 +231,13 @@ def test_a_key_with_no_fkey_to_it_still_goes_as_id(daemon, admin_token, led):
     team/show > person/show: the leaderId read is no field person references, so it goes as id."""
     leader, team = led
     chain = {"chain": {"key": "id", "order": {"team/summary": "return"}}}
-    assert assert_json(daemon.request("GET", f"{C}/team/show/{team['id']}", chain, token=admin_token))["id"] == team["id"]
-    assert assert_json(daemon.request("GET", f"{C}/team/show/{team['id']}", leader_chain(),
-                                      token=admin_token))["id"] == leader["id"]
+    assert (
+        assert_json(daemon.request("GET", f"{C}/team/show/{team['id']}", chain, token=admin_token))["id"] == team["id"]
+    )
+    assert (
+        assert_json(daemon.request("GET", f"{C}/team/show/{team['id']}", leader_chain(), token=admin_token))["id"]
+        == leader["id"]
+    )
 
 
 # --- postchain ----------------------------------------------------------------------------------
@@ -218,8 +245,9 @@ def test_a_key_with_no_fkey_to_it_still_goes_as_id(daemon, admin_token, led):
 
 def test_a_postchain_updates_the_leader_and_answers_the_update(daemon, admin_token, led):
     leader, team = led
-    reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("lead.new@example.com"),
-                           token=admin_token)
+    reply = daemon.request(
+        "PUT", f"{C}/team/show/{team['id']}", update_chain("lead.new@example.com"), token=admin_token
+    )
     assert assert_json(reply) == {"id": leader["id"], "version": 1}
     stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == "lead.new@example.com"
@@ -230,8 +258,9 @@ def test_a_postchain_updates_the_leader_and_answers_the_update(daemon, admin_tok
 
 def test_a_postchain_with_combine_answers_both_links(daemon, admin_token, led):
     leader, team = led
-    reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("lead.both@example.com", combine=True),
-                           token=admin_token)
+    reply = daemon.request(
+        "PUT", f"{C}/team/show/{team['id']}", update_chain("lead.both@example.com", combine=True), token=admin_token
+    )
     assert assert_json(reply) == [team, {"id": leader["id"], "version": 1}]
     assert show_person(daemon, admin_token, leader["id"])["email"] == "lead.both@example.com"
 
@@ -246,9 +275,15 @@ def test_a_postchain_may_end_with_a_delete(daemon, admin_token, led):
 
 def test_a_longer_postchain_passes_keys_to_the_non_safe_call(daemon, admin_token, led):
     leader, team = led
-    chain = {"email": "three.links@example.com",
-             "chain": {"key": "leaderId", "type": "postchain", "combine": True,
-                       "order": {"person/show": "id", "person/update": "return"}}}
+    chain = {
+        "email": "three.links@example.com",
+        "chain": {
+            "key": "leaderId",
+            "type": "postchain",
+            "combine": True,
+            "order": {"person/show": "id", "person/update": "return"},
+        },
+    }
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", chain, token=admin_token)
     body = assert_json(reply)
     assert body[0] == team
@@ -261,8 +296,11 @@ def test_a_postchain_non_safe_call_gets_the_id_from_the_previous_link(daemon, ad
     """The issue: the last call "receives the body's fields and the id from the previous link"."""
     leader, team = led
     bystander = new_person(daemon, admin_token)
-    body = {"id": bystander["id"], "email": "which.one@example.com",
-            "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}}}
+    body = {
+        "id": bystander["id"],
+        "email": "which.one@example.com",
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}},
+    }
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     after = show_person(daemon, admin_token, bystander["id"])
     assert after["email"] == bystander["email"] and after["version"] == 0, "the chain updated a person it never reached"
@@ -280,8 +318,9 @@ def test_a_postchain_non_safe_call_gets_the_id_from_the_previous_link(daemon, ad
 def test_a_prechain_creates_the_team_and_answers_its_leader(daemon, admin_token):
     leader = new_person(daemon, admin_token)
     name = team_name()
-    reply = daemon.request("POST", f"{C}/team/create", create_chain(name, leader["id"], combine=True),
-                           token=admin_token)
+    reply = daemon.request(
+        "POST", f"{C}/team/create", create_chain(name, leader["id"], combine=True), token=admin_token
+    )
     created, shown = assert_json(reply)
     assert created["name"] == name and created["leaderId"] == leader["id"]
     assert show_team(daemon, admin_token, created["id"]) == created
@@ -302,9 +341,17 @@ def test_a_prechain_without_combine_answers_the_last_link_and_still_creates(daem
 def test_a_prechain_feeds_more_than_one_get(daemon, admin_token):
     leader = new_person(daemon, admin_token)
     name = team_name()
-    body = {"name": name, "leaderId": leader["id"], "budget": 5.5,
-            "chain": {"key": "leaderId", "type": "prechain", "combine": True,
-                      "order": {"person/show": "id", "team/byLeader": "return"}}}
+    body = {
+        "name": name,
+        "leaderId": leader["id"],
+        "budget": 5.5,
+        "chain": {
+            "key": "leaderId",
+            "type": "prechain",
+            "combine": True,
+            "order": {"person/show": "id", "team/byLeader": "return"},
+        },
+    }
     created, shown, found = assert_json(daemon.request("POST", f"{C}/team/create", body, token=admin_token))
     assert created["budget"] == 5.5
     assert shown["id"] == leader["id"]
@@ -317,9 +364,10 @@ def test_a_prechain_feeds_more_than_one_get(daemon, admin_token):
 
 def test_two_non_safe_calls_are_422_and_nothing_runs(daemon, admin_token, led):
     leader, team = led
-    body = {"email": "twice@example.com",
-            "chain": {"key": "leaderId", "type": "postchain",
-                      "order": {"person/update": "id", "person/delete": "return"}}}
+    body = {
+        "email": "twice@example.com",
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "id", "person/delete": "return"}},
+    }
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     assert_rule(reply, "one-non-safe-method", f"{C}/team/show/{team['id']}")
     stored = show_person(daemon, admin_token, leader["id"])
@@ -327,15 +375,21 @@ def test_two_non_safe_calls_are_422_and_nothing_runs(daemon, admin_token, led):
 
 
 def test_a_prechain_with_a_second_non_safe_call_is_422_and_creates_nothing(daemon, admin_token, nothing_changes):
-    body = {"name": team_name(), "leaderId": 1, "email": "x@example.com",
-            "chain": {"key": "leaderId", "type": "prechain", "order": {"person/update": "return"}}}
+    body = {
+        "name": team_name(),
+        "leaderId": 1,
+        "email": "x@example.com",
+        "chain": {"key": "leaderId", "type": "prechain", "order": {"person/update": "return"}},
+    }
     assert_rule(daemon.request("POST", f"{C}/team/create", body, token=admin_token), "one-non-safe-method")
 
 
 def test_a_postchain_whose_non_safe_call_is_not_last_is_422(daemon, admin_token, led):
     leader, team = led
-    body = {"email": "first@example.com",
-            "chain": {"key": "id", "type": "postchain", "order": {"person/show": "return"}}}
+    body = {
+        "email": "first@example.com",
+        "chain": {"key": "id", "type": "postchain", "order": {"person/show": "return"}},
+    }
     reply = daemon.request("PUT", f"{C}/person/update/{leader['id']}", body, token=admin_token)
     assert_rule(reply, "non-safe-method-position")
     stored = show_person(daemon, admin_token, leader["id"])
@@ -344,19 +398,24 @@ def test_a_postchain_whose_non_safe_call_is_not_last_is_422(daemon, admin_token,
 
 def test_a_postchain_whose_non_safe_call_is_in_the_middle_is_422(daemon, admin_token, led):
     leader, team = led
-    body = {"email": "middle@example.com",
-            "chain": {"key": "leaderId", "type": "postchain",
-                      "order": {"person/update": "id", "person/show": "return"}}}
+    body = {
+        "email": "middle@example.com",
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "id", "person/show": "return"}},
+    }
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     assert_rule(reply, "non-safe-method-position")
     stored = show_person(daemon, admin_token, leader["id"])
     assert stored["email"] == leader["email"] and stored["version"] == 0
 
 
-def test_a_prechain_whose_non_safe_call_is_not_first_is_422_and_creates_nothing(daemon, admin_token, admin_team,
-                                                                                  nothing_changes):
-    body = {"name": team_name(), "leaderId": 1,
-            "chain": {"key": "leaderId", "type": "prechain", "order": {"team/create": "return"}}}
+def test_a_prechain_whose_non_safe_call_is_not_first_is_422_and_creates_nothing(
+    daemon, admin_token, admin_team, nothing_changes
+):
+    body = {
+        "name": team_name(),
+        "leaderId": 1,
+        "chain": {"key": "leaderId", "type": "prechain", "order": {"team/create": "return"}},
+    }
     reply = daemon.request("POST", f"{C}/team/show/{admin_team['id']}", body, token=admin_token)
     assert_rule(reply, "non-safe-method-position")
 
@@ -364,8 +423,9 @@ def test_a_prechain_whose_non_safe_call_is_not_first_is_422_and_creates_nothing(
 @pytest.mark.parametrize("method", ["POST", "DELETE", "GET"])
 def test_a_postchain_called_with_another_method_is_422_and_changes_nothing(daemon, admin_token, led, method):
     leader, team = led
-    reply = daemon.request(method, f"{C}/team/show/{team['id']}", update_chain("wrong.method@example.com"),
-                           token=admin_token)
+    reply = daemon.request(
+        method, f"{C}/team/show/{team['id']}", update_chain("wrong.method@example.com"), token=admin_token
+    )
     body = assert_rule(reply, "request-method")
     assert "PUT" in body["detail"]
     stored = show_person(daemon, admin_token, leader["id"])
@@ -420,17 +480,21 @@ def test_an_unknown_first_link_is_422_at_position_0(daemon, admin_token):
 
 
 def test_an_unknown_link_in_a_prechain_creates_nothing(daemon, admin_token, nothing_changes):
-    body = {"name": team_name(), "leaderId": 1,
-            "chain": {"key": "leaderId", "type": "prechain", "order": {"nobody/show": "return"}}}
+    body = {
+        "name": team_name(),
+        "leaderId": 1,
+        "chain": {"key": "leaderId", "type": "prechain", "order": {"nobody/show": "return"}},
+    }
     reply = daemon.request("POST", f"{C}/team/create", body, token=admin_token)
     assert assert_rule(reply, "unknown-link")["link"] == {"position": 1, "endpoint": "nobody/show"}
 
 
 def test_an_unknown_link_in_a_postchain_changes_nothing(daemon, admin_token, led):
     leader, team = led
-    body = {"email": "unknown.link@example.com",
-            "chain": {"key": "leaderId", "type": "postchain",
-                      "order": {"person/nope": "id", "person/update": "return"}}}
+    body = {
+        "email": "unknown.link@example.com",
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/nope": "id", "person/update": "return"}},
+    }
     reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
     assert assert_rule(reply, "unknown-link")["link"] == {"position": 1, "endpoint": "person/nope"}
     assert show_person(daemon, admin_token, leader["id"])["email"] == leader["email"]
@@ -504,9 +568,14 @@ def test_return_not_exactly_on_the_last_link_is_400_and_changes_nothing(daemon, 
 
 def test_return_not_on_the_last_link_names_the_field_in_errors(daemon, admin_token, led):
     leader, team = led
-    body = {"email": "return@example.com",
-            "chain": {"key": "leaderId", "type": "postchain",
-                      "order": {"person/show": "return", "person/update": "return"}}}
+    body = {
+        "email": "return@example.com",
+        "chain": {
+            "key": "leaderId",
+            "type": "postchain",
+            "order": {"person/show": "return", "person/update": "return"},
+        },
+    }
     problem = assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token), 400)
     assert any(field.startswith("chain.order") for field in error_fields(problem))
 
@@ -549,8 +618,9 @@ def test_a_failing_link_stops_the_chain_before_later_links(daemon, admin_token, 
 
 
 def test_a_postchain_whose_non_safe_call_fails_says_it_did_not_complete(daemon, admin_token, orphan_team):
-    reply = daemon.request("PUT", f"{C}/team/show/{orphan_team['id']}", update_chain("orphan@example.com"),
-                           token=admin_token)
+    reply = daemon.request(
+        "PUT", f"{C}/team/show/{orphan_team['id']}", update_chain("orphan@example.com"), token=admin_token
+    )
     problem = assert_problem(reply, 404)
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert problem["nonSafeCallCompleted"] is False
@@ -560,8 +630,11 @@ def test_a_postchain_whose_non_safe_call_fails_says_it_did_not_complete(daemon, 
 def test_a_postchain_non_safe_call_with_a_field_the_role_may_not_send_fails_at_its_link(daemon, admin_token, led):
     """dateCreated is a person field no role may send to update."""
     leader, team = led
-    body = {"email": "ok@example.com", "dateCreated": "2020-01-01T00:00:00+00:00",
-            "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}}}
+    body = {
+        "email": "ok@example.com",
+        "dateCreated": "2020-01-01T00:00:00+00:00",
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}},
+    }
     problem = assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token), 400)
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert problem["nonSafeCallCompleted"] is False
@@ -572,8 +645,9 @@ def test_a_postchain_non_safe_call_with_a_field_the_role_may_not_send_fails_at_i
 
 def test_a_prechain_whose_get_fails_after_the_post_says_the_post_completed(daemon, admin_token):
     name = team_name()
-    reply = daemon.request("POST", f"{C}/team/create", create_chain(name, MISSING_LEADER, combine=True),
-                           token=admin_token)
+    reply = daemon.request(
+        "POST", f"{C}/team/create", create_chain(name, MISSING_LEADER, combine=True), token=admin_token
+    )
     problem = assert_problem(reply, 404, f"{C}/team/create")
     assert problem["link"] == {"position": 1, "endpoint": "person/show"}
     assert problem["nonSafeCallCompleted"] is True
@@ -595,8 +669,9 @@ def test_a_prechain_whose_post_fails_says_it_did_not_complete(daemon, admin_toke
 
 def test_a_key_missing_from_the_first_link_is_422_missing_key(daemon, admin_token, admin_team):
     chain = {"chain": {"key": "captain", "order": {"person/show": "return"}}}
-    problem = assert_rule(daemon.request("GET", f"{C}/team/show/{admin_team['id']}", chain, token=admin_token),
-                          "missing-key")
+    problem = assert_rule(
+        daemon.request("GET", f"{C}/team/show/{admin_team['id']}", chain, token=admin_token), "missing-key"
+    )
     assert problem["link"] == {"position": 0, "endpoint": "team/show"}
     assert problem["key"] == "captain"
     assert problem["nonSafeCallCompleted"] is False
@@ -604,16 +679,20 @@ def test_a_key_missing_from_the_first_link_is_422_missing_key(daemon, admin_toke
 
 def test_a_key_missing_from_a_later_link_is_422_naming_that_link(daemon, admin_token, admin_team):
     chain = {"chain": {"key": "leaderId", "order": {"person/show": "nickname", "team/byLeader": "return"}}}
-    problem = assert_rule(daemon.request("GET", f"{C}/team/show/{admin_team['id']}", chain, token=admin_token),
-                          "missing-key")
+    problem = assert_rule(
+        daemon.request("GET", f"{C}/team/show/{admin_team['id']}", chain, token=admin_token), "missing-key"
+    )
     assert problem["link"] == {"position": 1, "endpoint": "person/show"}
     assert problem["key"] == "nickname"
 
 
 def test_a_key_missing_after_a_prechain_post_says_the_post_completed(daemon, admin_token):
     name = team_name()
-    body = {"name": name, "leaderId": 1,
-            "chain": {"key": "captain", "type": "prechain", "order": {"person/show": "return"}}}
+    body = {
+        "name": name,
+        "leaderId": 1,
+        "chain": {"key": "captain", "type": "prechain", "order": {"person/show": "return"}},
+    }
     problem = assert_rule(daemon.request("POST", f"{C}/team/create", body, token=admin_token), "missing-key")
     assert problem["link"] == {"position": 0, "endpoint": "team/create"}
     assert problem["key"] == "captain"
@@ -623,8 +702,10 @@ def test_a_key_missing_after_a_prechain_post_says_the_post_completed(daemon, adm
 
 def test_a_key_missing_before_a_postchain_update_changes_nothing(daemon, admin_token, led):
     leader, team = led
-    body = {"email": "nokey@example.com",
-            "chain": {"key": "captain", "type": "postchain", "order": {"person/update": "return"}}}
+    body = {
+        "email": "nokey@example.com",
+        "chain": {"key": "captain", "type": "postchain", "order": {"person/update": "return"}},
+    }
     problem = assert_rule(daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token), "missing-key")
     assert problem["nonSafeCallCompleted"] is False
     assert show_person(daemon, admin_token, leader["id"])["email"] == leader["email"]
@@ -654,8 +735,9 @@ def test_a_user_chain_to_another_person_is_403_at_that_link(daemon, admin_token,
 
 def test_a_user_postchain_may_not_update_another_person(daemon, admin_token, user_token, admin_team):
     before = show_person(daemon, admin_token, 1)
-    reply = daemon.request("PUT", f"{C}/team/show/{admin_team['id']}", update_chain("taken@example.com"),
-                           token=user_token)
+    reply = daemon.request(
+        "PUT", f"{C}/team/show/{admin_team['id']}", update_chain("taken@example.com"), token=user_token
+    )
     problem = assert_problem(reply, 403)
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert problem["nonSafeCallCompleted"] is False
@@ -664,19 +746,27 @@ def test_a_user_postchain_may_not_update_another_person(daemon, admin_token, use
 
 def test_a_user_postchain_may_update_their_own_email(daemon, admin_token, user_token, user_id, user_team):
     before = show_person(daemon, admin_token, user_id)
-    reply = daemon.request("PUT", f"{C}/team/show/{user_team['id']}",
-                           update_chain("alice.chained@example.com", current_password=USER[1]), token=user_token)
+    reply = daemon.request(
+        "PUT",
+        f"{C}/team/show/{user_team['id']}",
+        update_chain("alice.chained@example.com", current_password=USER[1]),
+        token=user_token,
+    )
     assert assert_json(reply) == {"id": user_id, "version": before["version"] + 1}
     after = show_person(daemon, admin_token, user_id)
     assert after["email"] == "alice.chained@example.com"
     assert after["roles"] == before["roles"]
 
 
-def test_a_user_postchain_may_not_send_fields_the_role_may_not_send(daemon, admin_token, user_token, user_id,
-                                                                   user_team):
+def test_a_user_postchain_may_not_send_fields_the_role_may_not_send(
+    daemon, admin_token, user_token, user_id, user_team
+):
     before = show_person(daemon, admin_token, user_id)
-    body = {"roles": ["ROLE_ADMIN"], "username": "alice-admin",
-            "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}}}
+    body = {
+        "roles": ["ROLE_ADMIN"],
+        "username": "alice-admin",
+        "chain": {"key": "leaderId", "type": "postchain", "order": {"person/update": "return"}},
+    }
     problem = assert_problem(daemon.request("PUT", f"{C}/team/show/{user_team['id']}", body, token=user_token), 400)
     assert problem["link"] == {"position": 1, "endpoint": "person/update"}
     assert error_fields(problem) == {"roles", "username"}
@@ -686,8 +776,9 @@ def test_a_user_postchain_may_not_send_fields_the_role_may_not_send(daemon, admi
 def test_a_user_cannot_pass_on_a_field_the_role_may_not_see(daemon, admin_token, user_token, user_team):
     assert "budget" not in show_team(daemon, user_token, user_team["id"])
     chain = {"chain": {"key": "budget", "order": {"person/show": "return"}}}
-    problem = assert_rule(daemon.request("GET", f"{C}/team/show/{user_team['id']}", chain, token=user_token),
-                          "missing-key")
+    problem = assert_rule(
+        daemon.request("GET", f"{C}/team/show/{user_team['id']}", chain, token=user_token), "missing-key"
+    )
     assert problem["link"] == {"position": 0, "endpoint": "team/show"}
     assert problem["key"] == "budget"
     assert "321" not in reply_text(problem)
@@ -698,12 +789,15 @@ def test_a_user_cannot_pass_on_a_field_the_role_may_not_see(daemon, admin_token,
     assert as_admin.json["link"] == {"position": 1, "endpoint": "person/show"}
 
 
-def test_a_user_chain_with_a_link_the_role_may_not_call_is_403_before_any_link_runs(daemon, admin_token, user_token,
-                                                                                    user_id):
+def test_a_user_chain_with_a_link_the_role_may_not_call_is_403_before_any_link_runs(
+    daemon, admin_token, user_token, user_id
+):
     """The first link alone would succeed (the user may update their own email)."""
     before = show_person(daemon, admin_token, user_id)
-    body = {"email": "alice.listed@example.com",
-            "chain": {"key": "id", "type": "prechain", "order": {"person/list": "return"}}}
+    body = {
+        "email": "alice.listed@example.com",
+        "chain": {"key": "id", "type": "prechain", "order": {"person/list": "return"}},
+    }
     problem = assert_problem(daemon.request("PUT", f"{C}/person/update/{user_id}", body, token=user_token), 403)
     assert "person/list" in problem["detail"]
     assert "nonSafeCallCompleted" not in problem  # refused up front, not by a link that ran
@@ -728,8 +822,9 @@ def test_a_user_postchain_ending_in_delete_is_403_and_deletes_nothing(daemon, ad
 
 def test_a_user_prechain_creating_a_team_is_403_and_creates_nothing(daemon, user_token, user_id, nothing_changes):
     name = team_name()
-    problem = assert_problem(daemon.request("POST", f"{C}/team/create", create_chain(name, user_id), token=user_token),
-                             403)
+    problem = assert_problem(
+        daemon.request("POST", f"{C}/team/create", create_chain(name, user_id), token=user_token), 403
+    )
     assert "team/create" in problem["detail"]
     assert "nonSafeCallCompleted" not in problem
 
@@ -781,8 +876,9 @@ def test_a_chain_without_a_token_is_401(daemon, admin_team):
 def test_a_postchain_without_a_token_is_401_and_changes_nothing(daemon, admin_token, led):
     leader, team = led
     assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("anon@example.com")), 401)
-    assert_problem(daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("anon@example.com"),
-                                  token="not-a-jwt"), 401)
+    assert_problem(
+        daemon.request("PUT", f"{C}/team/show/{team['id']}", update_chain("anon@example.com"), token="not-a-jwt"), 401
+    )
     assert show_person(daemon, admin_token, leader["id"])["email"] == leader["email"]
 
 
@@ -795,8 +891,9 @@ def test_a_prechain_without_a_token_creates_nothing(daemon, admin_token, nothing
 
 @pytest.fixture(scope="module")
 def short(tmp_path_factory):
-    deployment = deployment_with_accounts(tmp_path_factory.mktemp("apid-chain-limit"), api={"chainLimit": 2},
-                                          accounts=(ADMIN_ACCOUNT,))
+    deployment = deployment_with_accounts(
+        tmp_path_factory.mktemp("apid-chain-limit"), api={"chainLimit": 2}, accounts=(ADMIN_ACCOUNT,)
+    )
     with running_daemon(deployment) as running:
         yield running
 
@@ -809,8 +906,11 @@ def short_admin(short) -> str:
 def test_more_links_than_chain_limit_is_422_and_nothing_runs(short, short_admin):
     before = teams(short, short_admin)
     name = team_name()
-    body = {"name": name, "leaderId": 1,
-            "chain": {"key": "leaderId", "type": "prechain", "order": {"person/show": "id", "team/byLeader": "return"}}}
+    body = {
+        "name": name,
+        "leaderId": 1,
+        "chain": {"key": "leaderId", "type": "prechain", "order": {"person/show": "id", "team/byLeader": "return"}},
+    }
     problem = assert_rule(short.request("POST", f"{C}/team/create", body, token=short_admin), "chain-limit")
     assert "2" in problem["detail"]
     assert teams(short, short_admin) == before

@@ -9,9 +9,15 @@ OTHER = "http://evil.example"
 
 
 def preflight(daemon, origin: str, path: str = f"{V}/person/show/1"):
-    return daemon.request("OPTIONS", path, headers={
-        "Origin": origin, "Access-Control-Request-Method": "GET",
-        "Access-Control-Request-Headers": "authorization, x-link_relations"})
+    return daemon.request(
+        "OPTIONS",
+        path,
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization, x-link_relations",
+        },
+    )
 
 
 def test_a_preflight_from_an_allowed_origin_is_answered_without_a_token(daemon):

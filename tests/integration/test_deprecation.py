@@ -10,7 +10,7 @@ deprecated in the past with a sunset far ahead, and version 3 past its sunset; p
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime
 
 import pytest
@@ -18,10 +18,10 @@ import pytest
 from harness import ADMIN, REPO, USER, create_team, deployment_with_accounts, running_daemon
 
 SAMPLE_TEAM = REPO / "tests/sample_plugin/apid_sample/iostate/team.json"
-V2_SINCE = datetime(2025, 1, 15, tzinfo=timezone.utc)
-V2_SUNSET = datetime(2099, 12, 31, 12, tzinfo=timezone.utc)
-PERSON_SINCE = datetime(2099, 1, 1, tzinfo=timezone.utc)
-V3_SUNSET = datetime(2025, 1, 1, tzinfo=timezone.utc)
+V2_SINCE = datetime(2025, 1, 15, tzinfo=UTC)
+V2_SUNSET = datetime(2099, 12, 31, 12, tzinfo=UTC)
+PERSON_SINCE = datetime(2099, 1, 1, tzinfo=UTC)
+V3_SUNSET = datetime(2025, 1, 1, tzinfo=UTC)
 DOCS_LINK = '</docs>; rel="deprecation"; type="text/html"'
 LIFECYCLE_HEADERS = ("Deprecation", "Sunset")
 
@@ -41,8 +41,9 @@ def daemon(tmp_path_factory):
     versions = team["VERSION"]
     versions["2"]["URI"]["show"]["ROLES"] = {"BATCH": ["ROLE_ADMIN", "ROLE_USER"]}
     versions["3"] = json.loads(json.dumps(versions["2"]))
-    versions["2"].update(DEPRECATED=["01/15/2025", "team v2 answers the name only; use v1"],
-                         SUNSET="2099-12-31T13:00:00+01:00")
+    versions["2"].update(
+        DEPRECATED=["01/15/2025", "team v2 answers the name only; use v1"], SUNSET="2099-12-31T13:00:00+01:00"
+    )
     versions["3"].update(DEPRECATED="2024-06-01", SUNSET="2025-01-01")
     (deployment.root / "iostate" / "team.json").write_text(json.dumps(team))
     person_path = deployment.root / "iostate" / "person.json"
@@ -93,8 +94,7 @@ def test_its_problems_carry_the_headers_too(daemon, user_token):
 
 
 def test_batch_and_chain_calls_of_the_version_carry_them(daemon, user_token, team_id):
-    batch = daemon.request("POST", "/b0.1-2/team/show", {"batch": [{"id": team_id}, {"id": team_id}]},
-                           token=user_token)
+    batch = daemon.request("POST", "/b0.1-2/team/show", {"batch": [{"id": team_id}, {"id": team_id}]}, token=user_token)
     assert batch.status == 200
     assert batch.json == {"id": team_id, "name": "deprecation team"}
     assert_deprecated_v2(batch, "b")
@@ -104,8 +104,7 @@ def test_batch_and_chain_calls_of_the_version_carry_them(daemon, user_token, tea
 
 
 def test_the_successor_link_joins_the_link_relations(daemon, user_token, team_id):
-    reply = daemon.request("GET", f"/v0.1-2/team/show/{team_id}", token=user_token,
-                           headers={"X-LINK-RELATIONS": "1"})
+    reply = daemon.request("GET", f"/v0.1-2/team/show/{team_id}", token=user_token, headers={"X-LINK-RELATIONS": "1"})
     assert reply.status == 200
     [links] = reply.headers.get_all("Link")
     assert links.startswith(f'</v0.1/team/show>; rel="successor-version", {DOCS_LINK}, ')
@@ -132,23 +131,30 @@ def test_a_deprecation_to_come_is_announced_and_the_call_answers(daemon, admin_t
     assert reply.headers.get_all("Link") == [DOCS_LINK]  # the current version has no successor
 
 
-@pytest.mark.parametrize("kind, method, body", [
-    ("v", "GET", None),
-    ("b", "POST", {"batch": [{"id": 1}]}),
-    ("c", "GET", {"chain": {}}),
-])
+@pytest.mark.parametrize(
+    "kind, method, body",
+    [
+        ("v", "GET", None),
+        ("b", "POST", {"batch": [{"id": 1}]}),
+        ("c", "GET", {"chain": {}}),
+    ],
+)
 def test_past_its_sunset_a_version_is_gone(daemon, user_token, kind, method, body):
     reply = daemon.request(method, f"/{kind}0.1-3/team/show", body, token=user_token)
     assert reply.status == 410
     assert reply.content_type == "application/problem+json"
     assert reply.json == {
-        "type": "urn:apid:problem:gone", "title": "Gone", "status": 410,
+        "type": "urn:apid:problem:gone",
+        "title": "Gone",
+        "status": 410,
         "detail": f"API version 3 of team was retired on {http_date(V3_SUNSET)}; call API version 1 "
-                  f"(/{kind}0.1/team/show)",
-        "instance": f"/{kind}0.1-3/team/show", "currentApiVersion": "1", "successor": f"/{kind}0.1/team/show",
+        f"(/{kind}0.1/team/show)",
+        "instance": f"/{kind}0.1-3/team/show",
+        "currentApiVersion": "1",
+        "successor": f"/{kind}0.1/team/show",
         "requestId": reply.headers["X-Request-ID"],
     }
-    assert reply.headers["Deprecation"] == deprecation(datetime(2024, 6, 1, tzinfo=timezone.utc))
+    assert reply.headers["Deprecation"] == deprecation(datetime(2024, 6, 1, tzinfo=UTC))
     assert reply.headers["Sunset"] == http_date(V3_SUNSET)
     assert reply.headers.get_all("Link") == [f'</{kind}0.1/team/show>; rel="successor-version", {DOCS_LINK}']
 
@@ -157,8 +163,11 @@ def test_the_api_docs_show_the_dates(daemon, user_token):
     view = daemon.request("GET", "/v0.1/apidoc/show", token=user_token)
     assert view.status == 200
     versions = view.json["controllers"]["team"]["versions"]
-    assert versions["2"]["deprecated"] == {"since": "2025-01-15T00:00:00Z", "sunset": "2099-12-31T12:00:00Z",
-                                           "message": "team v2 answers the name only; use v1"}
+    assert versions["2"]["deprecated"] == {
+        "since": "2025-01-15T00:00:00Z",
+        "sunset": "2099-12-31T12:00:00Z",
+        "message": "team v2 answers the name only; use v1",
+    }
     assert versions["1"]["deprecated"] is None
     document = daemon.request("GET", "/openapi.json", token=user_token).json
     assert document["paths"]["/v0.1-2/team/show/{id}"]["get"]["deprecated"] is True

@@ -27,9 +27,16 @@ WAIT_SECONDS = 15
 # Headless, and quiet: without the background-networking flags Chromium reaches out to
 # Google's services, which a closed network refuses (and which would be requests to other hosts).
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1280,1400",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,1400",
 ]
 
 
@@ -37,8 +44,10 @@ def chromium_or_skip() -> None:
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
     if not missing:
         return
-    message = (f"the docs page browser test needs Debian's chromium and chromium-driver ({', '.join(missing)} "
-               "missing): run scripts/system-deps as root, or apt-get install chromium chromium-driver")
+    message = (
+        f"the docs page browser test needs Debian's chromium and chromium-driver ({', '.join(missing)} "
+        "missing): run scripts/system-deps as root, or apt-get install chromium chromium-driver"
+    )
     if os.environ.get("CI"):
         pytest.fail(message + " (on CI this test must run)")
     pytest.skip(message)
@@ -67,8 +76,10 @@ def output() -> Path:
 
 def shown_paths(driver) -> set[str]:
     """The operation paths Swagger UI shows (`/v0.1/person/list`, ...)."""
-    return {element.get_attribute("data-path") or element.text
-            for element in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    return {
+        element.get_attribute("data-path") or element.text
+        for element in driver.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
+    }
 
 
 def has_path(paths: set[str], action: str) -> bool:
@@ -77,6 +88,7 @@ def has_path(paths: set[str], action: str) -> bool:
 
 def wait_for_paths(driver, present: list[str], absent: list[str]) -> set[str]:
     """Wait until the document shown has every `present` action and none of `absent`."""
+
     def settled(_driver):
         paths = shown_paths(driver)
         ok = all(has_path(paths, a) for a in present) and not any(has_path(paths, a) for a in absent)
@@ -95,23 +107,31 @@ def log_in(driver, username: str, password: str) -> None:
         element.send_keys(value)
     driver.find_element(By.ID, "login-button").click()
     WebDriverWait(driver, WAIT_SECONDS).until(
-        lambda d: f"Logged in as {username}" in d.find_element(By.ID, "login-state").text
-        or d.find_element(By.ID, "login-error").text
+        lambda d: (
+            f"Logged in as {username}" in d.find_element(By.ID, "login-state").text
+            or d.find_element(By.ID, "login-error").text
+        )
     )
     assert driver.find_element(By.ID, "login-error").text == ""
 
 
 def try_it_out(driver, action: str) -> str:
     """Open the operation, press Try it out and Execute; the status code it got."""
-    block = next(element for element in driver.find_elements(By.CSS_SELECTOR, ".opblock")
-                 if element.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
-                 .rstrip("/").endswith(action))
+    block = next(
+        element
+        for element in driver.find_elements(By.CSS_SELECTOR, ".opblock")
+        if element.find_element(By.CSS_SELECTOR, ".opblock-summary-path")
+        .get_attribute("data-path")
+        .rstrip("/")
+        .endswith(action)
+    )
     block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
     for button in (".try-out__btn", ".execute"):
         WebDriverWait(driver, WAIT_SECONDS).until(lambda d: block.find_elements(By.CSS_SELECTOR, button))
         block.find_element(By.CSS_SELECTOR, button).click()
     status = WebDriverWait(driver, WAIT_SECONDS).until(
-        lambda d: block.find_elements(By.CSS_SELECTOR, ".live-responses-table tbody .response-col_status"))
+        lambda d: block.find_elements(By.CSS_SELECTOR, ".live-responses-table tbody .response-col_status")
+    )
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", status[0])
     return status[0].text.strip()
 
@@ -171,5 +191,6 @@ def test_the_token_is_kept_in_memory_only(daemon, browser):
     WebDriverWait(browser, WAIT_SECONDS).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock"))
     log_in(browser, USER[0], USER[1])
     stored = browser.execute_script(
-        "return [window.localStorage.length, window.sessionStorage.length, document.cookie]")
+        "return [window.localStorage.length, window.sessionStorage.length, document.cookie]"
+    )
     assert stored == [0, 0, ""]  # the refresh cookie is HttpOnly: not readable by script

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from assertions import assert_problem, error_fields
-from harness import ADMIN, V, Daemon, Deployment, deployment_with_accounts, running_daemon
+from harness import ADMIN, Daemon, Deployment, V, deployment_with_accounts, running_daemon
 from outbox import Outbox, link_at
 
 BASE_URL = "https://api.example.test"
@@ -33,15 +33,17 @@ def settings(**accounts) -> dict:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory) -> Deployment:
-    return deployment_with_accounts(tmp_path_factory.mktemp("email-change"), server=settings(),
-                                    api={"abuseLimits": {"login": LOGIN_LIMITS}})
+    return deployment_with_accounts(
+        tmp_path_factory.mktemp("email-change"), server=settings(), api={"abuseLimits": {"login": LOGIN_LIMITS}}
+    )
 
 
 @pytest.fixture(scope="module")
 def confirming(tmp_path_factory):
     """A daemon whose new addresses confirm first, and its deployment."""
-    deployment = deployment_with_accounts(tmp_path_factory.mktemp("email-confirm"),
-                                          server=settings(confirmEmailChange=True))
+    deployment = deployment_with_accounts(
+        tmp_path_factory.mktemp("email-confirm"), server=settings(confirmEmailChange=True)
+    )
     with running_daemon(deployment) as running:
         yield running, deployment
 
@@ -59,8 +61,9 @@ class Owner(NamedTuple):
 def new_account(daemon: Daemon, admin_token: str) -> Owner:
     name = f"ec-{uuid.uuid4().hex[:8]}"
     password, address = f"pw-{uuid.uuid4().hex[:12]}", f"{name}@example.org"
-    reply = daemon.request("POST", f"{V}/person/create", {"username": name, "password": password, "email": address},
-                           token=admin_token)
+    reply = daemon.request(
+        "POST", f"{V}/person/create", {"username": name, "password": password, "email": address}, token=admin_token
+    )
     assert reply.status == 200, reply.body
     return Owner(reply.json["id"], name, password, address, daemon.login(name, password))
 
@@ -97,9 +100,15 @@ def test_a_stolen_token_cannot_change_the_address(daemon, deployment, admin_toke
 
 def test_a_chain_cannot_change_the_address_without_the_password(daemon, admin_token):
     person_id, _, _, address, token = new_account(daemon, admin_token)
-    reply = daemon.request("PUT", f"/c0.1/person/show/{person_id}", {
-        "email": ATTACKER, "chain": {"key": "id", "type": "postchain", "order": {"person/update": "return"}},
-    }, token=token)
+    reply = daemon.request(
+        "PUT",
+        f"/c0.1/person/show/{person_id}",
+        {
+            "email": ATTACKER,
+            "chain": {"key": "id", "type": "postchain", "order": {"person/update": "return"}},
+        },
+        token=token,
+    )
     assert error_fields(assert_problem(reply, 400)) == {"currentPassword"}
     assert address_of(daemon, admin_token, person_id) == address
 
@@ -151,9 +160,12 @@ def test_wrong_current_password_guesses_count_as_failed_logins(daemon, admin_tok
     person_id, name, password, _, token = new_account(daemon, admin_token)
     guesses = [f"guess-{n:04d}-password" for n in range(12)]
     with ThreadPoolExecutor(max_workers=12) as pool:
-        replies = list(pool.map(
-            lambda guess: update(daemon, token, person_id, password="a-new-password-1", currentPassword=guess),
-            guesses))
+        replies = list(
+            pool.map(
+                lambda guess: update(daemon, token, person_id, password="a-new-password-1", currentPassword=guess),
+                guesses,
+            )
+        )
     statuses = sorted(reply.status for reply in replies)
     assert statuses == [403] * LOGIN_LIMITS["perAccountAddress"] + [429] * (12 - LOGIN_LIMITS["perAccountAddress"])
     refused = next(reply for reply in replies if reply.status == 429)

@@ -33,7 +33,9 @@ def with_team_show_limited(deployment):
     """The deployment with its team.json overriding the shipped one: team/show limited."""
     state = json.loads(SAMPLE_TEAM_IOSTATE.read_text())
     state["VERSION"]["1"]["URI"]["show"]["RATELIMIT"] = {
-        "ROLE_USER": {"limit": CALLS, "window": WINDOW}, "ROLE_ADMIN": "*"}
+        "ROLE_USER": {"limit": CALLS, "window": WINDOW},
+        "ROLE_ADMIN": "*",
+    }
     (deployment.root / "iostate" / "team.json").write_text(json.dumps(state))
     return deployment
 
@@ -142,8 +144,9 @@ def test_without_api_throttle_the_endpoint_limit_does_not_apply(tmp_path):
 def redis_daemons(tmp_path_factory):
     """Two daemons on one deployment (one database, one JWT secret) counting in one Redis."""
     with running_redis() as redis:
-        deployment = limited_deployment(tmp_path_factory.mktemp("endpoint-limits-redis"),
-                                        {"apiThrottle": True, "redis": {"url": redis.url}})
+        deployment = limited_deployment(
+            tmp_path_factory.mktemp("endpoint-limits-redis"), {"apiThrottle": True, "redis": {"url": redis.url}}
+        )
         with running_daemon(deployment) as first, running_daemon(deployment) as second:
             yield first, second
 

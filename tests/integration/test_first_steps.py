@@ -49,8 +49,22 @@ def one_line(stderr: str) -> str:
 def test_serve_on_a_bare_port_listens_on_that_port_on_loopback(plain):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "apid", "serve", "--listen", str(port), "--config-dir", str(plain.config_dir),
-         "--env", "test"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-m",
+            "apid",
+            "serve",
+            "--listen",
+            str(port),
+            "--config-dir",
+            str(plain.config_dir),
+            "--env",
+            "test",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert f"apid ready on http://127.0.0.1:{port} " in (ready_line(process) or "")
     finally:
@@ -60,8 +74,11 @@ def test_serve_on_a_bare_port_listens_on_that_port_on_loopback(plain):
 
 @pytest.mark.parametrize("how", ["--listen", "APID_LISTEN"])
 def test_a_listen_apid_cannot_use_is_a_usage_error_naming_the_form_to_use(plain, how):
-    args, env = (("serve", "--listen", "localhost:8080"), None) if how == "--listen" else (
-        ("serve",), {"APID_LISTEN": "localhost:8080"})
+    args, env = (
+        (("serve", "--listen", "localhost:8080"), None)
+        if how == "--listen"
+        else (("serve",), {"APID_LISTEN": "localhost:8080"})
+    )
     done = plain.cli(*args, env=env)
     assert done.returncode == 2
     line = one_line(done.stderr)
@@ -74,8 +91,9 @@ def test_a_listen_apid_cannot_use_is_a_usage_error_naming_the_form_to_use(plain,
 
 def test_outside_the_deployment_the_error_names_the_option_and_the_variable(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "APID_CONFIG_DIR"}
-    done = subprocess.run([sys.executable, "-m", "apid", "migrate"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "apid", "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert f"{tmp_path / 'etc' / 'service_server.yml'}: cannot read" in line
@@ -108,8 +126,7 @@ def test_migrate_says_it_created_the_schema_then_that_it_is_up_to_date(tmp_path)
 def documented_socket_activation() -> str:
     operations = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     blocks = [block for _, block in fenced_blocks(section(operations, "### Socket activation"))]
-    [command] = [line for block in blocks for line in block.splitlines()
-                 if line.startswith("systemd-socket-activate ")]
+    [command] = [line for block in blocks for line in block.splitlines() if line.startswith("systemd-socket-activate ")]
     return command
 
 
@@ -134,13 +151,20 @@ def test_socket_activation_without_systemd_works_as_documented(tmp_path, workers
     command = documented_socket_activation()
     assert "127.0.0.1:8080" in command
     port = free_port()
-    process = subprocess.Popen(command.replace("127.0.0.1:8080", f"127.0.0.1:{port}"), shell=True,
-                               cwd=deployment.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command.replace("127.0.0.1:8080", f"127.0.0.1:{port}"),
+        shell=True,
+        cwd=deployment.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert wait_for(lambda: _listening(port), timeout=10), "systemd-socket-activate holds no port"
-        reply = subprocess.run(["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/health"],
-                               capture_output=True, text=True, timeout=60)
+        reply = subprocess.run(
+            ["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/health"], capture_output=True, text=True, timeout=60
+        )
         assert reply.stdout == '{"status":"pass","version":"0.1"}'
         # the first worker may serve before the other does: the ready line comes once both do
         assert select.select([process.stdout], [], [], 30)[0], "no ready line"

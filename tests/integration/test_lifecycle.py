@@ -20,7 +20,16 @@ from sqlalchemy import text
 from apid.store.database import make_engine
 from apid.store.migrate import upgrade
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, READY, REPO, USER, USER_ACCOUNT, V, Daemon, Deployment, deployment_with_accounts,
+    ADMIN,
+    ADMIN_ACCOUNT,
+    READY,
+    REPO,
+    USER,
+    USER_ACCOUNT,
+    Daemon,
+    Deployment,
+    V,
+    deployment_with_accounts,
     running_daemon,
 )
 
@@ -155,14 +164,17 @@ def test_the_daemon_refuses_to_start_when_iostate_names_an_unknown_field(tmp_pat
     assert "nickname" in done.stderr
 
 
-@pytest.mark.parametrize("server, api, file, key", [
-    ({"bogusKey": 1}, {}, "service_server.yml", "bogusKey"),
-    ({"jwt": {"secretFiel": "var/x"}}, {}, "service_server.yml", "secretFiel"),
-    ({"webhookActive": "yes"}, {}, "service_server.yml", "webhookActive"),
-    ({}, {"maxBodyByte": 4096}, "service_api.yml", "maxBodyByte"),
-    ({}, {"maxBodyBytes": "big"}, "service_api.yml", "maxBodyBytes"),
-    ({}, {"security": {"superuserRole": "ROLE_GHOST"}}, "service_api.yml", "superuserRole"),
-])
+@pytest.mark.parametrize(
+    "server, api, file, key",
+    [
+        ({"bogusKey": 1}, {}, "service_server.yml", "bogusKey"),
+        ({"jwt": {"secretFiel": "var/x"}}, {}, "service_server.yml", "secretFiel"),
+        ({"webhookActive": "yes"}, {}, "service_server.yml", "webhookActive"),
+        ({}, {"maxBodyByte": 4096}, "service_api.yml", "maxBodyByte"),
+        ({}, {"maxBodyBytes": "big"}, "service_api.yml", "maxBodyBytes"),
+        ({}, {"security": {"superuserRole": "ROLE_GHOST"}}, "service_api.yml", "superuserRole"),
+    ],
+)
 def test_a_bad_configuration_key_stops_the_daemon_naming_file_and_key(tmp_path, server, api, file, key):
     deployment = Deployment(tmp_path, server=server, api=api)
     deployment.write()
@@ -177,29 +189,60 @@ def test_a_bad_configuration_key_stops_the_daemon_naming_file_and_key(tmp_path, 
 # --- apid user add --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, email, role, password, named", [
-    ("bob1", "bob1@example.com", "ROLE_GHOST", "bob-password-1", "ROLE_GHOST"),
-    ("bob2", "bob2-at-example.com", "ROLE_USER", "bob-password-2", "bob2-at-example.com"),
-    ("bob3", "bob3@example.com", "ROLE_USER", "short", "password"),
-])
+@pytest.mark.parametrize(
+    "name, email, role, password, named",
+    [
+        ("bob1", "bob1@example.com", "ROLE_GHOST", "bob-password-1", "ROLE_GHOST"),
+        ("bob2", "bob2-at-example.com", "ROLE_USER", "bob-password-2", "bob2-at-example.com"),
+        ("bob3", "bob3@example.com", "ROLE_USER", "short", "password"),
+    ],
+)
 def test_user_add_refuses_bad_input_and_creates_nothing(plain, name, email, role, password, named):
-    refused = plain.cli("user", "add", name, "--email", email, "--role", role, "--password-stdin",
-                        input=password + "\n")
+    refused = plain.cli(
+        "user", "add", name, "--email", email, "--role", role, "--password-stdin", input=password + "\n"
+    )
     assert refused.returncode != 0
     one_line_error(refused.stderr)
     assert named in refused.stderr
     # Nothing was stored: the same name and address are still free.
-    fixed = plain.cli("user", "add", name, "--email", f"{name}@example.com", "--role", "ROLE_USER",
-                      "--password-stdin", input=f"{name}-good-password\n")
+    fixed = plain.cli(
+        "user",
+        "add",
+        name,
+        "--email",
+        f"{name}@example.com",
+        "--role",
+        "ROLE_USER",
+        "--password-stdin",
+        input=f"{name}-good-password\n",
+    )
     assert fixed.returncode == 0, fixed.stderr
 
 
 def test_user_add_refuses_a_taken_name(plain):
-    first = plain.cli("user", "add", "carl", "--email", "carl@example.com", "--role", "ROLE_USER",
-                      "--password-stdin", input="carl-password-1\n")
+    first = plain.cli(
+        "user",
+        "add",
+        "carl",
+        "--email",
+        "carl@example.com",
+        "--role",
+        "ROLE_USER",
+        "--password-stdin",
+        input="carl-password-1\n",
+    )
     assert first.returncode == 0, first.stderr
-    again = plain.cli("user", "add", "carl", "--email", "carl2@example.com", "--role", "ROLE_USER",
-                      "--password-stdin", input="carl-password-2\n")
+    again = plain.cli(
+        "user",
+        "add",
+        "carl",
+        "--email",
+        "carl2@example.com",
+        "--role",
+        "ROLE_USER",
+        "--password-stdin",
+        input="carl-password-2\n",
+    )
     assert again.returncode != 0
     one_line_error(again.stderr)
     assert "username" in again.stderr
@@ -217,8 +260,12 @@ def test_migrate_names_addresses_that_became_one_and_changes_nothing(tmp_path):
     engine = make_engine(f"sqlite:///{tmp_path / 'var' / 'test.db'}")
     upgrade(engine, "0003")
     with engine.begin() as connection:
-        connection.execute(text("INSERT INTO person (username, password, email) VALUES "
-                                "('upper', 'x', 'ÄRGER@example.com'), ('lower', 'x', 'ärger@example.com')"))
+        connection.execute(
+            text(
+                "INSERT INTO person (username, password, email) VALUES "
+                "('upper', 'x', 'ÄRGER@example.com'), ('lower', 'x', 'ärger@example.com')"
+            )
+        )
     refused = deployment.cli("migrate")
     assert refused.returncode == 1
     one_line_error(refused.stderr)
@@ -239,10 +286,16 @@ def test_routes_lists_person_and_team_endpoints(plain):
     assert done.returncode == 0, done.stderr
     routes = {tuple(line.split()[:2]) for line in done.stdout.splitlines() if line.strip()}
     expected = {
-        ("POST", f"{V}/person/create"), ("GET", f"{V}/person/show"), ("GET", f"{V}/person/list"),
-        ("PUT", f"{V}/person/update"), ("DELETE", f"{V}/person/delete"),
-        ("POST", f"{V}/team/create"), ("GET", f"{V}/team/show"), ("GET", f"{V}/team/list"),
-        ("GET", "/v0.1-2/team/show"), ("GET", "/teamCount"),
+        ("POST", f"{V}/person/create"),
+        ("GET", f"{V}/person/show"),
+        ("GET", f"{V}/person/list"),
+        ("PUT", f"{V}/person/update"),
+        ("DELETE", f"{V}/person/delete"),
+        ("POST", f"{V}/team/create"),
+        ("GET", f"{V}/team/show"),
+        ("GET", f"{V}/team/list"),
+        ("GET", "/v0.1-2/team/show"),
+        ("GET", "/teamCount"),
     }
     assert expected <= routes, done.stdout
     # a plugin's own path says whose it is and that it is governed like an API call
@@ -318,4 +371,3 @@ def test_sigterm_lets_a_request_in_flight_finish_and_exits_zero(draining):
     assert status == 200, answer
     assert json.loads(answer)["username"] == ADMIN[0]
     assert draining.process.wait(30) == 0
-

@@ -53,13 +53,15 @@ def test_a_user_gets_only_the_actions_their_role_may_call(daemon, user_token, us
 
 def test_an_fkey_in_the_answer_links_the_referenced_get_actions(daemon, admin_token, user_token, user_id):
     team = create_team(daemon, admin_token, "Linked", user_id, 10.0)
-    admin = links(daemon.request("GET", f"{V}/team/show/{team['id']}", token=admin_token,
-                                 headers={"X-LINK_RELATIONS": "1"}))
+    admin = links(
+        daemon.request("GET", f"{V}/team/show/{team['id']}", token=admin_token, headers={"X-LINK_RELATIONS": "1"})
+    )
     assert admin[f"{REL}person/show"] == (f"{V}/person/show/{user_id}", "GET")
     assert f"{REL}person/list" not in admin  # takes no id: not a link for this leader
     assert f"{REL}person/update" not in admin  # only GET actions of the referenced controller
-    user = links(daemon.request("GET", f"{V}/team/show/{team['id']}", token=user_token,
-                                headers={"X-LINK_RELATIONS": "1"}))
+    user = links(
+        daemon.request("GET", f"{V}/team/show/{team['id']}", token=user_token, headers={"X-LINK_RELATIONS": "1"})
+    )
     assert user[f"{REL}person/show"] == (f"{V}/person/show/{user_id}", "GET")
     assert f"{REL}team/create" not in user and f"{REL}team/create" in admin
 
@@ -69,8 +71,9 @@ def test_a_person_answer_links_the_teams_they_lead_and_the_link_answers_them(dae
     leader = new_person(daemon, admin_token)
     led = [create_team(daemon, admin_token, name, leader["id"], 1.0) for name in ("Led one", "Led two")]
     create_team(daemon, admin_token, "Led by another", 1, 1.0)
-    found = links(daemon.request("GET", f"{V}/person/show/{leader['id']}", token=admin_token,
-                                 headers={"X-LINK_RELATIONS": "1"}))
+    found = links(
+        daemon.request("GET", f"{V}/person/show/{leader['id']}", token=admin_token, headers={"X-LINK_RELATIONS": "1"})
+    )
     target, method = found[f"{REL}team/list"]
     assert (target, method) == (f"{V}/team/list?leaderId={leader['id']}", "GET")
     reply = daemon.request(method, target, token=user_token)
@@ -82,8 +85,9 @@ def test_a_person_answer_links_the_teams_they_lead_and_the_link_answers_them(dae
 
 def test_a_team_answer_adds_its_id_only_to_actions_whose_id_is_the_teams(daemon, admin_token, user_id):
     team = create_team(daemon, admin_token, "Own id", user_id, 1.0)
-    found = links(daemon.request("GET", f"{V}/team/show/{team['id']}", token=admin_token,
-                                 headers={"X-LINK_RELATIONS": "1"}))
+    found = links(
+        daemon.request("GET", f"{V}/team/show/{team['id']}", token=admin_token, headers={"X-LINK_RELATIONS": "1"})
+    )
     assert found[f"{REL}team/summary"] == (f"{V}/team/summary/{team['id']}", "GET")
     assert found[f"{REL}team/byleader"] == (f"{V}/team/byLeader", "GET")  # takes leaderId: no team id
     assert found[f"{REL}team/list"] == (f"{V}/team/list", "GET")
@@ -96,6 +100,7 @@ def test_without_the_request_header_there_is_no_link_header(daemon, admin_token)
 
 
 # --- pagination links: always on a paged list -------------------------------------------------
+
 
 def test_person_list_pages_by_its_next_links_to_the_end_without_the_header(daemon, admin_token):
     for _ in range(3):
@@ -112,8 +117,10 @@ def test_person_list_pages_by_its_next_links_to_the_end_without_the_header(daemo
         pages += 1
     assert seen == everyone
     last = 2 * (pages - 1)
-    assert links(reply) == {"prev": (f"{V}/person/list?offset={last - 2}&max=2", "GET"),
-                            "first": (f"{V}/person/list?offset=0&max=2", "GET")}
+    assert links(reply) == {
+        "prev": (f"{V}/person/list?offset={last - 2}&max=2", "GET"),
+        "first": (f"{V}/person/list?offset=0&max=2", "GET"),
+    }
 
 
 def test_a_list_asked_for_links_gets_self_then_its_page_links_then_the_actions(daemon, admin_token):
@@ -134,13 +141,16 @@ def test_team_list_pages_keep_the_leader_filter_and_the_links_answer_the_rest(da
     assert links(first) == {"next": (f"{V}/team/list?{query}&offset=2&max=2", "GET")}
     second = daemon.request("GET", links(first)["next"][0], token=user_token)
     assert [team["id"] for team in second.json] == [led[2]["id"]]
-    assert links(second) == {"prev": (f"{V}/team/list?{query}&offset=0&max=2", "GET"),
-                             "first": (f"{V}/team/list?{query}&offset=0&max=2", "GET")}
+    assert links(second) == {
+        "prev": (f"{V}/team/list?{query}&offset=0&max=2", "GET"),
+        "first": (f"{V}/team/list?{query}&offset=0&max=2", "GET"),
+    }
     # the default page (100 teams) is not full: no link at all
     assert "Link" not in daemon.request("GET", f"{V}/team/list?{query}", token=user_token).headers
 
 
 # --- batches, chains, problems --------------------------------------------------------------
+
 
 def test_a_batch_carries_the_links_of_its_target_endpoint(daemon, admin_token, user_token, user_id):
     team = create_team(daemon, admin_token, "Batched", user_id, 1.0)

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, select
 
 from apid.store.tables import person
 from assertions import assert_problem
-from harness import ADMIN, REPO, V, Daemon, burst, deployment_with_accounts, new_person, show_person, wait_for
+from harness import ADMIN, REPO, Daemon, V, burst, deployment_with_accounts, new_person, show_person, wait_for
 from logins import GUESSES, PAIR_LIMIT, guess_at_once
 from receiver import Receiver
 from redis_server import running_redis
@@ -49,10 +49,18 @@ def daemons(tmp_path_factory, postgres, receiver):
     with running_redis() as redis:
         deployment = deployment_with_accounts(
             tmp_path_factory.mktemp("many"),
-            server={"database": {"url": postgres.new_database("many")}, "redis": {"url": redis.url},
-                    "apiThrottle": True, "webhookActive": True, "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2}},
-            api={"procCores": 2, "throttle": {"rateLimit": {"ROLE_USER": RATE_LIMIT, "ROLE_ADMIN": 100000}},
-                 "cors": {"allowedOrigins": [receiver.origin]}},
+            server={
+                "database": {"url": postgres.new_database("many")},
+                "redis": {"url": redis.url},
+                "apiThrottle": True,
+                "webhookActive": True,
+                "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2},
+            },
+            api={
+                "procCores": 2,
+                "throttle": {"rateLimit": {"ROLE_USER": RATE_LIMIT, "ROLE_ADMIN": 100000}},
+                "cors": {"allowedOrigins": [receiver.origin]},
+            },
         )
         first, second = Daemon(deployment).start(), Daemon(deployment).start()
         try:
@@ -105,8 +113,10 @@ def test_rate_limits_are_exact_across_both_daemons(daemons):
 def test_abuse_limits_are_exact_across_both_daemons(daemons):
     first, _ = daemons
     someone = new_person(first, first.admin_token)
-    assert guess_at_once(list(daemons), someone["username"], "127.0.0.91") == {401: PAIR_LIMIT,
-                                                                                429: GUESSES - PAIR_LIMIT}
+    assert guess_at_once(list(daemons), someone["username"], "127.0.0.91") == {
+        401: PAIR_LIMIT,
+        429: GUESSES - PAIR_LIMIT,
+    }
 
 
 def test_a_reload_reaches_every_worker_of_both_daemons(daemons):
@@ -138,7 +148,8 @@ def test_each_webhook_event_is_delivered_once(daemons, receiver, postgres):
             admin_id = connection.execute(select(person.c.id).where(person.c.username == ADMIN[0])).scalar_one()
             connection.exec_driver_sql(
                 "insert into hook (attempts, date_created, format, last_modified, user_id, is_enabled, url, service) "
-                f"values (0, now(), 'JSON', now(), {admin_id}, true, '{receiver.origin}/many', 'team')")
+                f"values (0, now(), 'JSON', now(), {admin_id}, true, '{receiver.origin}/many', 'team')"
+            )
         for daemon in daemons:
             burst(daemon, daemon.admin_token, 100)
         assert wait_for(lambda: len(receiver.received) >= 200, timeout=30)

@@ -83,5 +83,10 @@ def test_the_embedded_daemon_has_not_loaded_what_only_other_settings_use(embedde
 def test_metrics_and_webhooks_load_their_modules_and_nothing_else_more(tmp_path):
     loaded = modules_of(tmp_path, {"metrics": {"role": "ROLE_ADMIN"}, "webhookActive": True})
     assert {"prometheus_client", "apid.hooks.delivery", "treq", "twisted.web.client"} <= loaded
-    assert not loaded & {"alembic", "apid.store.migrate", "txredisapi", "twisted.mail.smtp",
-                         "sqlalchemy.dialects.postgresql"}
+    assert not loaded & {
+        "alembic",
+        "apid.store.migrate",
+        "txredisapi",
+        "twisted.mail.smtp",
+        "sqlalchemy.dialects.postgresql",
+    }

@@ -38,8 +38,11 @@ def deployment(tmp_path_factory, receiver, metrics_port):
         tmp_path_factory.mktemp("metrics"),
         server={
             "metrics": {"listen": f"tcp:{metrics_port}:interface=127.0.0.1", "role": "ROLE_ADMIN"},
-            "logFormat": "json", "accessLog": True, "apiThrottle": True,
-            "webhookActive": True, "webhooks": HOOKS,
+            "logFormat": "json",
+            "accessLog": True,
+            "apiThrottle": True,
+            "webhookActive": True,
+            "webhooks": HOOKS,
             "servers": [f"http://127.0.0.1:{free_port()}"],  # a peer that is down
         },
         api={"throttle": {"rateLimit": {"ROLE_USER": CAROL_LIMIT}}, "cors": {"allowedOrigins": [receiver.origin]}},
@@ -48,8 +51,11 @@ def deployment(tmp_path_factory, receiver, metrics_port):
 
 
 def parse(text: str) -> Samples:
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def scrape(port: int) -> Samples:
@@ -114,8 +120,10 @@ def test_rate_and_abuse_rejections_are_counted(daemon, metrics_port):
     carol = daemon.login(CAROL[0], CAROL[1])
     statuses = [daemon.request("GET", "/openapi.json", token=carol).status for _ in range(CAROL_LIMIT + 2)]
     assert statuses == [200] * CAROL_LIMIT + [429, 429]
-    guesses = [daemon.request("POST", "/authenticate", {"username": "mallory", "password": f"guess-{n}"}).status
-               for n in range(6)]
+    guesses = [
+        daemon.request("POST", "/authenticate", {"username": "mallory", "password": f"guess-{n}"}).status
+        for n in range(6)
+    ]
     assert guesses == [401] * 5 + [429]
     after = scrape(metrics_port)
     assert grown(before, after, "apid_throttle_rejections_total", kind="rate", policy="ROLE_USER") == 2
@@ -125,13 +133,26 @@ def test_rate_and_abuse_rejections_are_counted(daemon, metrics_port):
 
 
 def test_a_webhook_delivery_is_counted_for_its_hook(daemon, admin_token, receiver, metrics_port):
-    hook = assert_json(daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/metrics-hook",
-                                                                     "service": "person"}, token=admin_token))
+    hook = assert_json(
+        daemon.request(
+            "POST",
+            f"{V}/hook/create",
+            {"url": receiver.origin + "/metrics-hook", "service": "person"},
+            token=admin_token,
+        )
+    )
     before = scrape(metrics_port)
     fields = {"username": "dora", "password": "dora-password-1", "email": "dora@example.com"}
     assert_json(daemon.request("POST", f"{V}/person/create", fields, token=admin_token))
-    assert wait_for(lambda: grown(before, scrape(metrics_port), "apid_webhook_deliveries_total",
-                                  hook=str(hook["id"]), outcome="delivered") == 1, timeout=15)
+    assert wait_for(
+        lambda: (
+            grown(
+                before, scrape(metrics_port), "apid_webhook_deliveries_total", hook=str(hook["id"]), outcome="delivered"
+            )
+            == 1
+        ),
+        timeout=15,
+    )
 
 
 def test_metrics_on_the_api_port_need_a_token_of_the_role(daemon, admin_token, user_token):
@@ -172,7 +193,13 @@ def test_log_lines_are_json_and_the_access_lines_name_the_request(daemon, admin_
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]), line
     call, health = access("log-call"), access("log-health")
     assert (call["level"], call["namespace"], call["method"], call["path"], call["endpoint"], call["status"]) == (
-        "info", "apid.access", "GET", f"{V}/person/show/1", "person/show", 200)
+        "info",
+        "apid.access",
+        "GET",
+        f"{V}/person/show/1",
+        "person/show",
+        200,
+    )
     assert (health["path"], health["endpoint"], health["status"]) == ("/health", "/health", 200)
     assert all(isinstance(line["duration"], float) and 0 <= line["duration"] < 10 for line in (call, health))
     assert "log-call" in call["message"]
@@ -183,8 +210,11 @@ def test_worker_processes_answer_with_the_counts_of_all_of_them(tmp_path):
     a worker killed and replaced is counted, and what it had counted stays."""
     port = free_port()
     deployment = deployment_with_accounts(
-        tmp_path, server={"metrics": {"role": "ROLE_ADMIN", "listen": f"tcp:{port}:interface=127.0.0.1"}},
-        api={"procCores": 2}, accounts=(ADMIN_ACCOUNT,))
+        tmp_path,
+        server={"metrics": {"role": "ROLE_ADMIN", "listen": f"tcp:{port}:interface=127.0.0.1"}},
+        api={"procCores": 2},
+        accounts=(ADMIN_ACCOUNT,),
+    )
     with running_daemon(deployment) as daemon:
         token = daemon.login(ADMIN[0], ADMIN[1])
         for _ in range(12):  # each on a new connection: the kernel spreads them over the workers

@@ -29,16 +29,24 @@ def made(tmp_path_factory):
     assert done.returncode == 0, done.stderr
     folder = root / "apid-inventory"
     python = layered_venv(root / ".venv")
-    installed = subprocess.run([python, "-m", "pip", "install", "--quiet", "-e", str(folder)],
-                               capture_output=True, text=True, timeout=300, env={**os.environ, **OFFLINE_PIP})
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "-e", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **OFFLINE_PIP},
+    )
     assert installed.returncode == 0, installed.stderr
     return folder, str(python)
 
 
 def test_the_command_writes_a_whole_distribution(made):
     folder, _python = made
-    written = sorted(str(path.relative_to(folder)) for path in folder.rglob("*")
-                     if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path))
+    written = sorted(
+        str(path.relative_to(folder))
+        for path in folder.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path)
+    )
     assert written == [
         "README.md",
         "apid_inventory/__init__.py",
@@ -56,8 +64,13 @@ def test_the_command_writes_a_whole_distribution(made):
 
 def test_the_generated_tests_pass_as_generated(made):
     folder, python = made
-    ran = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=folder,
-                         capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "6 passed" in ran.stdout
 
@@ -81,12 +94,15 @@ def test_it_migrates_and_the_daemon_serves_it(made, tmp_path):
         daemon.stop()
 
 
-@pytest.mark.parametrize("args, reason", [
-    (("Inventory",), "plugin name 'Inventory'"),
-    (("apid",), "plugin name 'apid'"),
-    (("inventory", "--controller", "class"), "controller name 'class'"),
-    (("inventory", "--controller", "Item"), "controller name 'Item'"),
-])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (("Inventory",), "plugin name 'Inventory'"),
+        (("apid",), "plugin name 'apid'"),
+        (("inventory", "--controller", "class"), "controller name 'class'"),
+        (("inventory", "--controller", "Item"), "controller name 'Item'"),
+    ],
+)
 def test_names_that_cannot_make_a_plugin_are_refused_and_nothing_is_written(tmp_path, args, reason):
     done = new_plugin(*args, cwd=tmp_path)
     assert done.returncode == 1
@@ -101,4 +117,3 @@ def test_a_folder_that_is_not_empty_is_left_alone(tmp_path):
     assert done.returncode == 1
     assert "exists and is not an empty folder" in done.stderr
     assert [path.name for path in (tmp_path / "apid-inventory").iterdir()] == ["notes.txt"]
-

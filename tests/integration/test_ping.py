@@ -40,8 +40,10 @@ class Misbehaving(socketserver.BaseRequestHandler):
             self.server.stopping.wait(SLOW * 2)
 
     def _answer(self, status: int, body: bytes) -> None:
-        self.request.sendall(b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nContent-Type: application/json\r\n\r\n%s"
-                             % (status, len(body), body))
+        self.request.sendall(
+            b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nContent-Type: application/json\r\n\r\n%s"
+            % (status, len(body), body)
+        )
 
 
 class Peer(socketserver.ThreadingTCPServer):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from harness import ADMIN, ADMIN_ACCOUNT, REPO, USER, V, Daemon, Deployment, deployment_with_accounts, new_person
+from harness import ADMIN, ADMIN_ACCOUNT, REPO, USER, Daemon, Deployment, V, deployment_with_accounts, new_person
 from shell_docs import OFFLINE_PIP, layered_venv
 
 EXAMPLE = REPO / "docs" / "examples" / "apid-directory"
@@ -33,8 +33,13 @@ def python(tmp_path_factory) -> str:
     python = layered_venv(root / ".venv")
     source = root / "apid-directory"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run([python, "-m", "pip", "install", "--quiet", str(source)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **OFFLINE_PIP})
+    done = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **OFFLINE_PIP},
+    )
     assert done.returncode == 0, done.stderr
     return str(python)
 
@@ -42,8 +47,13 @@ def python(tmp_path_factory) -> str:
 def test_the_examples_own_tests_pass_against_the_installed_plugin(python):
     """docs/examples/apid-directory/tests, run as its author runs them (`pytest` in its folder),
     here against the installed wheel: they use apid.testing, so no daemon and no port."""
-    ran = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
-                         cwd=Path(python).parents[2], capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
+        cwd=Path(python).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert re.search(r"\b7 passed\b", ran.stdout), ran.stdout
 
@@ -72,19 +82,25 @@ def test_migrate_creates_apids_schema_then_the_plugins_and_status_says_what_is_p
 
     done = deployment.cli("migrate", python=python)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"apid: created the database schema (revision {head})",
-                                        "apid: created the schema of plugin directory (revision 0001)"]
+    assert done.stdout.splitlines() == [
+        f"apid: created the database schema (revision {head})",
+        "apid: created the schema of plugin directory (revision 0001)",
+    ]
     assert sqlite_rows(deployment, "SELECT version_num FROM alembic_version_directory") == [("0001",)]
     tables = {name for (name,) in sqlite_rows(deployment, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"person", "directory_company", "directory_department"} <= tables
 
     after = deployment.cli("migrate", "--status", python=python)
     assert after.returncode == 0, after.stderr
-    assert after.stdout.splitlines() == [f"apid: current revision {head}, head {head}, up to date",
-                                         "directory: current revision 0001, head 0001, up to date"]
+    assert after.stdout.splitlines() == [
+        f"apid: current revision {head}, head {head}, up to date",
+        "directory: current revision 0001, head 0001, up to date",
+    ]
     again = deployment.cli("migrate", python=python)
-    assert again.stdout.splitlines() == [f"apid: the database schema is up to date (revision {head})",
-                                         "apid: the schema of plugin directory is up to date (revision 0001)"]
+    assert again.stdout.splitlines() == [
+        f"apid: the database schema is up to date (revision {head})",
+        "apid: the schema of plugin directory is up to date (revision 0001)",
+    ]
 
 
 def test_a_daemon_that_may_not_migrate_refuses_a_database_behind_its_plugins_until_migrated(python, tmp_path):
@@ -94,8 +110,10 @@ def test_a_daemon_that_may_not_migrate_refuses_a_database_behind_its_plugins_unt
     refused = deployment.cli("serve", python=python)
     assert refused.returncode == 1
     assert "apid ready" not in refused.stdout
-    assert ("apid: cannot start: migrations are pending and database.migrate is false: "
-            "directory: current revision none, head 0001, pending 0001; run `apid migrate` first") in refused.stderr
+    assert (
+        "apid: cannot start: migrations are pending and database.migrate is false: "
+        "directory: current revision none, head 0001, pending 0001; run `apid migrate` first"
+    ) in refused.stderr
     assert "directory_company" not in {name for (name,) in sqlite_rows(deployment, "SELECT name FROM sqlite_master")}
 
     assert deployment.cli("migrate", python=python).returncode == 0
@@ -154,8 +172,9 @@ def test_departments_are_created_in_a_company_and_read_by_company(daemon, deploy
     assert (listed.status, listed.json) == (200, [research])
     company = daemon.request("GET", f"{V}/company/show/{acme['id']}", token=user_token)
     assert company.json == {"id": acme["id"], "name": "Acme", "version": 0}  # createdBy: administrators only
-    assert sqlite_rows(deployment, f"SELECT company_id, name FROM directory_department WHERE id = {research['id']}") == [
-        (acme["id"], "Research")]
+    assert sqlite_rows(
+        deployment, f"SELECT company_id, name FROM directory_department WHERE id = {research['id']}"
+    ) == [(acme["id"], "Research")]
 
 
 def test_a_name_taken_or_a_stale_version_is_a_conflict_a_missing_id_not_found(daemon, admin_token, user_token):
@@ -163,18 +182,23 @@ def test_a_name_taken_or_a_stale_version_is_a_conflict_a_missing_id_not_found(da
     taken = daemon.request("POST", f"{V}/company/create", {"name": "Initech"}, token=admin_token)
     assert (taken.status, taken.json["detail"]) == (409, "a company named 'Initech' exists already")
 
-    renamed = daemon.request("PUT", f"{V}/company/update/{initech['id']}", {"name": "Initrode", "version": 0},
-                             token=admin_token)
+    renamed = daemon.request(
+        "PUT", f"{V}/company/update/{initech['id']}", {"name": "Initrode", "version": 0}, token=admin_token
+    )
     assert (renamed.status, renamed.json["name"], renamed.json["version"]) == (200, "Initrode", 1)
-    stale = daemon.request("PUT", f"{V}/company/update/{initech['id']}", {"name": "Initech 2", "version": 0},
-                           token=admin_token)
+    stale = daemon.request(
+        "PUT", f"{V}/company/update/{initech['id']}", {"name": "Initech 2", "version": 0}, token=admin_token
+    )
     assert (stale.status, stale.json["currentVersion"]) == (409, 1)
     assert daemon.request("GET", f"{V}/company/show/{initech['id']}", token=user_token).json["name"] == "Initrode"
 
     missing = daemon.request("GET", f"{V}/department/show/999999", token=user_token)
     assert (missing.status, missing.json["detail"]) == (404, "no department with id 999999")
     nowhere = daemon.request("POST", f"{V}/department/create", {"companyId": 999999, "name": "Lost"}, token=admin_token)
-    assert (nowhere.status, nowhere.json["errors"]) == (400, [{"field": "companyId", "reason": "is not the id of a company"}])
+    assert (nowhere.status, nowhere.json["errors"]) == (
+        400,
+        [{"field": "companyId", "reason": "is not the id of a company"}],
+    )
     assert daemon.request("POST", f"{V}/company/create", {"name": "Mine"}, token=user_token).status == 403
 
 
@@ -198,7 +222,7 @@ def test_deleting_a_company_deletes_its_departments(daemon, admin_token):
 
 # --- PostgreSQL: daemons and migrate commands started together --------------------------------------
 
-LOGGED_REVISION = '''
+LOGGED_REVISION = """
 import sqlalchemy as sa
 from alembic import op
 
@@ -210,7 +234,7 @@ def upgrade():
     op.create_table("migration_log", sa.Column("ran_at", sa.DateTime(timezone=True), server_default=sa.func.now()))
     op.execute("SELECT pg_sleep(2)")  # the other process arrives meanwhile, and must wait
     op.execute("INSERT INTO migration_log DEFAULT VALUES")
-'''
+"""
 
 
 def logged_plugin(folder: Path) -> Path:
@@ -234,19 +258,24 @@ def test_two_migrate_commands_started_together_on_postgresql_migrate_once(python
     deployment.write()
     env = {**os.environ, "APID_DATABASE_URL": url, "PYTHONPATH": str(logged_plugin(tmp_path / "site"))}
     command = [python, "-m", "apid", "migrate", "--config-dir", str(deployment.config_dir), "--env", "test"]
-    processes = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(2)]
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outputs = [process.communicate(timeout=120) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
 
     # One took the lock and migrated all three schemas; the other waited, then found them up to date.
     first, second = sorted((stdout.splitlines() for stdout, _ in outputs), key=lambda lines: "created" not in lines[0])
     assert [line.split(" (revision")[0] for line in first] == [
-        "apid: created the database schema", "apid: created the schema of plugin directory",
-        "apid: created the schema of plugin logged"]
+        "apid: created the database schema",
+        "apid: created the schema of plugin directory",
+        "apid: created the schema of plugin logged",
+    ]
     assert [line.split(" (revision")[0] for line in second] == [
-        "apid: the database schema is up to date", "apid: the schema of plugin directory is up to date",
-        "apid: the schema of plugin logged is up to date"]
+        "apid: the database schema is up to date",
+        "apid: the schema of plugin directory is up to date",
+        "apid: the schema of plugin logged is up to date",
+    ]
     engine = create_engine(url)
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM migration_log")).scalar() == 1

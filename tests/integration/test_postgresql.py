@@ -36,7 +36,16 @@ def test_migrate_creates_the_schema_and_is_idempotent(pg_deployment, postgres):
     tables = set(inspect(create_engine(postgres.url)).get_table_names())
     assert {"person", "role", "person_role", "hook", "alembic_version"} <= tables
     hook_columns = {c["name"] for c in inspect(create_engine(postgres.url)).get_columns("hook")}
-    assert {"attempts", "date_created", "format", "last_modified", "user_id", "is_enabled", "url", "service"} <= hook_columns
+    assert {
+        "attempts",
+        "date_created",
+        "format",
+        "last_modified",
+        "user_id",
+        "is_enabled",
+        "url",
+        "service",
+    } <= hook_columns
     with create_engine(postgres.url).connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
 
@@ -44,30 +53,41 @@ def test_migrate_creates_the_schema_and_is_idempotent(pg_deployment, postgres):
 def test_person_crud_is_stored_in_postgresql(pg_daemon, postgres):
     token = pg_daemon.login(*ADMIN[:2])
     created = pg_daemon.request(
-        "POST", "/v0.1/person/create",
-        {"username": "pgperson", "password": "pg-password-1", "email": "pg@example.com"}, token=token,
+        "POST",
+        "/v0.1/person/create",
+        {"username": "pgperson", "password": "pg-password-1", "email": "pg@example.com"},
+        token=token,
     )
     assert created.status == 200, created.body
     person_id = created.json["id"]
     engine = create_engine(postgres.url)
     with engine.connect() as connection:
         row = connection.execute(select(person).where(person.c.id == person_id)).one()
-        roles = connection.execute(
-            select(role.c.authority).join(person_role, person_role.c.role_id == role.c.id)
-            .where(person_role.c.person_id == person_id)
-        ).scalars().all()
+        roles = (
+            connection.execute(
+                select(role.c.authority)
+                .join(person_role, person_role.c.role_id == role.c.id)
+                .where(person_role.c.person_id == person_id)
+            )
+            .scalars()
+            .all()
+        )
     assert (row.username, row.email, row.enabled) == ("pgperson", "pg@example.com", True)
     assert row.password.startswith("$argon2id$")
     assert roles == ["ROLE_USER"]
 
-    updated = pg_daemon.request("PUT", f"/v0.1/person/update/{person_id}", {"email": "pg2@example.com", "version": 0}, token=token)
+    updated = pg_daemon.request(
+        "PUT", f"/v0.1/person/update/{person_id}", {"email": "pg2@example.com", "version": 0}, token=token
+    )
     assert updated.json == {"id": person_id, "version": 1}
     shown = pg_daemon.request("GET", f"/v0.1/person/show/{person_id}", token=token)
     assert shown.json["email"] == "pg2@example.com"
 
     duplicate = pg_daemon.request(
-        "POST", "/v0.1/person/create",
-        {"username": "pgperson", "password": "pg-password-1", "email": "other@example.com"}, token=token,
+        "POST",
+        "/v0.1/person/create",
+        {"username": "pgperson", "password": "pg-password-1", "email": "other@example.com"},
+        token=token,
     )
     assert duplicate.status == 409
 
@@ -89,22 +109,34 @@ def test_two_concurrent_creates_of_one_name_in_two_letter_cases_make_one_account
         with engine.connect() as first, ThreadPoolExecutor(1) as client:
             first.begin()
             insert_account(first, "Bob", "bob.upper@example.com", "not-a-real-hash", ["ROLE_USER"])
-            second = client.submit(pg_daemon.request, "POST", "/v0.1/person/create", {
-                "username": "bob", "password": "bob-password-1", "email": "bob.lower@example.com"}, token=token)
+            second = client.submit(
+                pg_daemon.request,
+                "POST",
+                "/v0.1/person/create",
+                {"username": "bob", "password": "bob-password-1", "email": "bob.lower@example.com"},
+                token=token,
+            )
 
             def waiting_on_bob() -> bool:
                 with engine.connect() as watcher:  # a transaction of its own: activity is read once in one
-                    return watcher.execute(text(  # the daemon's insert, blocked by the first transaction
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE 'INSERT INTO person %'")).scalar() == 1
+                    return (
+                        watcher.execute(
+                            text(  # the daemon's insert, blocked by the first transaction
+                                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                "AND query LIKE 'INSERT INTO person %'"
+                            )
+                        ).scalar()
+                        == 1
+                    )
 
             assert wait_for(waiting_on_bob), "the second create did not wait for the first: no unique key"
             first.commit()
             answer = second.result(timeout=30)
         assert assert_problem(answer, 409)["field"] == "username"
         with engine.connect() as connection:
-            named = connection.execute(select(person.c.username, person.c.email).where(
-                person.c.username_key == "bob")).all()
+            named = connection.execute(
+                select(person.c.username, person.c.email).where(person.c.username_key == "bob")
+            ).all()
         assert [tuple(row) for row in named] == [("Bob", "bob.upper@example.com")]
     finally:
         engine.dispose()
@@ -112,16 +144,23 @@ def test_two_concurrent_creates_of_one_name_in_two_letter_cases_make_one_account
 
 def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres, pg_deployment):
     receiver = Receiver()
-    deployment = Deployment(tmp_path, server={"database": {"url": postgres.url}, "webhookActive": True,
-                                              "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2}},
-                            api={"cors": {"allowedOrigins": [receiver.origin]}})
+    deployment = Deployment(
+        tmp_path,
+        server={
+            "database": {"url": postgres.url},
+            "webhookActive": True,
+            "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2},
+        },
+        api={"cors": {"allowedOrigins": [receiver.origin]}},
+    )
     deployment.write()
     engine = create_engine(postgres.url)
     with engine.begin() as connection:
         admin_id = connection.execute(select(person.c.id).where(person.c.username == ADMIN[0])).scalar_one()
         connection.exec_driver_sql(  # the specification's insert
             "insert into hook (attempts, date_created, format, last_modified, user_id, is_enabled, url, service) "
-            f"values (0, now(), 'JSON', now(), {admin_id}, true, '{receiver.origin}/pg', 'team')")
+            f"values (0, now(), 'JSON', now(), {admin_id}, true, '{receiver.origin}/pg', 'team')"
+        )
     try:
         with running_daemon(deployment) as first, running_daemon(deployment) as second:
             for daemon in (first, second):
@@ -133,8 +172,9 @@ def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres,
         ids = [r.headers["webhook-id"] for r in receiver.received]
         assert len(ids) == len(set(ids)) == 200
         with engine.connect() as connection:
-            assert connection.exec_driver_sql(
-                "select state, count(*) from hook_message group by state").all() == [("delivered", 200)]
+            assert connection.exec_driver_sql("select state, count(*) from hook_message group by state").all() == [
+                ("delivered", 200)
+            ]
     finally:
         receiver.close()
         engine.dispose()

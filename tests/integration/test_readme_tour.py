@@ -20,7 +20,7 @@ TOUR = "## A five-minute tour"
 def tour_steps():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     tour = section(readme, TOUR)
-    first_line = readme[:readme.index(tour)].count("\n")
+    first_line = readme[: readme.index(tour)].count("\n")
     return [step for start, block in fenced_blocks(tour) for step in steps(block, first_line + start)]
 
 

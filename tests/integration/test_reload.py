@@ -14,7 +14,7 @@ import pytest
 from harness import ADMIN, USER, Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for
 
 
-@pytest.fixture()
+@pytest.fixture
 def reloading(tmp_path):
     with running_daemon(deployment_with_accounts(tmp_path)) as daemon:
         yield daemon
@@ -61,8 +61,10 @@ def two_daemons(request, tmp_path):
 
 def show_statuses(daemons, person_id: int) -> list[int]:
     """What the user gets from person/show on each daemon."""
-    return [daemon.request("GET", f"/v0.1/person/show/{person_id}", token=daemon.login(*USER[:2])).status
-            for daemon in daemons]
+    return [
+        daemon.request("GET", f"/v0.1/person/show/{person_id}", token=daemon.login(*USER[:2])).status
+        for daemon in daemons
+    ]
 
 
 def someone(daemon: Daemon) -> int:
@@ -90,7 +92,9 @@ def test_the_command_reloads_every_daemon_and_a_broken_file_none(two_daemons):
     assert show_statuses(two_daemons, mine) == [403, 403]
     admin = one.login(*ADMIN[:2])
     assert [daemon.request("GET", f"/v0.1/person/show/{mine}", token=admin).status for daemon in two_daemons] == [
-        200, 200]
+        200,
+        200,
+    ]
     assert one.stderr.count("IO State reloaded") == 2 and "IO State reload refused" not in one.stderr
 
 

@@ -24,7 +24,15 @@ import yaml
 
 from apid import config as apid_config
 from harness import (
-    ADMIN, REPO, USER, USER_ACCOUNT, Daemon, Deployment, Response, deployment_with_accounts, running_daemon,
+    ADMIN,
+    REPO,
+    USER,
+    USER_ACCOUNT,
+    Daemon,
+    Deployment,
+    Response,
+    deployment_with_accounts,
+    running_daemon,
     wait_for,
 )
 
@@ -82,9 +90,18 @@ def make_user(daemon: Daemon, admin_token: str, prefix: str) -> tuple[str, str, 
     """An enabled ROLE_USER account made by the administrator: (username, password, email)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     password, address = f"pw-{uuid.uuid4().hex[:12]}", f"{name}@example.org"
-    reply = daemon.request("POST", "/v0.1/person/create", {
-        "username": name, "password": password, "email": address, "enabled": True, "roles": ["ROLE_USER"],
-    }, token=admin_token)
+    reply = daemon.request(
+        "POST",
+        "/v0.1/person/create",
+        {
+            "username": name,
+            "password": password,
+            "email": address,
+            "enabled": True,
+            "roles": ["ROLE_USER"],
+        },
+        token=admin_token,
+    )
     assert reply.status == 200, reply.body
     return name, password, address
 
@@ -97,9 +114,15 @@ def reset_id(daemon: Daemon, deployment: Deployment, address: str) -> str:
     assert reply.status == 200, reply.body
 
     def mail() -> list:
-        return [m for m in (email.message_from_bytes(p.read_bytes(), policy=email.policy.default)
-                            for p in sorted(folder.glob("*.eml")) if p.name not in seen)
-                if str(m["To"]) == address]
+        return [
+            m
+            for m in (
+                email.message_from_bytes(p.read_bytes(), policy=email.policy.default)
+                for p in sorted(folder.glob("*.eml"))
+                if p.name not in seen
+            )
+            if str(m["To"]) == address
+        ]
 
     assert wait_for(lambda: mail(), timeout=10)
     (link,) = re.findall(r"\S+/validate\?id=\S+", mail()[0].get_content())
@@ -108,7 +131,9 @@ def reset_id(daemon: Daemon, deployment: Deployment, address: str) -> str:
 
 
 def reset_password(daemon: Daemon, deployment: Deployment, address: str, password: str) -> None:
-    reply = daemon.request("POST", "/resetPassword", {"id": reset_id(daemon, deployment, address), "password": password})
+    reply = daemon.request(
+        "POST", "/resetPassword", {"id": reset_id(daemon, deployment, address), "password": password}
+    )
     assert reply.status == 200, reply.body
 
 
@@ -123,10 +148,14 @@ def wait_until_expired(daemon: Daemon, token: str) -> None:
 
 @pytest.fixture(scope="module")
 def short_deployment(tmp_path_factory) -> Deployment:
-    return deployment_with_accounts(tmp_path_factory.mktemp("short"), server={
-        "secureCookies": False,
-        "jwt": {"accessLifetime": 1, "leeway": 0, "refreshGrace": 1, "refreshLifetime": 120},
-    }, accounts=(USER_ACCOUNT,))
+    return deployment_with_accounts(
+        tmp_path_factory.mktemp("short"),
+        server={
+            "secureCookies": False,
+            "jwt": {"accessLifetime": 1, "leeway": 0, "refreshGrace": 1, "refreshLifetime": 120},
+        },
+        accounts=(USER_ACCOUNT,),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +170,9 @@ def repository_reserved_uris() -> list[str]:
 
 @pytest.fixture(scope="module")
 def shared_deployment(tmp_path_factory) -> Deployment:
-    return deployment_with_accounts(tmp_path_factory.mktemp("shared"),
-                                    api={"reservedUris": [*repository_reserved_uris(), "/teamCount"]})
+    return deployment_with_accounts(
+        tmp_path_factory.mktemp("shared"), api={"reservedUris": [*repository_reserved_uris(), "/teamCount"]}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -175,10 +205,16 @@ def test_refresh_without_the_cookie_or_the_token_is_refused(daemon):
     assert_401(refresh(daemon, USER[0], token, ""))
     assert_401(refresh(daemon, USER[0], token, "A" * 43))
     assert_401(refresh(daemon, USER[0], None, cookie))
-    assert_401(daemon.request("GET", f"/refreshToken?name={USER[0]}", headers={
-        "Authorization": f"Basic {token}", "Cookie": f"apid_refresh={cookie}"}))
-    assert daemon.request("GET", "/refreshToken", token=token,
-                          headers={"Cookie": f"apid_refresh={cookie}"}).status == 400  # no name
+    assert_401(
+        daemon.request(
+            "GET",
+            f"/refreshToken?name={USER[0]}",
+            headers={"Authorization": f"Basic {token}", "Cookie": f"apid_refresh={cookie}"},
+        )
+    )
+    assert (
+        daemon.request("GET", "/refreshToken", token=token, headers={"Cookie": f"apid_refresh={cookie}"}).status == 400
+    )  # no name
     assert refresh(daemon, USER[0], token, cookie).status == 200
 
 
@@ -186,8 +222,7 @@ def test_refresh_with_a_forged_token_is_refused(daemon):
     token, cookie = log_in(daemon, *USER[:2])
     claims = claims_of(token)
     header, payload, signature = token.split(".")
-    other_key = jwt.encode({**claims, "jti": uuid.uuid4().hex}, b"k" * 48, algorithm="HS256",
-                           headers={"typ": "at+jwt"})
+    other_key = jwt.encode({**claims, "jti": uuid.uuid4().hex}, b"k" * 48, algorithm="HS256", headers={"typ": "at+jwt"})
     unsigned = jwt.encode(claims, None, algorithm="none", headers={"typ": "at+jwt"})
     tampered = ".".join([header, jwt.encode({**claims, "name": ADMIN[0]}, b"x" * 32).split(".")[1], signature])
     for forged in (other_key, unsigned, tampered, f"{header}.{payload}.", "not-a-token"):
@@ -197,8 +232,9 @@ def test_refresh_with_a_forged_token_is_refused(daemon):
 
 def test_a_forged_or_foreign_token_logs_nobody_out(daemon, admin_token):
     token, cookie = log_in(daemon, *USER[:2])
-    forged = jwt.encode({**claims_of(token), "jti": uuid.uuid4().hex}, b"k" * 48, algorithm="HS256",
-                        headers={"typ": "at+jwt"})
+    forged = jwt.encode(
+        {**claims_of(token), "jti": uuid.uuid4().hex}, b"k" * 48, algorithm="HS256", headers={"typ": "at+jwt"}
+    )
     assert_401(log_out(daemon, forged, cookie))
     assert_401(daemon.request("POST", "/logout", headers={"Cookie": f"apid_refresh={cookie}"}))
     # Another account's genuine token with alice's cookie: that token is logged out, her family is not.
@@ -314,8 +350,13 @@ def test_an_expired_but_genuine_token_refreshes(short, short_deployment):
     wait_until_expired(short, token)
     reply = refresh(short, USER[0], token, cookie)
     assert reply.status == 200, reply.body
-    new = jwt.decode(reply.json["token"], secret_of(short_deployment), algorithms=["HS256"], audience="apid",
-                     options={"verify_exp": False})
+    new = jwt.decode(
+        reply.json["token"],
+        secret_of(short_deployment),
+        algorithms=["HS256"],
+        audience="apid",
+        options={"verify_exp": False},
+    )
     old = claims_of(token)
     assert new["name"] == USER[0] and new["sub"] == old["sub"]
     assert new["iat"] > old["iat"] and new["exp"] > old["exp"] and new["jti"] != old["jti"]
@@ -401,9 +442,21 @@ def test_revocation_holds_across_a_restart(daemon_b):
 
 def test_a_plugin_route_not_in_reserved_uris_needs_a_token(daemon):
     assert_401(daemon.request("GET", "/teamCount"))
-    forged = jwt.encode({"iss": "apid", "aud": "apid", "sub": "2", "name": USER[0], "roles": ["ROLE_USER"],
-                         "iat": int(time.time()), "exp": int(time.time()) + 600, "jti": uuid.uuid4().hex},
-                        b"k" * 48, algorithm="HS256", headers={"typ": "at+jwt"})
+    forged = jwt.encode(
+        {
+            "iss": "apid",
+            "aud": "apid",
+            "sub": "2",
+            "name": USER[0],
+            "roles": ["ROLE_USER"],
+            "iat": int(time.time()),
+            "exp": int(time.time()) + 600,
+            "jti": uuid.uuid4().hex,
+        },
+        b"k" * 48,
+        algorithm="HS256",
+        headers={"typ": "at+jwt"},
+    )
     assert_401(daemon.request("GET", "/teamCount", token=forged))
     token, cookie = log_in(daemon, *USER[:2])
     reply = daemon.request("GET", "/teamCount", token=token)

@@ -50,8 +50,13 @@ def open_files() -> bool:
 
 @pytest.fixture(scope="module")
 def daemon(open_files, tmp_path_factory):
-    deployment = deployment_with_accounts(tmp_path_factory.mktemp("slow"), accounts=(), server={
-        "connections": {"headerTimeout": HEADER_TIMEOUT, "bodyTimeout": HEADER_TIMEOUT, "perAddress": PER_ADDRESS}})
+    deployment = deployment_with_accounts(
+        tmp_path_factory.mktemp("slow"),
+        accounts=(),
+        server={
+            "connections": {"headerTimeout": HEADER_TIMEOUT, "bodyTimeout": HEADER_TIMEOUT, "perAddress": PER_ADDRESS}
+        },
+    )
     with running_daemon(deployment) as running:
         yield running
 
@@ -82,8 +87,9 @@ class Slowloris:
         selector = selectors.DefaultSelector()
         try:
             for n in range(SLOWLORIS):
-                sock = socket.create_connection(("127.0.0.1", self.port), timeout=5,
-                                                source_address=(ATTACKERS[n % len(ATTACKERS)], 0))
+                sock = socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=5, source_address=(ATTACKERS[n % len(ATTACKERS)], 0)
+                )
                 sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
                 sock.setblocking(False)
                 connection = SlowConnection(sock, time.monotonic())
@@ -151,24 +157,32 @@ def test_a_slowloris_of_500_connections_is_cut_by_the_header_deadline_and_health
         time.sleep(0.2)
     assert len(latencies) >= 5
     assert all(seconds < 0.050 for seconds in latencies), latencies
-    late = [c.closed_after for c in attack.connections
-            if c.closed_after is None or not HEADER_TIMEOUT - 0.1 <= c.closed_after <= HEADER_TIMEOUT + 1.5]
+    late = [
+        c.closed_after
+        for c in attack.connections
+        if c.closed_after is None or not HEADER_TIMEOUT - 0.1 <= c.closed_after <= HEADER_TIMEOUT + 1.5
+    ]
     assert not late, f"{len(late)} connections not closed by the deadline: {late[:10]}"
     for connection in attack.connections:
         assert connection.received.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), connection.received[:200]
         assert b"Connection: close\r\n" in connection.received
     # the daemon let go of every socket (after the two seconds it reads what still arrives)
-    assert wait_for(lambda: open_descriptors(daemon.process.pid) <= before, timeout=10), \
-        (before, open_descriptors(daemon.process.pid))
+    assert wait_for(lambda: open_descriptors(daemon.process.pid) <= before, timeout=10), (
+        before,
+        open_descriptors(daemon.process.pid),
+    )
     assert "Traceback" not in daemon.stderr
 
 
 def test_one_address_holds_at_most_per_address_connections_and_one_more_is_closed_at_once(daemon):
-    held = [socket.create_connection(("127.0.0.1", daemon.port), timeout=5, source_address=("127.0.0.20", 0))
-            for _ in range(PER_ADDRESS)]
+    held = [
+        socket.create_connection(("127.0.0.1", daemon.port), timeout=5, source_address=("127.0.0.20", 0))
+        for _ in range(PER_ADDRESS)
+    ]
     try:
-        with socket.create_connection(("127.0.0.1", daemon.port), timeout=5,
-                                      source_address=("127.0.0.20", 0)) as refused:
+        with socket.create_connection(
+            ("127.0.0.1", daemon.port), timeout=5, source_address=("127.0.0.20", 0)
+        ) as refused:
             assert refused.recv(1024) == b""  # closed at once, without a word (the idle timeout is 60 s)
         assert daemon.request("GET", "/health", source="127.0.0.21").status == 200
         held[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -194,9 +208,12 @@ def health_from(source: str, port: int) -> bool:
 def two_workers(open_files, tmp_path_factory):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("worker processes need two CPUs")
-    deployment = deployment_with_accounts(tmp_path_factory.mktemp("slow-workers"), accounts=(), api={"procCores": 2},
-                                          server={"connections": {"headerTimeout": HEADER_TIMEOUT,
-                                                                  "perAddress": WORKER_CAP}})
+    deployment = deployment_with_accounts(
+        tmp_path_factory.mktemp("slow-workers"),
+        accounts=(),
+        api={"procCores": 2},
+        server={"connections": {"headerTimeout": HEADER_TIMEOUT, "perAddress": WORKER_CAP}},
+    )
     with running_daemon(deployment) as running:
         yield running
 
@@ -222,7 +239,8 @@ def test_each_worker_counts_its_own_connections_and_cuts_its_own_slow_requests(t
     opened: list[socket.socket | None] = []
     for _ in range(3 * WORKER_CAP):
         sock: socket.socket | None = socket.create_connection(
-            ("127.0.0.1", two_workers.port), timeout=HEADER_TIMEOUT + 5, source_address=("127.0.0.30", 0))
+            ("127.0.0.1", two_workers.port), timeout=HEADER_TIMEOUT + 5, source_address=("127.0.0.30", 0)
+        )
         try:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         except OSError:  # refused before the bytes went out

@@ -21,10 +21,9 @@ import pytest
 
 aiosmtpd = pytest.importorskip("aiosmtpd.controller")
 
+from apid.auth.registration import SENT  # noqa: E402
 from assertions import assert_problem  # noqa: E402
 from harness import Daemon, Deployment, deployment_with_accounts, free_port, running_daemon, wait_for  # noqa: E402
-
-from apid.auth.registration import SENT  # noqa: E402
 
 SENDER = "apid <apid@example.com>"
 BASE_URL = "http://apid.test:8080"
@@ -67,15 +66,19 @@ class SmtpServer:
 
 
 def deployment_for(root, smtp_port: int, accounts: tuple[tuple[str, ...], ...] = ()) -> Deployment:
-    return deployment_with_accounts(root, server={
-        "baseUrl": BASE_URL,
-        "homeUrl": HOME_URL,
-        "mail": {
-            "backend": "smtp",
-            "from": SENDER,
-            "smtp": {"host": "127.0.0.1", "port": smtp_port, "starttls": False},
+    return deployment_with_accounts(
+        root,
+        server={
+            "baseUrl": BASE_URL,
+            "homeUrl": HOME_URL,
+            "mail": {
+                "backend": "smtp",
+                "from": SENDER,
+                "smtp": {"host": "127.0.0.1", "port": smtp_port, "starttls": False},
+            },
         },
-    }, accounts=accounts)
+        accounts=accounts,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +90,11 @@ def smtp():
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, smtp) -> Deployment:
-    return deployment_for(tmp_path_factory.mktemp("apid-smtp"), smtp.port,
-                          accounts=(("carol", "carol-password-1", "carol@example.com", "ROLE_USER"),))
+    return deployment_for(
+        tmp_path_factory.mktemp("apid-smtp"),
+        smtp.port,
+        accounts=(("carol", "carol-password-1", "carol@example.com", "ROLE_USER"),),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +161,7 @@ def test_a_taken_address_gets_a_notice_and_the_same_answer(daemon, smtp):
     assert message["Subject"] != "apid: confirm your account"
     assert "/validate?id=" not in message.get_content()
     # nothing was created
-    assert daemon.request("POST", "/authenticate",
-                          {"username": "carol-two", "password": PASSWORD}).status == 401
+    assert daemon.request("POST", "/authenticate", {"username": "carol-two", "password": PASSWORD}).status == 401
 
 
 def test_header_injection_in_the_email_gets_no_mail(daemon, smtp):
@@ -224,8 +229,9 @@ def test_with_the_smtp_server_down_register_answers_the_same_and_retries(tmp_pat
         assert_sent_answer(reply)
         assert "Retry-After" not in reply.headers
         # the failed send is logged (bounded wait for the daemon's log, not a timing check)
-        assert wait_for(lambda: "sending mail ('apid: confirm your account') failed, attempt 1"
-                        in daemon.stderr, timeout=20), daemon.stderr
+        assert wait_for(
+            lambda: "sending mail ('apid: confirm your account') failed, attempt 1" in daemon.stderr, timeout=20
+        ), daemon.stderr
         # a second registration answers the same while mail is failing
         assert_sent_answer(register(daemon, "grace", "grace@example.com"))
 

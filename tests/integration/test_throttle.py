@@ -23,8 +23,18 @@ import yaml
 
 from assertions import assert_json, assert_problem
 from harness import (
-    ADMIN, ADMIN_ACCOUNT, USER, USER_ACCOUNT, V, Daemon, Deployment, create_team, deployment_with_accounts, free_port,
-    new_person, running_daemon,
+    ADMIN,
+    ADMIN_ACCOUNT,
+    USER,
+    USER_ACCOUNT,
+    Daemon,
+    Deployment,
+    V,
+    create_team,
+    deployment_with_accounts,
+    free_port,
+    new_person,
+    running_daemon,
 )
 from redis_server import running_redis
 
@@ -88,8 +98,7 @@ def show(daemon, token, person_id):
 
 
 def batch_of_shows(daemon, token, person_id, n: int):
-    return daemon.request("POST", f"{B}/person/show", {"batch": [{"id": person_id}] * n, "combine": True},
-                          token=token)
+    return daemon.request("POST", f"{B}/person/show", {"batch": [{"id": person_id}] * n, "combine": True}, token=token)
 
 
 # --- the in-process store: one daemon with small limits ----------------------------------------
@@ -97,8 +106,9 @@ def batch_of_shows(daemon, token, person_id, n: int):
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory) -> Deployment:
-    return deployment_with_accounts(tmp_path_factory.mktemp("throttle"), server={"apiThrottle": True},
-                                    api={"throttle": THROTTLE})
+    return deployment_with_accounts(
+        tmp_path_factory.mktemp("throttle"), server={"apiThrottle": True}, api={"throttle": THROTTLE}
+    )
 
 
 def test_every_answer_to_a_limited_user_carries_the_fields_errors_too(daemon, admin_token):
@@ -117,8 +127,7 @@ def test_every_answer_to_a_limited_user_carries_the_fields_errors_too(daemon, ad
     assert_limited(forbidden, USER_LIMIT - 3)
 
 
-def test_the_fifth_request_is_allowed_the_sixth_refused_and_after_the_lock_the_count_starts_over(
-        daemon, admin_token):
+def test_the_fifth_request_is_allowed_the_sixth_refused_and_after_the_lock_the_count_starts_over(daemon, admin_token):
     person, token = fresh_user(daemon, admin_token)
     for left in range(USER_LIMIT - 1, 0, -1):
         assert_limited(show(daemon, token, person["id"]), left)
@@ -182,7 +191,8 @@ def test_a_request_costing_more_than_is_left_is_429_saying_its_cost_and_what_is_
     assert body["detail"] == (
         f"this request costs {USER_LIMIT} (a batch counts one per element, a chain one per link) and "
         f"{USER_LIMIT - 1} are left of the request limit of {USER_LIMIT} a day: it was refused whole, none of it "
-        f"counted against that limit; send at most {USER_LIMIT - 1}, or this one again in {reset} seconds")
+        f"counted against that limit; send at most {USER_LIMIT - 1}, or this one again in {reset} seconds"
+    )
     beyond = batch_of_shows(daemon, token, person["id"], USER_LIMIT + 1)
     assert "more than the request limit of 5 a day allows at once" in assert_refused(beyond)["detail"]
     assert remaining(beyond) == USER_LIMIT - 1
@@ -211,8 +221,9 @@ def test_a_batch_over_batch_limit_is_413_and_charges_nothing(daemon, admin_token
 def test_a_chain_over_chain_limit_is_422_and_charges_nothing(daemon, admin_token):
     person, token = fresh_user(daemon, admin_token)
     order = {f"person/show{n}": "id" for n in range(10)} | {"person/list": "return"}  # 12 links, chainLimit 10
-    too_long = daemon.request("GET", f"{C}/person/show/{person['id']}", {"chain": {"key": "id", "order": order}},
-                              token=token)
+    too_long = daemon.request(
+        "GET", f"{C}/person/show/{person['id']}", {"chain": {"key": "id", "order": order}}, token=token
+    )
     problem = assert_problem(too_long, 422)
     assert problem["rule"] == "chain-limit" and problem["detail"] == "a chain holds at most 10 links, this one 12"
     assert_no_fields(too_long)
@@ -241,8 +252,9 @@ def test_an_admin_has_their_own_larger_limit_and_users_are_counted_apart(daemon,
 @pytest.fixture(scope="module")
 def unruled_daemon(tmp_path_factory):
     """apiThrottle on, but only ROLE_ADMIN has a rateLimit (the repository's ROLE_USER rule removed)."""
-    deployment = Deployment(tmp_path_factory.mktemp("unruled"), server={"apiThrottle": True},
-                            api={"throttle": {"expires": EXPIRES}})
+    deployment = Deployment(
+        tmp_path_factory.mktemp("unruled"), server={"apiThrottle": True}, api={"throttle": {"expires": EXPIRES}}
+    )
     deployment.write()
     api_file = deployment.config_dir / "service_api.yml"
     api = yaml.safe_load(api_file.read_text())
@@ -354,8 +366,9 @@ def redis_down_daemon(root, on_failure: str | None):
     redis = {"url": f"redis://127.0.0.1:{free_port()}/0"}  # nothing listens there
     if on_failure is not None:
         redis["onFailure"] = on_failure
-    deployment = deployment_with_accounts(root, server={"apiThrottle": True, "redis": redis},
-                                          api={"throttle": THROTTLE})
+    deployment = deployment_with_accounts(
+        root, server={"apiThrottle": True, "redis": redis}, api={"throttle": THROTTLE}
+    )
     return running_daemon(deployment)
 
 
@@ -364,9 +377,11 @@ def fail_closed_daemon(tmp_path_factory):
     """A daemon whose Redis is down, failing closed, and a user's token for it. Logging in there
     is refused too (the abuse limits count in Redis as well), so the token comes from a daemon
     of the same deployment without Redis; APID_REDIS_URL gives the other one its Redis."""
-    deployment = deployment_with_accounts(tmp_path_factory.mktemp("closed"),
-                                          server={"apiThrottle": True, "redis": {"onFailure": "closed"}},
-                                          api={"throttle": THROTTLE})
+    deployment = deployment_with_accounts(
+        tmp_path_factory.mktemp("closed"),
+        server={"apiThrottle": True, "redis": {"onFailure": "closed"}},
+        api={"throttle": THROTTLE},
+    )
     with running_daemon(deployment) as in_process:
         token = in_process.login(*USER[:2])
     down = Daemon(deployment, env={"APID_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}).start()
@@ -382,9 +397,11 @@ def fail_open_daemon(tmp_path_factory):
         yield running
 
 
-REDIS_HANGS = ("BUG: with Redis unreachable RedisCounters.charge never answers (txredisapi's reconnecting pool "
-               "queues the EVAL until a connection exists), so the call hangs instead of failing open or closed; "
-               "apid/throttle.py RedisCounters.charge: bound it with a timeout (e.g. addTimeout(2, reactor))")
+REDIS_HANGS = (
+    "BUG: with Redis unreachable RedisCounters.charge never answers (txredisapi's reconnecting pool "
+    "queues the EVAL until a connection exists), so the call hangs instead of failing open or closed; "
+    "apid/throttle.py RedisCounters.charge: bound it with a timeout (e.g. addTimeout(2, reactor))"
+)
 
 
 def test_with_redis_down_and_on_failure_closed_calls_are_503_with_retry_after(fail_closed_daemon):

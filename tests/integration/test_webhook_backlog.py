@@ -15,10 +15,9 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
+from apid.hooks.worker import backoff
 from harness import ADMIN, V, burst, deployment_with_accounts, new_person, running_daemon
 from receiver import Answer, Receiver
-
-from apid.hooks.worker import backoff
 
 ATTEMPTS = 5
 SETTINGS = {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 1, "retryFactor": 2, "retryMax": 8}
@@ -28,8 +27,10 @@ PER_HOST = 8  # the default
 def window(jitter: float) -> float:
     """Seconds from a hook's first failed round to its last (the one that disables it), by the
     formula of docs/webhooks.md: jitter 0 the shortest, 1 the longest."""
-    return sum(backoff(SETTINGS["retryBase"], SETTINGS["retryFactor"], SETTINGS["retryMax"], n, lambda: jitter)
-               for n in range(1, ATTEMPTS))
+    return sum(
+        backoff(SETTINGS["retryBase"], SETTINGS["retryFactor"], SETTINGS["retryMax"], n, lambda: jitter)
+        for n in range(1, ATTEMPTS)
+    )
 
 
 SHORTEST, LONGEST = window(0.0), window(1.0)  # 7.5 s, 15 s
@@ -111,14 +112,19 @@ def wait_until(check, timeout: float):
 
 def sent_in_order_of_recording(database, hook_id: int) -> bool:
     """Each successful attempt started no earlier than those of messages recorded before it."""
-    rows = query(database, "select m.created_at from hook_attempt a join hook_message m on m.id = a.message_id "
-                 "where a.hook_id = :hook and a.status_code = 200 order by a.attempted_at, m.created_at", hook=hook_id)
+    rows = query(
+        database,
+        "select m.created_at from hook_attempt a join hook_message m on m.id = a.message_id "
+        "where a.hook_id = :hook and a.status_code = 200 order by a.attempted_at, m.created_at",
+        hook=hook_id,
+    )
     created = [row[0] for row in rows]
     return created == sorted(created)
 
 
-def test_a_receiver_down_under_a_burst_loses_nothing_and_its_hook_stays_enabled(daemon, token, receiver, database,
-                                                                                  path):
+def test_a_receiver_down_under_a_burst_loses_nothing_and_its_hook_stays_enabled(
+    daemon, token, receiver, database, path
+):
     receiver.scripts[path] = [Answer(503)]  # down: no Retry-After, so every answer is a failure
     hook = add_hook(daemon, token, receiver.origin + path, "team")
     down_since = time.monotonic()
@@ -142,8 +148,9 @@ def test_a_receiver_down_under_a_burst_loses_nothing_and_its_hook_stays_enabled(
     assert sent_in_order_of_recording(database, hook["id"])
 
 
-def test_a_receiver_down_past_the_window_disables_its_hook_which_keeps_recording(daemon, token, receiver, database,
-                                                                                 deployment, path):
+def test_a_receiver_down_past_the_window_disables_its_hook_which_keeps_recording(
+    daemon, token, receiver, database, deployment, path
+):
     receiver.scripts[path] = [Answer(503)]
     hook = add_hook(daemon, token, receiver.origin + path, "team")
     burst(daemon, token, 100)
@@ -174,8 +181,9 @@ def test_a_receiver_down_past_the_window_disables_its_hook_which_keeps_recording
     assert sent_in_order_of_recording(database, hook["id"])
 
 
-def test_a_hook_disabled_by_hand_records_its_events_and_delivers_them_once_enabled(daemon, token, receiver,
-                                                                                   database, deployment, path):
+def test_a_hook_disabled_by_hand_records_its_events_and_delivers_them_once_enabled(
+    daemon, token, receiver, database, deployment, path
+):
     hook = add_hook(daemon, token, receiver.origin + path, "person/create")
     disabled = daemon.request("PUT", f"{V}/hook/disable/{hook['id']}", token=token).json
     assert (disabled["isEnabled"], disabled["pending"]) == (False, 0)

@@ -18,9 +18,9 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from harness import ADMIN, V, Daemon, Deployment, deployment_with_accounts, person_fields, running_daemon, wait_for
-from outbox import Outbox, link_at
+from harness import ADMIN, Daemon, Deployment, V, deployment_with_accounts, person_fields, running_daemon, wait_for
 from integration.test_sessions import reset_password
+from outbox import Outbox, link_at
 from receiver import Receiver
 
 SETTINGS = {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryFactor": 2, "retryMax": 0.4}
@@ -28,7 +28,8 @@ SETTINGS = {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryFacto
 
 def hooked_deployment(root, receiver: Receiver, **server) -> Deployment:
     return deployment_with_accounts(
-        root, server={"webhookActive": True, "webhooks": SETTINGS, **server},
+        root,
+        server={"webhookActive": True, "webhooks": SETTINGS, **server},
         api={"cors": {"allowedOrigins": [receiver.origin]}},
     )
 
@@ -49,8 +50,9 @@ def deployment(tmp_path_factory, receiver, database_url):
 def hook_path(daemon, admin_token, receiver) -> str:
     """The administrator's hook on `person`, at a receiver path of this module."""
     path = f"/people-{uuid.uuid4().hex[:6]}"
-    reply = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"},
-                           token=admin_token)
+    reply = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"}, token=admin_token
+    )
     assert reply.status == 200, reply.body
     return path
 
@@ -61,9 +63,16 @@ def events(receiver: Receiver, path: str) -> list[dict]:
 
 def event_of(receiver: Receiver, path: str, type_: str, person_id: int, **data) -> dict:
     """The one event of this type about this person, waited for; its data checked."""
+
     def found() -> list[dict]:
-        return [e for e in events(receiver, path) if e["type"] == type_ and e["data"].get("id") == person_id
-                and all(e["data"].get(k) == v for k, v in data.items())]
+        return [
+            e
+            for e in events(receiver, path)
+            if e["type"] == type_
+            and e["data"].get("id") == person_id
+            and all(e["data"].get(k) == v for k, v in data.items())
+        ]
+
     assert wait_for(lambda: found(), timeout=15), (type_, person_id, events(receiver, path)[-5:])
     (event,) = found()
     return event
@@ -78,8 +87,9 @@ def person_id_named(database_url: str, name: str) -> int:
         engine.dispose()
 
 
-def test_sign_up_validation_and_reset_are_person_events(daemon, deployment, database_url, admin_token, receiver,
-                                                         hook_path):
+def test_sign_up_validation_and_reset_are_person_events(
+    daemon, deployment, database_url, admin_token, receiver, hook_path
+):
     name, password, address = f"ev{uuid.uuid4().hex[:6]}", "signed-up-password", f"ev{uuid.uuid4().hex[:6]}@example.org"
     outbox = Outbox(deployment)
     reply = daemon.request("POST", "/register", {"username": name, "password": password, "email": address})
@@ -97,19 +107,28 @@ def test_sign_up_validation_and_reset_are_person_events(daemon, deployment, data
     event_of(receiver, hook_path, "person/update", person_id, version=2)
 
 
-def test_an_account_made_on_the_command_line_is_a_person_event(daemon, deployment, database_url, receiver,
-                                                                hook_path):
+def test_an_account_made_on_the_command_line_is_a_person_event(daemon, deployment, database_url, receiver, hook_path):
     name = f"cli{uuid.uuid4().hex[:6]}"
-    done = deployment.cli("user", "add", name, "--email", f"{name}@example.org", "--role", "ROLE_USER",
-                          "--password-stdin", input="cli-password-123\n")
+    done = deployment.cli(
+        "user",
+        "add",
+        name,
+        "--email",
+        f"{name}@example.org",
+        "--role",
+        "ROLE_USER",
+        "--password-stdin",
+        input="cli-password-123\n",
+    )
     assert done.returncode == 0, done.stderr
     event_of(receiver, hook_path, "person/create", person_id_named(database_url, name), version=0)
 
 
 def test_a_registration_that_creates_nothing_is_no_event(daemon, deployment, receiver, hook_path):
     before = len(events(receiver, hook_path))
-    reply = daemon.request("POST", "/register", {"username": "someone-new", "password": "some-password-1",
-                                                 "email": ADMIN[2]})  # the address is taken
+    reply = daemon.request(
+        "POST", "/register", {"username": "someone-new", "password": "some-password-1", "email": ADMIN[2]}
+    )  # the address is taken
     assert reply.status == 200
     unknown = daemon.request("GET", f"/validate?id={'x' * 43}")
     assert unknown.status == 400
@@ -144,8 +163,9 @@ def test_kill_9_during_a_burst_of_changes_leaves_each_with_its_event(crash_deplo
     stop = threading.Event()
     try:
         token = daemon.login(*ADMIN[:2])
-        hook = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/crash", "service": "person"},
-                              token=token)
+        hook = daemon.request(
+            "POST", f"{V}/hook/create", {"url": receiver.origin + "/crash", "service": "person"}, token=token
+        )
         assert hook.status == 200, hook.body
 
         answered: list[int] = []  # one item per creation answered 200 (list.append is atomic)
@@ -185,8 +205,10 @@ def test_kill_9_during_a_burst_of_changes_leaves_each_with_its_event(crash_deplo
 
 
 FAIL_MESSAGES = {
-    "sqlite": ["CREATE TRIGGER refuse_messages BEFORE INSERT ON hook_message "
-               "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"],
+    "sqlite": [
+        "CREATE TRIGGER refuse_messages BEFORE INSERT ON hook_message "
+        "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+    ],
     "postgresql": [
         "CREATE FUNCTION refuse_messages() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$ "
         "LANGUAGE plpgsql",
@@ -201,8 +223,9 @@ def test_a_change_whose_events_cannot_be_written_is_not_made(crash_deployment, r
     deployment, url = crash_deployment
     with running_daemon(deployment) as daemon:
         token = daemon.login(*ADMIN[:2])
-        hook = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/refused", "service": "person"},
-                              token=token)
+        hook = daemon.request(
+            "POST", f"{V}/hook/create", {"url": receiver.origin + "/refused", "service": "person"}, token=token
+        )
         assert hook.status == 200, hook.body
         engine = create_engine(url)
         try:
@@ -214,8 +237,9 @@ def test_a_change_whose_events_cannot_be_written_is_not_made(crash_deployment, r
             assert reply.status == 500, reply.body
             assert "Traceback" not in reply.body.decode()
             with engine.connect() as connection:
-                made = connection.execute(text("select count(*) from person where username = :n"),
-                                          {"n": fields["username"]}).scalar_one()
+                made = connection.execute(
+                    text("select count(*) from person where username = :n"), {"n": fields["username"]}
+                ).scalar_one()
             assert made == 0
         finally:
             engine.dispose()

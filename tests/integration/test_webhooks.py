@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks import Webhook
 
-from harness import ADMIN, USER, V, Daemon, burst, deployment_with_accounts, new_person, running_daemon
+from harness import ADMIN, USER, Daemon, V, burst, deployment_with_accounts, new_person, running_daemon
 from receiver import Answer, Receiver
 
 ATTEMPTS = 3
@@ -124,6 +124,7 @@ def update_person(daemon: Daemon, token: str, person_id: int, **fields) -> dict:
 
 # --- events and their payload ---------------------------------------------------------------
 
+
 def test_a_row_inserted_with_the_spec_sql_receives_a_signed_event(daemon, admin_token, receiver, database, path):
     hook_id = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path, "person")
     person = new_person(daemon, admin_token)
@@ -142,7 +143,9 @@ def test_a_row_inserted_with_the_spec_sql_receives_a_signed_event(daemon, admin_
 
 
 def test_the_payload_is_the_owners_view_not_the_callers(daemon, admin_token, user_token, receiver, database, path):
-    admin_hook = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path + "-admin", "person/update")
+    admin_hook = insert_hook(
+        database, account_id(database, ADMIN[0]), receiver.origin + path + "-admin", "person/update"
+    )
     user_hook = insert_hook(database, account_id(database, USER[0]), receiver.origin + path + "-user", "person/update")
     alice = account_id(database, USER[0])
 
@@ -181,15 +184,22 @@ def test_safe_calls_make_no_events_and_a_hook_gets_only_its_endpoint(daemon, adm
     [deleted] = arrivals(receiver, path + "-delete", 1)
     assert (deleted.json["type"], deleted.json["data"]) == ("person/delete", {"id": person["id"]})
     time.sleep(0.3)
-    counts = dict(database.execute("select hook_id, count(*) from hook_message where hook_id in (?, ?) group by hook_id",
-                                   (everything, deletes)).fetchall())
+    counts = dict(
+        database.execute(
+            "select hook_id, count(*) from hook_message where hook_id in (?, ?) group by hook_id", (everything, deletes)
+        ).fetchall()
+    )
     assert counts == {everything: 3, deletes: 1}
 
 
 def test_a_failed_call_makes_no_event(daemon, admin_token, receiver, database, path):
     hook_id = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path, "person/create")
-    reply = daemon.request("POST", f"{V}/person/create", {"username": ADMIN[0], "password": "x" * 12,
-                                                          "email": "dup@example.com"}, token=admin_token)
+    reply = daemon.request(
+        "POST",
+        f"{V}/person/create",
+        {"username": ADMIN[0], "password": "x" * 12, "email": "dup@example.com"},
+        token=admin_token,
+    )
     assert reply.status == 409
     time.sleep(0.5)
     assert database.execute("select count(*) from hook_message where hook_id = ?", (hook_id,)).fetchone()[0] == 0
@@ -202,18 +212,22 @@ def test_batch_elements_and_chain_links_make_events(daemon, admin_token, receive
 
     batch = {"batch": [{"id": p["id"], "email": f"b{p['id']}@example.com"} for p in people]}
     assert daemon.request("POST", f"{V.replace('v', 'b')}/person/update", batch, token=admin_token).status == 200
-    chain = {"chain": {"key": "id", "type": "postchain", "order": {"person/update": "return"}},
-             "email": "chained@example.com"}
+    chain = {
+        "chain": {"key": "id", "type": "postchain", "order": {"person/update": "return"}},
+        "email": "chained@example.com",
+    }
     reply = daemon.request("PUT", f"{V.replace('v', 'c')}/person/show/{people[0]['id']}", chain, token=admin_token)
     assert reply.status == 200, reply.body
 
     events = arrivals(receiver, path, base + 3)[base:]
     assert [e.json["type"] for e in events] == ["person/update"] * 3
     assert sorted(e.json["data"]["email"] for e in events) == sorted(
-        [f"b{people[0]['id']}@example.com", f"b{people[1]['id']}@example.com", "chained@example.com"])
+        [f"b{people[0]['id']}@example.com", f"b{people[1]['id']}@example.com", "chained@example.com"]
+    )
 
 
 # --- delivery failures ----------------------------------------------------------------------
+
 
 def test_a_failing_receiver_disables_the_hook_at_the_configured_attempts(daemon, admin_token, receiver, database, path):
     script(receiver, path, Answer(500))
@@ -284,14 +298,21 @@ def test_redirects_are_not_followed(daemon, admin_token, receiver, database, pat
     assert [a["statusCode"] for a in log] == [200, 307]
 
 
-def test_a_burst_to_an_http_1_0_receiver_succeeds_at_every_attempt(daemon, admin_token, http10_receiver, database,
-                                                                   path):
+def test_a_burst_to_an_http_1_0_receiver_succeeds_at_every_attempt(
+    daemon, admin_token, http10_receiver, database, path
+):
     hook_id = insert_hook(database, account_id(database, ADMIN[0]), http10_receiver.origin + path, "team")
     burst(daemon, admin_token, 100)
 
     assert len(arrivals(http10_receiver, path, 100)) == 100
-    assert wait_until(lambda: database.execute(
-        "select count(*) from hook_message where hook_id = ? and state = 'delivered'", (hook_id,)).fetchone()[0] == 100)
+    assert wait_until(
+        lambda: (
+            database.execute(
+                "select count(*) from hook_message where hook_id = ? and state = 'delivered'", (hook_id,)
+            ).fetchone()[0]
+            == 100
+        )
+    )
     log = daemon.request("GET", f"{V}/hook/deliveries/{hook_id}?max=100", token=admin_token).json
     assert len(log) == 100
     assert {(a["statusCode"], a["error"], a["messageState"]) for a in log} == {(204, None, "delivered")}
@@ -311,32 +332,43 @@ def test_a_url_outside_allowed_origins_is_never_contacted(daemon, admin_token, o
 
 # --- the hook controller ----------------------------------------------------------------------
 
+
 def test_create_returns_the_secret_once_and_refuses_bad_urls_and_services(daemon, user_token, admin_token, receiver):
-    created = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/u", "service": "person/update"},
-                             token=user_token)
+    created = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + "/u", "service": "person/update"}, token=user_token
+    )
     assert created.status == 200, created.body
     assert created.json["secret"].startswith("whsec_") and created.json["isEnabled"] is True
     shown = daemon.request("GET", f"{V}/hook/show/{created.json['id']}", token=user_token).json
     assert "secret" not in shown and shown == {k: v for k, v in created.json.items() if k != "secret"}
     assert all("secret" not in h for h in daemon.request("GET", f"{V}/hook/list", token=admin_token).json)
 
-    for url, reason in (("http://elsewhere.example/in", "not in cors.allowedOrigins"),
-                        (receiver.origin.replace("http://", "http://me:pw@") + "/in", "user name or password"),
-                        ("ftp://127.0.0.1/in", "http or https")):
+    for url, reason in (
+        ("http://elsewhere.example/in", "not in cors.allowedOrigins"),
+        (receiver.origin.replace("http://", "http://me:pw@") + "/in", "user name or password"),
+        ("ftp://127.0.0.1/in", "http or https"),
+    ):
         reply = daemon.request("POST", f"{V}/hook/create", {"url": url, "service": "person/update"}, token=user_token)
         assert reply.status == 400, url
         assert reply.json["errors"][0]["field"] == "url" and reason in reply.json["errors"][0]["reason"]
-    refused = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/u", "service": "person/create"},
-                             token=user_token)  # person/create's HOOK roles are ROLE_ADMIN only
+    refused = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + "/u", "service": "person/create"}, token=user_token
+    )  # person/create's HOOK roles are ROLE_ADMIN only
     assert refused.status == 400 and refused.json["errors"][0]["field"] == "service"
     assert daemon.request("GET", f"{V}/hook/hookable", token=user_token).json == {"services": ["person/update"]}
 
 
 def test_a_user_reaches_only_their_own_hooks(daemon, user_token, admin_token, receiver):
-    mine = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/a", "service": "person"},
-                          token=admin_token).json
-    for method, action in (("GET", "show"), ("PUT", "enable"), ("PUT", "rotateSecret"), ("GET", "deliveries"),
-                           ("DELETE", "delete")):
+    mine = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + "/a", "service": "person"}, token=admin_token
+    ).json
+    for method, action in (
+        ("GET", "show"),
+        ("PUT", "enable"),
+        ("PUT", "rotateSecret"),
+        ("GET", "deliveries"),
+        ("DELETE", "delete"),
+    ):
         reply = daemon.request(method, f"{V}/hook/{action}/{mine['id']}", token=user_token)
         assert reply.status == 404, action
     assert all(h["userId"] != mine["userId"] for h in daemon.request("GET", f"{V}/hook/list", token=user_token).json)
@@ -344,14 +376,20 @@ def test_a_user_reaches_only_their_own_hooks(daemon, user_token, admin_token, re
 
 
 def test_update_checks_the_version_and_the_url(daemon, admin_token, receiver):
-    hook = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + "/v", "service": "person"},
-                          token=admin_token).json
-    changed = daemon.request("PUT", f"{V}/hook/update/{hook['id']}",
-                             {"version": hook["version"], "service": "person/delete"}, token=admin_token)
+    hook = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + "/v", "service": "person"}, token=admin_token
+    ).json
+    changed = daemon.request(
+        "PUT",
+        f"{V}/hook/update/{hook['id']}",
+        {"version": hook["version"], "service": "person/delete"},
+        token=admin_token,
+    )
     assert changed.status == 200 and changed.json["service"] == "person/delete"
     assert changed.json["version"] == hook["version"] + 1
-    stale = daemon.request("PUT", f"{V}/hook/update/{hook['id']}", {"version": hook["version"], "service": "person"},
-                           token=admin_token)
+    stale = daemon.request(
+        "PUT", f"{V}/hook/update/{hook['id']}", {"version": hook["version"], "service": "person"}, token=admin_token
+    )
     assert stale.status == 409 and stale.json["currentVersion"] == hook["version"] + 1
     bad = daemon.request("PUT", f"{V}/hook/update/{hook['id']}", {"url": "http://x.example/"}, token=admin_token)
     assert bad.status == 400
@@ -359,8 +397,9 @@ def test_update_checks_the_version_and_the_url(daemon, admin_token, receiver):
 
 
 def test_rotation_signs_with_both_secrets_for_a_while(daemon, admin_token, receiver, path):
-    created = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"},
-                             token=admin_token).json
+    created = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"}, token=admin_token
+    ).json
     rotated = daemon.request("PUT", f"{V}/hook/rotateSecret/{created['id']}", token=admin_token).json
     assert rotated["secret"] != created["secret"]
     daemon.request("POST", f"{V}/hook/ping/{created['id']}", token=admin_token)
@@ -373,12 +412,14 @@ def test_rotation_signs_with_both_secrets_for_a_while(daemon, admin_token, recei
 
 
 def test_redeliver_sends_the_same_message_again(daemon, admin_token, receiver, path):
-    hook = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"},
-                          token=admin_token).json
+    hook = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"}, token=admin_token
+    ).json
     queued = daemon.request("POST", f"{V}/hook/ping/{hook['id']}", token=admin_token).json
     [first] = arrivals(receiver, path, 1)
-    again = daemon.request("POST", f"{V}/hook/redeliver/{hook['id']}", {"messageId": queued["messageId"]},
-                           token=admin_token)
+    again = daemon.request(
+        "POST", f"{V}/hook/redeliver/{hook['id']}", {"messageId": queued["messageId"]}, token=admin_token
+    )
     assert again.status == 200 and again.json["state"] == "pending"
     second = arrivals(receiver, path, 2)[1]
     assert second.headers["webhook-id"] == first.headers["webhook-id"] == queued["messageId"]
@@ -389,15 +430,19 @@ def test_redeliver_sends_the_same_message_again(daemon, admin_token, receiver, p
 
 def test_delete_removes_the_hook_with_its_messages(daemon, admin_token, receiver, database, path):
     script(receiver, path, Answer(500))
-    hook = daemon.request("POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"},
-                          token=admin_token).json
+    hook = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + path, "service": "person"}, token=admin_token
+    ).json
     daemon.request("POST", f"{V}/hook/ping/{hook['id']}", token=admin_token)
     arrivals(receiver, path, 1)
     assert daemon.request("DELETE", f"{V}/hook/delete/{hook['id']}", token=admin_token).json == {"id": hook["id"]}
     assert daemon.request("GET", f"{V}/hook/show/{hook['id']}", token=admin_token).status == 404
     for table in ("hook_message", "hook_attempt"):
-        assert wait_until(lambda: database.execute(
-            f"select count(*) from {table} where hook_id = ?", (hook["id"],)).fetchone()[0] == 0)
+        assert wait_until(
+            lambda: (
+                database.execute(f"select count(*) from {table} where hook_id = ?", (hook["id"],)).fetchone()[0] == 0
+            )
+        )
 
 
 def test_events_that_cannot_be_recorded_answer_500_saying_the_change_was_made(tmp_path, receiver):
@@ -405,8 +450,11 @@ def test_events_that_cannot_be_recorded_answer_500_saying_the_change_was_made(tm
     teams in memory) has its events recorded after it returns: when that fails, the change
     stands and the answer says so. (The person controller writes through its unit of work:
     there the change is undone with its events, tests/integration/test_webhook_events.py.)"""
-    deployment = deployment_with_accounts(tmp_path, server={"webhookActive": True, "webhooks": SETTINGS},
-                                          api={"cors": {"allowedOrigins": [receiver.origin]}})
+    deployment = deployment_with_accounts(
+        tmp_path,
+        server={"webhookActive": True, "webhooks": SETTINGS},
+        api={"cors": {"allowedOrigins": [receiver.origin]}},
+    )
     database = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None)
     insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + "/broken", "team")
     with running_daemon(deployment) as daemon:
@@ -421,6 +469,7 @@ def test_events_that_cannot_be_recorded_answer_500_saying_the_change_was_made(tm
 
 
 # --- switched off, crash safety, several daemons, the command line ---------------------------
+
 
 def test_webhook_active_false_records_and_sends_nothing(tmp_path, receiver, path):
     deployment = deployment_with_accounts(tmp_path, api={"cors": {"allowedOrigins": [receiver.origin]}})
@@ -439,7 +488,8 @@ def test_webhook_active_false_records_and_sends_nothing(tmp_path, receiver, path
 def test_kill_9_during_a_burst_loses_no_event(tmp_path, receiver, path):
     script(receiver, path, Answer(200, delay=0.05))
     deployment = deployment_with_accounts(
-        tmp_path, server={"webhookActive": True, "webhooks": {**SETTINGS, "perHost": 2}},
+        tmp_path,
+        server={"webhookActive": True, "webhooks": {**SETTINGS, "perHost": 2}},
         api={"cors": {"allowedOrigins": [receiver.origin]}},
     )
     database = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None)
@@ -457,14 +507,16 @@ def test_kill_9_during_a_burst_loses_no_event(tmp_path, receiver, path):
         recorded = {row[0] for row in database.execute("select id from hook_message")}
         assert len(recorded) == 200
         assert wait_until(lambda: {r.headers["webhook-id"] for r in arrivals(receiver, path, 0, 0)} >= recorded, 30)
-        assert wait_until(lambda: database.execute(
-            "select count(*) from hook_message where state = 'delivered'").fetchone()[0] == 200)
+        assert wait_until(
+            lambda: database.execute("select count(*) from hook_message where state = 'delivered'").fetchone()[0] == 200
+        )
 
 
 def test_a_stopping_daemon_finishes_deliveries_in_flight_and_hands_back_the_rest(tmp_path, receiver, path):
     script(receiver, path, Answer(200, delay=0.3))
     deployment = deployment_with_accounts(
-        tmp_path, server={"webhookActive": True, "webhooks": {**SETTINGS, "perHost": 2, "lease": 60}},
+        tmp_path,
+        server={"webhookActive": True, "webhooks": {**SETTINGS, "perHost": 2, "lease": 60}},
         api={"cors": {"allowedOrigins": [receiver.origin]}},
     )
     database = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None)
@@ -484,7 +536,8 @@ def test_a_stopping_daemon_finishes_deliveries_in_flight_and_hands_back_the_rest
 
 def test_two_daemons_on_one_database_deliver_each_event_once(tmp_path, receiver, path):
     deployment = deployment_with_accounts(
-        tmp_path, server={"webhookActive": True, "webhooks": SETTINGS},
+        tmp_path,
+        server={"webhookActive": True, "webhooks": SETTINGS},
         api={"cors": {"allowedOrigins": [receiver.origin]}},
     )
     database = sqlite3.connect(deployment.root / "var" / "test.db", isolation_level=None)

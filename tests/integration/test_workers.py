@@ -22,9 +22,9 @@ import pytest
 from assertions import assert_problem
 from harness import (
     ADMIN,
-    V,
     Daemon,
     Deployment,
+    V,
     deployment_with_accounts,
     new_person,
     running_daemon,
@@ -40,8 +40,11 @@ CHARGES = 200
 
 
 def two_workers(root: Path, **server) -> Deployment:
-    return deployment_with_accounts(root, api={"procCores": 2, "throttle": {"rateLimit": {"ROLE_USER": RATE_LIMIT}}},
-                                    server={"apiThrottle": True, **server})
+    return deployment_with_accounts(
+        root,
+        api={"procCores": 2, "throttle": {"rateLimit": {"ROLE_USER": RATE_LIMIT}}},
+        server={"apiThrottle": True, **server},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +129,16 @@ def test_a_worker_started_by_hand_refuses_with_one_line():
     command = [sys.executable, "-m", "apid", "worker", "--index", "0", "--family", "AF_INET", "--reactor", "default"]
     alone = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert (alone.returncode, alone.stderr) == (
-        1, "apid: `apid worker` is started by `apid serve` (procCores above 1), not by hand\n")
+        1,
+        "apid: `apid worker` is started by `apid serve` (procCores above 1), not by hand\n",
+    )
     # descriptors 3 and 4 open, but no configuration on standard input
-    empty = subprocess.run(["bash", "-c", 'exec "$@" 3</dev/null 4</dev/null', "bash", *command],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    empty = subprocess.run(
+        ["bash", "-c", 'exec "$@" 3</dev/null 4</dev/null', "bash", *command],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert empty.returncode == 1
     assert empty.stderr.startswith("apid: `apid worker` read no configuration from its parent")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 import txredisapi
-
 from twisted.internet import reactor
 
 from apid.accounts import insert_account
@@ -62,8 +61,12 @@ def redis_server():
 def redis_pool(redis_server):
     """A txredisapi pool on it, as the daemon makes one: numbers stay strings."""
     pool = txredisapi.lazyConnectionPool(
-        host="127.0.0.1", port=redis_server.port, poolsize=10, convertNumbers=False,
-        connectTimeout=2, replyTimeout=5,
+        host="127.0.0.1",
+        port=redis_server.port,
+        poolsize=10,
+        convertNumbers=False,
+        connectTimeout=2,
+        replyTimeout=5,
     )
     yield pool
     pytest_twisted.blockon(pool.disconnect())

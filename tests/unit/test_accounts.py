@@ -120,8 +120,11 @@ def test_the_unique_constraint_answers_409_when_the_check_loses_a_race(engine, m
     first = add(engine, "first", "ärger@example.com")
     other = add(engine, "other", "other@example.com")
     monkeypatch.setattr(apid.accounts, "taken", lambda *args: None)
-    for name, email, field in (("second", "ÄRGER@example.com", "email"), ("first", "new@example.com", "username"),
-                               ("FIRST", "new@example.com", "username")):
+    for name, email, field in (
+        ("second", "ÄRGER@example.com", "email"),
+        ("first", "new@example.com", "username"),
+        ("FIRST", "new@example.com", "username"),
+    ):
         with pytest.raises(Conflict) as taken:
             add(engine, name, email)
         assert taken.value.extensions["field"] == field

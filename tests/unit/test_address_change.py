@@ -4,6 +4,7 @@ revert does when another account took the old address meanwhile."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import select, update
 
 from apid.accounts import email_key, get_account
@@ -13,8 +14,6 @@ from apid.problems import Conflict
 from apid.store.database import run_read, run_write
 from apid.store.tables import person
 
-import pytest
-
 DAY = 86400
 
 
@@ -23,8 +22,12 @@ def address(engine, person_id: int) -> str:
 
 
 def set_address(engine, person_id: int, value: str) -> None:
-    run_write(engine, lambda c: c.execute(
-        update(person).where(person.c.id == person_id).values(email=value, email_key=email_key(value))))
+    run_write(
+        engine,
+        lambda c: c.execute(
+            update(person).where(person.c.id == person_id).values(email=value, email_key=email_key(value))
+        ),
+    )
 
 
 def test_a_confirmation_sets_the_address_once_and_issues_the_way_back(engine, alice):
@@ -55,8 +58,10 @@ def test_a_revert_puts_the_address_back_ends_the_sessions_and_issues_a_reset(eng
     pending = run_write(engine, onetime.issue, alice, onetime.EMAIL_CONFIRM, DAY, "next@example.test")
     reverted = run_write(engine, revert_address, secret, 3600, None)
     assert reverted.person_id == alice and address(engine, alice) == old
-    assert run_read(engine, lambda c: c.execute(
-        select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar()) is not None
+    assert (
+        run_read(engine, lambda c: c.execute(select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar())
+        is not None
+    )
     assert run_read(engine, onetime.find_live, reverted.reset_secret).purpose == onetime.RESET
     assert run_read(engine, onetime.find_live, pending) is None  # a pending confirmation dies with it
     assert run_write(engine, revert_address, secret, 3600, None) is None
@@ -69,8 +74,10 @@ def test_a_revert_to_an_address_another_account_took_still_ends_the_sessions(eng
     secret = run_write(engine, onetime.issue, alice, onetime.EMAIL_REVERT, DAY, old)
     reverted = run_write(engine, revert_address, secret, 3600, None)
     assert address(engine, alice) == "thief@example.test"
-    assert run_read(engine, lambda c: c.execute(
-        select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar()) is not None
+    assert (
+        run_read(engine, lambda c: c.execute(select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar())
+        is not None
+    )
     assert run_read(engine, onetime.find_live, reverted.reset_secret) is not None
 
 

@@ -45,8 +45,11 @@ def test_admin_and_user_views_differ_exactly_as_their_io_state_does():
     assert set(admin) - set(user) == set(expected_admin) - set(expected_user) != set()
     assert set(user) - set(admin) == set(expected_user) - set(expected_admin)
     differing = {key for key in set(admin) & set(user) if admin[key] != user[key]}
-    assert differing == {key for key in set(expected_admin) & set(expected_user)
-                         if expected_admin[key] != expected_user[key]} != set()
+    assert (
+        differing
+        == {key for key in set(expected_admin) & set(expected_user) if expected_admin[key] != expected_user[key]}
+        != set()
+    )
 
 
 def test_nothing_only_another_role_may_see_gets_into_a_view():
@@ -64,17 +67,25 @@ def test_nothing_only_another_role_may_see_gets_into_a_view():
 def test_a_version_or_default_action_the_roles_may_not_call_is_left_out():
     states = {name: state for name, state in RULES.controllers.items()}
     person = json.loads((ROOT / "iostate/person.json").read_text())["IOSTATE"]
-    person["VERSION"]["2"] = {"DEFAULTACTION": "list", "URI": {
-        "list": person["VERSION"]["1"]["URI"]["list"], "show": person["VERSION"]["1"]["URI"]["show"]}}
+    person["VERSION"]["2"] = {
+        "DEFAULTACTION": "list",
+        "URI": {"list": person["VERSION"]["1"]["URI"]["list"], "show": person["VERSION"]["1"]["URI"]["show"]},
+    }
     states["person"] = parse_text(json.dumps(person), "person.json", SECURITY)
     rules = RuleSet(controllers=states)
     user = api_view(rules, {USER}, "0.1").to_dict()["controllers"]["person"]["versions"]
-    assert user["2"] == {"current": False, "defaultAction": None, "deprecated": None, "actions": {
-        "show": user["2"]["actions"]["show"]}}
+    assert user["2"] == {
+        "current": False,
+        "defaultAction": None,
+        "deprecated": None,
+        "actions": {"show": user["2"]["actions"]["show"]},
+    }
     assert user["2"]["actions"]["show"]["paths"]["v"] == ["/v0.1-2/person/show", "/v0.1-2/person/show/{id}"]
     del person["VERSION"]["2"]["URI"]["show"]
     states["person"] = parse_text(json.dumps(person), "person.json", SECURITY)
-    assert set(api_view(RuleSet(controllers=states), {USER}, "0.1").to_dict()["controllers"]["person"]["versions"]) == {"1"}
+    assert set(api_view(RuleSet(controllers=states), {USER}, "0.1").to_dict()["controllers"]["person"]["versions"]) == {
+        "1"
+    }
 
 
 def test_an_action_says_its_method_description_paths_and_fields():
@@ -84,10 +95,18 @@ def test_an_action_says_its_method_description_paths_and_fields():
     show = team["1"]["actions"]["show"]
     assert show["method"] == "GET"
     assert show["description"] == "One team"
-    assert show["paths"] == {"v": ["/v0.1/team/show", "/v0.1/team/show/{id}"], "b": ["/b0.1/team/show"],
-                             "c": ["/c0.1/team/show/{id}"]}
-    assert show["response"]["leaderId"] == {"type": "Long", "description": "The person leading the team",
-                                            "mockData": 1, "key": "FKEY", "reference": "person"}
+    assert show["paths"] == {
+        "v": ["/v0.1/team/show", "/v0.1/team/show/{id}"],
+        "b": ["/b0.1/team/show"],
+        "c": ["/c0.1/team/show/{id}"],
+    }
+    assert show["response"]["leaderId"] == {
+        "type": "Long",
+        "description": "The person leading the team",
+        "mockData": 1,
+        "key": "FKEY",
+        "reference": "person",
+    }
     assert show["request"]["id"]["key"] == "PKEY"
     assert show["response"]["budget"]["mockData"] == 1000.5
     # the default action is also called by the controller's path alone; version 2 is not current
@@ -108,25 +127,28 @@ def test_fields_are_listed_in_the_order_values_gives_them():
     assert list(person) == [name for name in values if name in person]
 
 
-@pytest.mark.parametrize("kind, raw, value", [
-    ("Long", "1", 1),
-    ("Long", 7, 7),
-    ("Integer", "0", 0),
-    ("Float", "1000.5", 1000.5),
-    ("Boolean", "true", True),
-    ("Boolean", "false", False),
-    ("List", "[\"ROLE_USER\"]", ["ROLE_USER"]),
-    ("List", "a,b", ["a", "b"]),
-    ("Map", "{}", {}),
-    ("String", "jdoe", "jdoe"),
-    ("String", "1", "1"),
-    ("String", "null", None),
-    ("Date", "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00"),
-    ("Email", "jdoe@example.com", "jdoe@example.com"),
-    ("Long", "lots", "lots"),  # not a Long: shown as written
-    ("Boolean", 3, 3),
-    ("Long", None, None),
-])
+@pytest.mark.parametrize(
+    "kind, raw, value",
+    [
+        ("Long", "1", 1),
+        ("Long", 7, 7),
+        ("Integer", "0", 0),
+        ("Float", "1000.5", 1000.5),
+        ("Boolean", "true", True),
+        ("Boolean", "false", False),
+        ("List", '["ROLE_USER"]', ["ROLE_USER"]),
+        ("List", "a,b", ["a", "b"]),
+        ("Map", "{}", {}),
+        ("String", "jdoe", "jdoe"),
+        ("String", "1", "1"),
+        ("String", "null", None),
+        ("Date", "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00"),
+        ("Email", "jdoe@example.com", "jdoe@example.com"),
+        ("Long", "lots", "lots"),  # not a Long: shown as written
+        ("Boolean", 3, 3),
+        ("Long", None, None),
+    ],
+)
 def test_mock_data_is_read_as_a_value_of_its_type_where_it_can_be(kind, raw, value):
     assert mock_value(value_type(kind), raw) == value
 
@@ -137,7 +159,10 @@ def test_deprecation_and_sunset_are_shown_as_utc_times_with_the_message():
     rules = RuleSet(controllers={"team": parse_text(json.dumps(team), "team.json", SECURITY)})
     versions = api_view(rules, {USER}, "0.1").to_dict()["controllers"]["team"]["versions"]
     assert versions["2"]["deprecated"] == {
-        "since": "2025-12-31T00:00:00Z", "message": "use v1", "sunset": "2026-06-30T10:00:00Z"}
+        "since": "2025-12-31T00:00:00Z",
+        "message": "use v1",
+        "sunset": "2026-06-30T10:00:00Z",
+    }
     assert versions["1"]["deprecated"] is None
 
 
@@ -165,8 +190,13 @@ def pipeline(book) -> Pipeline:
 
 
 def show(pipeline: Pipeline, who: Principal, **text: str):
-    request = CallRequest(controller="apidoc", action="show", api_version=None, method="GET",
-                          text={name: [value] for name, value in text.items()})
+    request = CallRequest(
+        controller="apidoc",
+        action="show",
+        api_version=None,
+        method="GET",
+        text={name: [value] for name, value in text.items()},
+    )
     return pipeline.run(who, request)
 
 
@@ -192,8 +222,9 @@ async def test_apidoc_show_narrows_to_one_controller_the_caller_may_call(pipelin
 async def test_apidoc_show_reads_the_rules_in_force_at_each_call(pipeline, book):
     person = json.loads((ROOT / "iostate/person.json").read_text())["IOSTATE"]
     del person["VERSION"]["1"]["URI"]["update"]
-    book.current = RuleSet(controllers={**RULES.controllers,
-                                        "person": parse_text(json.dumps(person), "person.json", SECURITY)})
+    book.current = RuleSet(
+        controllers={**RULES.controllers, "person": parse_text(json.dumps(person), "person.json", SECURITY)}
+    )
     result = await show(pipeline, principal(USER), controller="person")
     assert set(result.data["controllers"]["person"]["versions"]["1"]["actions"]) == {"show"}
 

@@ -21,8 +21,18 @@ def test_a_batch_body_parses_into_elements_and_combine():
     assert parse_batch({"batch": [{}]}, limit=10).combine is False
 
 
-@pytest.mark.parametrize("body", [{}, {"batch": []}, {"batch": {"id": 1}}, {"batch": "x"}, {"batch": [1]},
-                                  {"batch": [{}], "combine": "yes"}, {"batch": [{}], "extra": 1}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"batch": []},
+        {"batch": {"id": 1}},
+        {"batch": "x"},
+        {"batch": [1]},
+        {"batch": [{}], "combine": "yes"},
+        {"batch": [{}], "extra": 1},
+    ],
+)
 def test_a_malformed_batch_is_a_400(body):
     with pytest.raises(BadRequest):
         parse_batch(body, limit=10)
@@ -34,11 +44,14 @@ def test_a_batch_over_the_limit_is_a_413():
     assert too_large.value.status == 413 and too_large.value.extensions["limit"] == 3
 
 
-@pytest.mark.parametrize("method, target", [
-    ("GET", Target(kind="b", api_version=None, controller="person", action="show", id=None)),
-    ("POST", Target(kind="b", api_version=None, controller="person", action=None, id=None)),
-    ("POST", Target(kind="b", api_version=None, controller="person", action="show", id="1")),
-])
+@pytest.mark.parametrize(
+    "method, target",
+    [
+        ("GET", Target(kind="b", api_version=None, controller="person", action="show", id=None)),
+        ("POST", Target(kind="b", api_version=None, controller="person", action=None, id=None)),
+        ("POST", Target(kind="b", api_version=None, controller="person", action="show", id="1")),
+    ],
+)
 def test_a_batch_is_posted_to_an_action_without_id_or_405_before_its_body_is_read(method, target):
     with pytest.raises(MethodNotAllowed) as refused:
         BatchRunner(None, 3).parse(target, method, {"batch": [{}] * 4})  # over the limit too: 405 first
@@ -46,7 +59,10 @@ def test_a_batch_is_posted_to_an_action_without_id_or_405_before_its_body_is_rea
 
 
 def test_all_succeeded_answers_200_with_the_last_output_or_all_of_them():
-    assert (summarise([{"a": 1}, {"a": 2}], False, "/b").status, summarise([{"a": 1}, {"a": 2}], False, "/b").body) == (200, {"a": 2})
+    assert (summarise([{"a": 1}, {"a": 2}], False, "/b").status, summarise([{"a": 1}, {"a": 2}], False, "/b").body) == (
+        200,
+        {"a": 2},
+    )
     assert summarise([{"a": 1}, {"a": 2}], True, "/b").body == [{"a": 1}, {"a": 2}]
 
 
@@ -56,7 +72,12 @@ def test_a_failed_element_answers_207_and_is_reported_whatever_combine_says(comb
     assert outcome.status == 207
     assert outcome.body["data"] == data
     [error] = outcome.body["errors"]
-    assert (error["status"], error["index"], error["detail"], error["instance"]) == (404, 1, "no such thing", "/b0.1/x/y")
+    assert (error["status"], error["index"], error["detail"], error["instance"]) == (
+        404,
+        1,
+        "no such thing",
+        "/b0.1/x/y",
+    )
 
 
 class StepPipeline:

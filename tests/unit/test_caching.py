@@ -70,16 +70,19 @@ def test_updatecache_is_the_original_frameworks_form(team, security):
     assert endpoints["create"].cache is None
 
 
-@pytest.mark.parametrize("entry, fragments", [
-    ({"CACHE": {"maxAge": 0}}, ["CACHE", "maxAge must be a whole number of at least 1"]),
-    ({"CACHE": {"maxAge": "60"}}, ["CACHE", "maxAge must be"]),
-    ({"CACHE": {}}, ["CACHE", "maxAge must be"]),
-    ({"CACHE": {"maxAge": 60, "public": True}}, ["CACHE", "unknown members ['public']"]),
-    ({"CACHE": {"maxAge": 60, "shared": "yes"}}, ["shared must be true or false"]),
-    ({"CACHE": 60}, ["CACHE must be a JSON object"]),
-    ({"UPDATECACHE": "true"}, ["UPDATECACHE must be true or false"]),
-    ({"CACHE": {"maxAge": 60}, "UPDATECACHE": True}, ["give CACHE or UPDATECACHE, not both"]),
-])
+@pytest.mark.parametrize(
+    "entry, fragments",
+    [
+        ({"CACHE": {"maxAge": 0}}, ["CACHE", "maxAge must be a whole number of at least 1"]),
+        ({"CACHE": {"maxAge": "60"}}, ["CACHE", "maxAge must be"]),
+        ({"CACHE": {}}, ["CACHE", "maxAge must be"]),
+        ({"CACHE": {"maxAge": 60, "public": True}}, ["CACHE", "unknown members ['public']"]),
+        ({"CACHE": {"maxAge": 60, "shared": "yes"}}, ["shared must be true or false"]),
+        ({"CACHE": 60}, ["CACHE must be a JSON object"]),
+        ({"UPDATECACHE": "true"}, ["UPDATECACHE must be true or false"]),
+        ({"CACHE": {"maxAge": 60}, "UPDATECACHE": True}, ["give CACHE or UPDATECACHE, not both"]),
+    ],
+)
 def test_a_bad_cache_is_refused_naming_where(team, security, entry, fragments):
     actions(team)["show"].update(entry)
     with pytest.raises(IOStateError) as info:
@@ -115,8 +118,10 @@ def test_a_shared_cache_on_an_action_not_declared_caller_independent_is_refused_
     with pytest.raises(IOStateError) as info:
         check_shared_caches(state, caller_independent(PersonController), "apid-person")
     message = str(info.value)
-    assert message.startswith('person.json: controller person, version 1, action show, CACHE: "shared": true is '
-                              "refused: the controller of apid-person does not declare show caller-independent")
+    assert message.startswith(
+        'person.json: controller person, version 1, action show, CACHE: "shared": true is '
+        "refused: the controller of apid-person does not declare show caller-independent"
+    )
     assert "@action(caller_independent=True)" in message
 
 
@@ -166,7 +171,7 @@ def test_a_cached_action_tells_clients_its_max_age_privately(team, security):
     assert request.responseHeaders.getRawHeaders(b"Cache-Control") == [b"private, max-age=60"]
 
 
-@pytest.mark.parametrize("condition", ["{tag}", 'W/{tag}', '"other", {tag}', "*"])
+@pytest.mark.parametrize("condition", ["{tag}", "W/{tag}", '"other", {tag}', "*"])
 def test_if_none_match_naming_the_tag_is_304_without_a_body(team, security, condition):
     tag = entity_tag(b'{"id":1}').decode()
     request, body = answered(endpoint_of(team, security), b'{"id":1}', condition.format(tag=tag))

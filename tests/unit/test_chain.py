@@ -8,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apid.chain import (
-    ChainRequest, ChainRuleBroken, ChainType, Link, chain_methods, check_length, check_shape, handoff_field, parse_chain,
+    ChainRequest,
+    ChainRuleBroken,
+    ChainType,
+    Link,
+    chain_methods,
+    check_length,
+    check_shape,
+    handoff_field,
+    parse_chain,
 )
 from apid.iostate import ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
 from apid.iostate.types import value_type
@@ -20,9 +28,18 @@ NO_FIELDS = RoleFields(permit_all=frozenset(), by_role={})
 
 
 def endpoint(method: str, index: int = 0, role: str = "ROLE_ADMIN") -> Endpoint:
-    return Endpoint(controller="c", action=f"a{index}", api_version="1", method=method, description="",
-                    roles=frozenset({role}), batch_roles=frozenset(), hook_roles=frozenset(),
-                    request=NO_FIELDS, response=NO_FIELDS)
+    return Endpoint(
+        controller="c",
+        action=f"a{index}",
+        api_version="1",
+        method=method,
+        description="",
+        roles=frozenset({role}),
+        batch_roles=frozenset(),
+        hook_roles=frozenset(),
+        request=NO_FIELDS,
+        response=NO_FIELDS,
+    )
 
 
 def chain_of(kind: ChainType, count: int) -> ChainRequest:
@@ -72,27 +89,58 @@ TARGET = Target(kind="c", api_version=None, controller="team", action="show", id
 
 
 def test_order_keeps_its_json_order_and_the_path_endpoint_is_the_first_link():
-    chain = parse_chain(TARGET, {"chain": {"key": "leaderId", "type": "postchain",
-                                           "order": {"person/show": "id", "person/update": "return"}},
-                                 "email": "a@example.com"}, "PUT")
+    chain = parse_chain(
+        TARGET,
+        {
+            "chain": {
+                "key": "leaderId",
+                "type": "postchain",
+                "order": {"person/show": "id", "person/update": "return"},
+            },
+            "email": "a@example.com",
+        },
+        "PUT",
+    )
     assert [(l.position, l.path, l.passes) for l in chain.links] == [
-        (0, "team/show", "leaderId"), (1, "person/show", "id"), (2, "person/update", "return")]
+        (0, "team/show", "leaderId"),
+        (1, "person/show", "id"),
+        (2, "person/update", "return"),
+    ]
     assert chain.fields == {"email": "a@example.com"}
     assert chain.type is ChainType.POSTCHAIN and chain.combine is False
 
 
-@pytest.mark.parametrize("combine, expected", [(True, True), ("true", True), ("false", False), (False, False), (None, False)])
+@pytest.mark.parametrize(
+    "combine, expected", [(True, True), ("true", True), ("false", False), (False, False), (None, False)]
+)
 def test_combine_takes_a_boolean_or_its_string(combine, expected):
     body = {"chain": {"key": "k", "type": "blankchain", "order": {"a/b": "return"}, "combine": combine}}
     assert parse_chain(TARGET, body, "GET").combine is expected
 
 
 def test_a_chain_is_called_with_its_prechain_method_or_get_and_the_methods_a_postchain_may_end_with():
-    endpoints = {e.action: e for e in (endpoint("GET", 0), endpoint("PUT", 1), endpoint("DELETE", 2),
-                                       endpoint("POST", 3), endpoint("PUT", 4, role="ROLE_USER"))}
-    rules = RuleSet(controllers={"c": ControllerState(
-        name="c", network_group="public", values={}, current_stable="1", source="test",
-        versions={"1": ApiVersion(name="1", default_action=None, deprecated=None, endpoints=endpoints)})})
+    endpoints = {
+        e.action: e
+        for e in (
+            endpoint("GET", 0),
+            endpoint("PUT", 1),
+            endpoint("DELETE", 2),
+            endpoint("POST", 3),
+            endpoint("PUT", 4, role="ROLE_USER"),
+        )
+    }
+    rules = RuleSet(
+        controllers={
+            "c": ControllerState(
+                name="c",
+                network_group="public",
+                values={},
+                current_stable="1",
+                source="test",
+                versions={"1": ApiVersion(name="1", default_action=None, deprecated=None, endpoints=endpoints)},
+            )
+        }
+    )
     assert chain_methods(endpoints["a1"], rules, frozenset({"ROLE_ADMIN"})) == ["PUT"]
     assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_ADMIN"})) == ["DELETE", "GET", "POST", "PUT"]
     assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_USER"})) == ["GET", "PUT"]
@@ -103,18 +151,21 @@ def test_a_get_chain_without_type_is_a_blankchain():
     assert chain.type is ChainType.BLANKCHAIN
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "chain"),
-    ({"chain": []}, "chain"),
-    ({"chain": {"order": {"a/b": "return"}, "type": "postchain"}}, "chain.key"),
-    ({"chain": {"key": "k", "type": "postchain"}}, "chain.order"),
-    ({"chain": {"key": "k", "order": {}, "type": "postchain"}}, "chain.order"),
-    ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "sideways"}}, "chain.type"),
-    ({"chain": {"key": "k", "order": {"a/b": "return"}}}, "chain.type"),
-    ({"chain": {"key": "k", "order": {"ab": "return"}, "type": "postchain"}}, "chain.order.ab"),
-    ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "postchain", "combine": "maybe"}}, "chain.combine"),
-    ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "postchain", "extra": 1}}, "chain.extra"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "chain"),
+        ({"chain": []}, "chain"),
+        ({"chain": {"order": {"a/b": "return"}, "type": "postchain"}}, "chain.key"),
+        ({"chain": {"key": "k", "type": "postchain"}}, "chain.order"),
+        ({"chain": {"key": "k", "order": {}, "type": "postchain"}}, "chain.order"),
+        ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "sideways"}}, "chain.type"),
+        ({"chain": {"key": "k", "order": {"a/b": "return"}}}, "chain.type"),
+        ({"chain": {"key": "k", "order": {"ab": "return"}, "type": "postchain"}}, "chain.order.ab"),
+        ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "postchain", "combine": "maybe"}}, "chain.combine"),
+        ({"chain": {"key": "k", "order": {"a/b": "return"}, "type": "postchain", "extra": 1}}, "chain.extra"),
+    ],
+)
 def test_a_malformed_chain_object_is_a_400_naming_the_member(body, field):
     with pytest.raises(BadRequest) as bad:
         parse_chain(TARGET, body, "PUT")
@@ -143,10 +194,17 @@ def department(*fkeys: tuple[str, str, str]) -> ControllerState:
     """A department controller whose VALUES hold `id` (PKEY) and the given (name, controller, field) FKEYs."""
     long = value_type("Long")
     values = {"id": FieldSpec(name="id", type=long, description="", key="PKEY")}
-    values.update({name: FieldSpec(name=name, type=long, description="", key="FKEY", reference=controller,
-                                   referenced_field=field) for name, controller, field in fkeys})
-    return ControllerState(name="department", network_group="public", values=values, current_stable="1",
-                           versions={}, source="test")
+    values.update(
+        {
+            name: FieldSpec(
+                name=name, type=long, description="", key="FKEY", reference=controller, referenced_field=field
+            )
+            for name, controller, field in fkeys
+        }
+    )
+    return ControllerState(
+        name="department", network_group="public", values=values, current_stable="1", versions={}, source="test"
+    )
 
 
 def test_a_key_read_from_the_field_an_fkey_references_goes_under_the_fkey():
@@ -154,11 +212,14 @@ def test_a_key_read_from_the_field_an_fkey_references_goes_under_the_fkey():
     assert handoff_field("company", "id", target, frozenset({"id", "companyId"})) == "companyId"
 
 
-@pytest.mark.parametrize("source, key, accepted", [
-    ("company", "id", frozenset({"id"})),  # the link does not take the FKEY from these roles
-    ("company", "code", frozenset({"id", "companyId"})),  # read from another field than the referenced one
-    ("person", "id", frozenset({"id", "companyId"})),  # read from another controller
-])
+@pytest.mark.parametrize(
+    "source, key, accepted",
+    [
+        ("company", "id", frozenset({"id"})),  # the link does not take the FKEY from these roles
+        ("company", "code", frozenset({"id", "companyId"})),  # read from another field than the referenced one
+        ("person", "id", frozenset({"id", "companyId"})),  # read from another controller
+    ],
+)
 def test_otherwise_the_key_goes_under_id_as_before(source, key, accepted):
     assert handoff_field(source, key, department(("companyId", "company", "id")), accepted) == "id"
 

@@ -116,8 +116,10 @@ def test_the_reactor_is_the_default_one_unless_asyncio_is_asked_for(config_dir):
     assert load(config_dir, "development", NO_ENV).server.reactor == "asyncio"
 
 
-@pytest.mark.parametrize("value, reason", [("trio", "must be default or asyncio, got 'trio'"),
-                                           (True, "expected a non-empty string, got bool True")])
+@pytest.mark.parametrize(
+    "value, reason",
+    [("trio", "must be default or asyncio, got 'trio'"), (True, "expected a non-empty string, got bool True")],
+)
 def test_an_unknown_reactor_is_refused(config_dir, value, reason):
     data = repo_yaml(SERVER_FILE)
     data["production"]["reactor"] = value
@@ -141,13 +143,25 @@ def test_metrics_and_json_logs_as_asked_for(config_dir):
     assert server.log_format == "json"
 
 
-@pytest.mark.parametrize("metrics, reason", [
-    ({"listen": "tcp:nine"}, "production.metrics.listen: invalid literal for int() with base 10: 'nine'; give a port"),
-    ({"listen": "carrier-pigeon:1"}, "production.metrics.listen: Unknown endpoint type: 'carrier-pigeon'; give a port"),
-    ({"listen": "systemd:domain=INET:index=0"}, "production.metrics.listen: systemd sockets are for the API's listen"),
-    ({"role": ""}, "production.metrics.role: expected a non-empty string, got str ''"),
-    ({"path": "/m"}, "production.metrics.path: unknown key; allowed here: listen, role"),
-])
+@pytest.mark.parametrize(
+    "metrics, reason",
+    [
+        (
+            {"listen": "tcp:nine"},
+            "production.metrics.listen: invalid literal for int() with base 10: 'nine'; give a port",
+        ),
+        (
+            {"listen": "carrier-pigeon:1"},
+            "production.metrics.listen: Unknown endpoint type: 'carrier-pigeon'; give a port",
+        ),
+        (
+            {"listen": "systemd:domain=INET:index=0"},
+            "production.metrics.listen: systemd sockets are for the API's listen",
+        ),
+        ({"role": ""}, "production.metrics.role: expected a non-empty string, got str ''"),
+        ({"path": "/m"}, "production.metrics.path: unknown key; allowed here: listen, role"),
+    ],
+)
 def test_bad_metrics_settings_are_refused(config_dir, metrics, reason):
     data = repo_yaml(SERVER_FILE)
     data["production"]["metrics"] = metrics
@@ -512,23 +526,35 @@ def test_file_that_is_not_utf8_is_refused_naming_it(config_dir):
 
 # --- webhooks ---------------------------------------------------------------------------------
 
+
 def test_webhook_delivery_defaults(config_dir):
     data = repo_yaml(SERVER_FILE)
     path = write(config_dir, SERVER_FILE, data)
     hooks = load_server(path, "development", config_dir.parent, NO_ENV).webhooks
-    assert (hooks.timeout, hooks.per_host, hooks.retry_base, hooks.retry_factor, hooks.retry_max, hooks.lease,
-            hooks.poll, hooks.retention_days) == (10.0, 8, 5.0, 6.0, 3600.0, 60.0, 1.0, 30)
+    assert (
+        hooks.timeout,
+        hooks.per_host,
+        hooks.retry_base,
+        hooks.retry_factor,
+        hooks.retry_max,
+        hooks.lease,
+        hooks.poll,
+        hooks.retention_days,
+    ) == (10.0, 8, 5.0, 6.0, 3600.0, 60.0, 1.0, 30)
 
 
-@pytest.mark.parametrize("webhooks, key, reason", [
-    ({"lease": 20}, "webhooks.lease", "at least three times webhooks.timeout"),
-    ({"timeout": 30}, "webhooks.timeout", "at least three times webhooks.timeout"),
-    ({"retryBase": 10, "retryMax": 5}, "webhooks.retryMax", "at least retryBase"),
-    ({"perHost": 0}, "webhooks.perHost", "at least 1"),
-    ({"retryFactor": 1}, "webhooks.retryFactor", "greater than 1"),
-    ({"timeout": "soon"}, "webhooks.timeout", "expected a number"),
-    ({"retries": 3}, "webhooks.retries", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "webhooks, key, reason",
+    [
+        ({"lease": 20}, "webhooks.lease", "at least three times webhooks.timeout"),
+        ({"timeout": 30}, "webhooks.timeout", "at least three times webhooks.timeout"),
+        ({"retryBase": 10, "retryMax": 5}, "webhooks.retryMax", "at least retryBase"),
+        ({"perHost": 0}, "webhooks.perHost", "at least 1"),
+        ({"retryFactor": 1}, "webhooks.retryFactor", "greater than 1"),
+        ({"timeout": "soon"}, "webhooks.timeout", "expected a number"),
+        ({"retries": 3}, "webhooks.retries", "unknown key"),
+    ],
+)
 def test_webhook_settings_are_checked(config_dir, webhooks, key, reason):
     data = repo_yaml(SERVER_FILE)
     data["test"]["webhooks"] = webhooks
@@ -563,15 +589,20 @@ def test_abuse_limits_keys_left_out_take_their_kinds_defaults(config_dir):
     assert limits["register"] == AbuseLimit(per_address=20, per_account=5, window=900)
 
 
-@pytest.mark.parametrize("limits, error", [
-    ({"login": {"perAccountAddress": 0}}, "abuseLimits.login.perAccountAddress: must be at least 1"),
-    ({"login": {"perAccountAddress": "5"}}, "abuseLimits.login.perAccountAddress: expected a whole number"),
-    ({"login": {"perAccount": 2.5}}, "abuseLimits.login.perAccount: expected a whole number"),
-    ({"register": {"perAccountAddress": 5}},
-     "abuseLimits.register.perAccountAddress: unknown key; allowed here: perAddress, perAccount, window"),
-    ({"signup": {"perAddress": 5}}, "abuseLimits.signup: unknown key; allowed here: login, register, reset"),
-    ({"login": 5}, "abuseLimits.login: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "limits, error",
+    [
+        ({"login": {"perAccountAddress": 0}}, "abuseLimits.login.perAccountAddress: must be at least 1"),
+        ({"login": {"perAccountAddress": "5"}}, "abuseLimits.login.perAccountAddress: expected a whole number"),
+        ({"login": {"perAccount": 2.5}}, "abuseLimits.login.perAccount: expected a whole number"),
+        (
+            {"register": {"perAccountAddress": 5}},
+            "abuseLimits.register.perAccountAddress: unknown key; allowed here: perAddress, perAccount, window",
+        ),
+        ({"signup": {"perAddress": 5}}, "abuseLimits.signup: unknown key; allowed here: login, register, reset"),
+        ({"login": 5}, "abuseLimits.login: expected a mapping"),
+    ],
+)
 def test_bad_abuse_limits_are_refused_naming_the_key(config_dir, limits, error):
     data = repo_yaml(API_FILE)
     data["abuseLimits"] = limits
@@ -597,15 +628,20 @@ def test_connection_limits_as_set(config_dir):
     assert limits == ConnectionLimits(header_timeout=2.5, body_timeout=5.0, body_rate=1024, per_address=8)
 
 
-@pytest.mark.parametrize("connections, error", [
-    ({"headerTimeout": 0}, "test.connections.headerTimeout: must be greater than 0"),
-    ({"bodyTimeout": "soon"}, "test.connections.bodyTimeout: expected a number"),
-    ({"bodyRate": 100}, "test.connections.bodyRate: must be at least 1024"),
-    ({"bodyRate": 1.5e6}, "test.connections.bodyRate: expected a whole number"),
-    ({"perAddress": 0}, "test.connections.perAddress: must be at least 1"),
-    ({"idleTimeout": 5}, "test.connections.idleTimeout: unknown key; allowed here: headerTimeout, bodyTimeout, "
-                         "bodyRate, perAddress"),
-])
+@pytest.mark.parametrize(
+    "connections, error",
+    [
+        ({"headerTimeout": 0}, "test.connections.headerTimeout: must be greater than 0"),
+        ({"bodyTimeout": "soon"}, "test.connections.bodyTimeout: expected a number"),
+        ({"bodyRate": 100}, "test.connections.bodyRate: must be at least 1024"),
+        ({"bodyRate": 1.5e6}, "test.connections.bodyRate: expected a whole number"),
+        ({"perAddress": 0}, "test.connections.perAddress: must be at least 1"),
+        (
+            {"idleTimeout": 5},
+            "test.connections.idleTimeout: unknown key; allowed here: headerTimeout, bodyTimeout, bodyRate, perAddress",
+        ),
+    ],
+)
 def test_bad_connection_limits_are_refused_naming_the_file_and_key(config_dir, connections, error):
     data = repo_yaml(SERVER_FILE)
     data["test"]["connections"] = connections
@@ -643,16 +679,19 @@ def test_a_port_out_of_range_is_refused_naming_the_key_or_the_variable(config_di
 # --- URLs -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key, value, named", [
-    ("baseUrl", "api.example.com", "development.baseUrl"),
-    ("baseUrl", "//api.example.com", "development.baseUrl"),
-    ("baseUrl", "ftp://api.example.com", "development.baseUrl"),
-    ("baseUrl", "https://api.example.com:port", "development.baseUrl"),
-    ("homeUrl", "www.example.com/", "development.homeUrl"),
-    ("accounts", {"resetUrl": "www.example.com/reset-password"}, "development.accounts.resetUrl"),
-    ("servers", ["10.0.0.12:8080"], "development.servers[0]"),
-    ("servers", [{"url": "peer"}], "development.servers[0].url"),
-])
+@pytest.mark.parametrize(
+    "key, value, named",
+    [
+        ("baseUrl", "api.example.com", "development.baseUrl"),
+        ("baseUrl", "//api.example.com", "development.baseUrl"),
+        ("baseUrl", "ftp://api.example.com", "development.baseUrl"),
+        ("baseUrl", "https://api.example.com:port", "development.baseUrl"),
+        ("homeUrl", "www.example.com/", "development.homeUrl"),
+        ("accounts", {"resetUrl": "www.example.com/reset-password"}, "development.accounts.resetUrl"),
+        ("servers", ["10.0.0.12:8080"], "development.servers[0]"),
+        ("servers", [{"url": "peer"}], "development.servers[0].url"),
+    ],
+)
 def test_a_url_without_a_scheme_or_host_is_refused_naming_the_key(config_dir, key, value, named):
     data = repo_yaml(SERVER_FILE)
     data["development"][key] = value
@@ -668,11 +707,17 @@ def test_a_base_url_with_a_query_is_refused(config_dir):
 
 def test_urls_keep_their_paths_and_the_base_url_loses_its_trailing_slash(config_dir):
     data = repo_yaml(SERVER_FILE)
-    data["development"].update(baseUrl="https://example.com/api/", homeUrl="https://www.example.com/",
-                               accounts={"resetUrl": "http://127.0.0.1:3000/reset"})
+    data["development"].update(
+        baseUrl="https://example.com/api/",
+        homeUrl="https://www.example.com/",
+        accounts={"resetUrl": "http://127.0.0.1:3000/reset"},
+    )
     server = load_server(write(config_dir, SERVER_FILE, data), "development", config_dir.parent, NO_ENV)
     assert (server.base_url, server.home_url, server.accounts.reset_url) == (
-        "https://example.com/api", "https://www.example.com/", "http://127.0.0.1:3000/reset")
+        "https://example.com/api",
+        "https://www.example.com/",
+        "http://127.0.0.1:3000/reset",
+    )
 
 
 # --- where the files are ----------------------------------------------------------------------

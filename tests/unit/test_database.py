@@ -14,7 +14,8 @@ from apid.store.tables import person
 
 def test_a_prepared_select_types_its_rows_like_sqlalchemy(engine, alice, bob):
     statement = select(person.c.id, person.c.username, person.c.enabled, person.c.date_created).where(
-        person.c.id == bindparam("id"))
+        person.c.id == bindparam("id")
+    )
     prepared = PreparedSelect(engine, statement)
     expected = run_read(engine, lambda connection: [tuple(row) for row in connection.execute(statement, {"id": bob})])
     found = prepared.rows(id=bob)

@@ -49,7 +49,8 @@ def test_a_deprecated_version_names_its_successor_in_the_current_version():
 def test_without_an_action_the_successor_is_the_same_default_call():
     # version 2's default action is show, which version 1 has too
     assert header(answered(rules(), "v0.1-2", None), b"Link") == [
-        f'</v0.1/team/show>; rel="successor-version", {DOCS}'.encode()]
+        f'</v0.1/team/show>; rel="successor-version", {DOCS}'.encode()
+    ]
 
 
 def test_an_action_the_current_version_lacks_leads_to_its_default_action():
@@ -58,7 +59,8 @@ def test_an_action_the_current_version_lacks_leads_to_its_default_action():
     team["VERSION"]["2"]["DEPRECATED"] = "2026-01-01"
     rule_set = RuleSet(controllers={"team": parse_text(json.dumps(team), "team.json", SECURITY)})
     assert header(answered(rule_set, "v0.1-2", "legacy"), b"Link") == [
-        f'</v0.1/team/list>; rel="successor-version", {DOCS}'.encode()]
+        f'</v0.1/team/list>; rel="successor-version", {DOCS}'.encode()
+    ]
 
 
 def test_current_and_unknown_versions_get_nothing():
@@ -71,8 +73,7 @@ def test_the_version_is_gone_from_its_sunset_on():
     assert header(answered(rules(SUNSET="2026-06-30"), "v0.1-2", "show", now=SUNSET - 0.5), b"Sunset")
     request = DummyRequest([b""])
     with pytest.raises(Gone) as gone:
-        announce(request, rules(SUNSET="2026-06-30"), parse_target("0.1", "c0.1-2", "team", "show", "4"),
-                 "0.1", SUNSET)
+        announce(request, rules(SUNSET="2026-06-30"), parse_target("0.1", "c0.1-2", "team", "show", "4"), "0.1", SUNSET)
     assert gone.value.status == 410
     assert gone.value.extensions == {"currentApiVersion": "1", "successor": "/c0.1/team/show"}
     assert header(request, b"Deprecation") == [f"@{SINCE}".encode()]  # the 410 carries them too
@@ -82,4 +83,5 @@ def test_added_links_join_those_already_set():
     request = answered(rules(), "v0.1-2", "show")
     add_links(request, '</v0.1-2/team/show/1>; rel="self"; method="GET"')
     assert header(request, b"Link") == [
-        f'</v0.1/team/show>; rel="successor-version", {DOCS}, </v0.1-2/team/show/1>; rel="self"; method="GET"'.encode()]
+        f'</v0.1/team/show>; rel="successor-version", {DOCS}, </v0.1-2/team/show/1>; rel="self"; method="GET"'.encode()
+    ]

@@ -65,13 +65,16 @@ def get(api: Api, target: bytes, method: bytes = b"GET"):
     return connect(api).send(method + b" " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n").only_answer()
 
 
-@pytest.mark.parametrize("target, segments", [
-    (b"/v0.1/person/show/7", ["v0.1", "person", "show", "7"]),
-    (b"/v0.1/person/show/7/", ["v0.1", "person", "show", "7"]),
-    (b"/b0.1-2/person/create?x=1", ["b0.1-2", "person", "create"]),
-    (b"/c0.1/person", ["c0.1", "person"]),
-    (b"/v0.1/person/show/caf%C3%A9", ["v0.1", "person", "show", "café"]),
-])
+@pytest.mark.parametrize(
+    "target, segments",
+    [
+        (b"/v0.1/person/show/7", ["v0.1", "person", "show", "7"]),
+        (b"/v0.1/person/show/7/", ["v0.1", "person", "show", "7"]),
+        (b"/b0.1-2/person/create?x=1", ["b0.1-2", "person", "create"]),
+        (b"/c0.1/person", ["c0.1", "person"]),
+        (b"/v0.1/person/show/caf%C3%A9", ["v0.1", "person", "show", "café"]),
+    ],
+)
 def test_an_api_call_reaches_its_handler_with_its_segments(api, target, segments):
     answer = get(api, target)
     assert answer.status == 200 and answer.json == {"segments": segments}
@@ -79,17 +82,20 @@ def test_an_api_call_reaches_its_handler_with_its_segments(api, target, segments
     assert "Transfer-Encoding" not in answer.headers
 
 
-@pytest.mark.parametrize("target, method", [
-    (b"/health", b"GET"),
-    (b"/", b"GET"),
-    (b"/v0.1", b"GET"),  # one segment
-    (b"/v0.1/person/show/7/extra", b"GET"),  # five
-    (b"/v0.1//person", b"GET"),  # an empty segment
-    (b"/v0.1/person/show/a%2Fb", b"GET"),  # an encoded slash: Klein splits the path it decodes
-    (b"/x0.1/person/show", b"GET"),  # not an API prefix
-    (b"/v9.9/person/show", b"GET"),  # a first segment a route claims
-    (b"/v0.1/person/show", b"TRACE"),  # a method no API call is made with
-])
+@pytest.mark.parametrize(
+    "target, method",
+    [
+        (b"/health", b"GET"),
+        (b"/", b"GET"),
+        (b"/v0.1", b"GET"),  # one segment
+        (b"/v0.1/person/show/7/extra", b"GET"),  # five
+        (b"/v0.1//person", b"GET"),  # an empty segment
+        (b"/v0.1/person/show/a%2Fb", b"GET"),  # an encoded slash: Klein splits the path it decodes
+        (b"/x0.1/person/show", b"GET"),  # not an API prefix
+        (b"/v9.9/person/show", b"GET"),  # a first segment a route claims
+        (b"/v0.1/person/show", b"TRACE"),  # a method no API call is made with
+    ],
+)
 def test_every_other_path_goes_to_the_routes(api, target, method):
     answer = get(api, target, method)
     assert answer.status == 200 and "routes" in answer.json

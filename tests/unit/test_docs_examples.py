@@ -20,14 +20,19 @@ PAGES_OF_EXAMPLES = ("getting-started.md", "concepts.md")
 
 def marked_blocks() -> list[tuple[str, str, str]]:
     """(page, file named by the marker, the block's text) for every marked block of the docs."""
-    return [(page.name, name, text)
-            for page in sorted(DOCS.glob("*.md"))
-            for name, text in MARKED.findall(page.read_text(encoding="utf-8"))]
+    return [
+        (page.name, name, text)
+        for page in sorted(DOCS.glob("*.md"))
+        for name, text in MARKED.findall(page.read_text(encoding="utf-8"))
+    ]
 
 
 def example_files() -> list[Path]:
-    return sorted(path for path in EXAMPLES.rglob("*")
-                  if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path))
+    return sorted(
+        path
+        for path in EXAMPLES.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and ".egg-info" not in str(path)
+    )
 
 
 @pytest.mark.parametrize("page, name, text", marked_blocks(), ids=lambda value: str(value)[:40])
@@ -54,6 +59,9 @@ def test_every_shell_block_of_the_newcomers_pages_is_an_example_that_runs(page):
 @pytest.mark.parametrize("page", PAGES_OF_EXAMPLES)
 def test_the_newcomers_pages_link_to_files_that_exist(page):
     text = (DOCS / page).read_text(encoding="utf-8")
-    targets = {target.split("#")[0] for target in re.findall(r"\]\(([^)\s]+)\)", text)
-               if not target.startswith(("http://", "https://", "#"))}
+    targets = {
+        target.split("#")[0]
+        for target in re.findall(r"\]\(([^)\s]+)\)", text)
+        if not target.startswith(("http://", "https://", "#"))
+    }
     assert targets and [target for target in sorted(targets) if not (DOCS / target).exists()] == []

@@ -77,13 +77,16 @@ def test_the_viewer_is_swagger_ui_5_which_renders_openapi_3_1():
     assert version is not None and int(version.group(1)) >= 5
 
 
-@pytest.mark.parametrize("name, content_type", [
-    ("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
-    ("swagger-ui.css", "text/css; charset=utf-8"),
-    ("docs.js", "text/javascript; charset=utf-8"),
-    ("docs.css", "text/css; charset=utf-8"),
-    ("favicon-32x32.png", "image/png"),
-])
+@pytest.mark.parametrize(
+    "name, content_type",
+    [
+        ("swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
+        ("swagger-ui.css", "text/css; charset=utf-8"),
+        ("docs.js", "text/javascript; charset=utf-8"),
+        ("docs.css", "text/css; charset=utf-8"),
+        ("favicon-32x32.png", "image/png"),
+    ],
+)
 def test_a_file_at_its_current_digest_is_cached_for_a_year(docs, name, content_type):
     asset = load_assets()[name]
     made = request(f"/docs/assets/{name}", {"v": asset.digest})
@@ -106,8 +109,9 @@ def test_a_file_asked_without_its_digest_is_revalidated_by_etag(docs):
 async def test_the_installed_files_are_read_at_the_first_request_and_kept():
     docs = DocsPage()
     first, second = request("/docs/assets/docs.css"), request("/docs")
-    css, page = await gatherResults([Deferred.fromCoroutine(docs.asset(first, None)),
-                                     Deferred.fromCoroutine(docs.page(second, None))])
+    css, page = await gatherResults(
+        [Deferred.fromCoroutine(docs.asset(first, None)), Deferred.fromCoroutine(docs.page(second, None))]
+    )
     assert css == load_assets()["docs.css"].body
     assert load_assets()["docs.css"].url in page.decode()
     assert answer(docs.asset, request("/docs/assets/docs.css")) == css  # from memory now: no waiting
@@ -126,10 +130,19 @@ def test_text_is_gzipped_when_asked_and_images_are_not(docs):
     assert header(image, "Content-Encoding") is None
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("gzip", True), ("br, gzip;q=0.5", True), ("GZIP", True), ("gzip;q=0", False),
-    ("gzip; q=0.0", False), ("br", False), ("", False), ("x-gzip", False),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("gzip", True),
+        ("br, gzip;q=0.5", True),
+        ("GZIP", True),
+        ("gzip;q=0", False),
+        ("gzip; q=0.0", False),
+        ("br", False),
+        ("", False),
+        ("x-gzip", False),
+    ],
+)
 def test_accept_encoding_is_read_with_its_weights(value, expected):
     assert accepts_gzip(request("/", accept_encoding=value)) is expected
 

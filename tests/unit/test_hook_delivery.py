@@ -56,15 +56,19 @@ async def closing(deliverer: Deliverer, attempts: list[Attempt]) -> list[Attempt
     return attempts
 
 
-@pytest.mark.parametrize("kind, receiver_args, status, connections", [
-    ("HTTP/1.1 keep-alive", {}, 200, "pooled"),
-    ("HTTP/1.0 default", {"protocol": "HTTP/1.0", "default": Answer(204)}, 204, "one each"),
-    ("HTTP/1.0 with a body", {"protocol": "HTTP/1.0"}, 200, "one each"),
-    ("Connection: close", {"default": Answer(200, {"Connection": "close"})}, 200, "one each"),
-])
+@pytest.mark.parametrize(
+    "kind, receiver_args, status, connections",
+    [
+        ("HTTP/1.1 keep-alive", {}, 200, "pooled"),
+        ("HTTP/1.0 default", {"protocol": "HTTP/1.0", "default": Answer(204)}, 204, "one each"),
+        ("HTTP/1.0 with a body", {"protocol": "HTTP/1.0"}, 200, "one each"),
+        ("Connection: close", {"default": Answer(200, {"Connection": "close"})}, 200, "one each"),
+    ],
+)
 @pytest_twisted.ensureDeferred
-async def test_a_thousand_deliveries_to_each_kind_of_receiver_all_arrive(receivers, kind, receiver_args, status,
-                                                                          connections):
+async def test_a_thousand_deliveries_to_each_kind_of_receiver_all_arrive(
+    receivers, kind, receiver_args, status, connections
+):
     receiver = Receiver(**receiver_args)
     receivers.append(receiver)
     deliverer = deliverer_for(receiver)

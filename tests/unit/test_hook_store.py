@@ -10,8 +10,22 @@ from sqlalchemy import select, update
 
 from apid.accounts import insert_account
 from apid.hooks.store import (
-    Attempt, NewMessage, Outcome, change_hook, claim, enable_values, get_hook, insert_hook, insert_messages,
-    list_hooks, pending_counts, purge, release, requeue, settle, subscribers,
+    Attempt,
+    NewMessage,
+    Outcome,
+    change_hook,
+    claim,
+    enable_values,
+    get_hook,
+    insert_hook,
+    insert_messages,
+    list_hooks,
+    pending_counts,
+    purge,
+    release,
+    requeue,
+    settle,
+    subscribers,
 )
 from apid.problems import NotFound
 from apid.store.database import make_engine, run_read, run_write
@@ -96,7 +110,9 @@ def test_failures_back_off_and_disable_the_hook_at_max_attempts(engine, hook_id)
     for count in range(1, MAX_ATTEMPTS + 1):
         now = NOW + count * 100
         assert take(engine, now=now) == [mid]
-        disabled = settle_now(engine, [attempt(mid, hook_id, Outcome.FAILED, status_code=500, error="HTTP 500")], now=now)
+        disabled = settle_now(
+            engine, [attempt(mid, hook_id, Outcome.FAILED, status_code=500, error="HTTP 500")], now=now
+        )
         state = hook_state(engine, hook_id)
         assert state.attempts == count
         if count < MAX_ATTEMPTS:

@@ -21,8 +21,9 @@ from apid.store.database import run_read, run_write
 from apid.store.tables import hook, hook_message
 
 PER_HOST = 2
-SETTINGS = WebhooksConfig(timeout=1, per_host=PER_HOST, retry_base=60, retry_factor=2, retry_max=600, lease=30,
-                          poll=600, retention_days=30)
+SETTINGS = WebhooksConfig(
+    timeout=1, per_host=PER_HOST, retry_base=60, retry_factor=2, retry_max=600, lease=30, poll=600, retention_days=30
+)
 
 
 class HandAnswered:
@@ -90,8 +91,10 @@ def worker(database, deliverer):
 
 
 def leased(engine) -> list[str]:
-    return run_read(engine, lambda c: c.execute(
-        select(hook_message.c.id).where(hook_message.c.lease_owner.is_not(None))).scalars().all())
+    return run_read(
+        engine,
+        lambda c: c.execute(select(hook_message.c.id).where(hook_message.c.lease_owner.is_not(None))).scalars().all(),
+    )
 
 
 def hook_row(engine, hook_id: int):
@@ -137,17 +140,20 @@ async def test_a_burst_that_fails_together_is_one_round_and_the_rest_waits_for_o
         deliverer.answer(Outcome.DELIVERED, 200)
     await until(lambda: not leased(engine))
 
-    assert [m.id for m in deliverer.sent[PER_HOST + 2:]] == recorded[1:]  # in order of recording
+    assert [m.id for m in deliverer.sent[PER_HOST + 2 :]] == recorded[1:]  # in order of recording
     assert deliverer.most_at_once == PER_HOST
     assert hook_row(engine, hook_id).attempts == 0
-    delivered = run_read(engine, lambda c: c.execute(
-        select(hook_message.c.id).where(hook_message.c.state == "delivered")).scalars().all())
+    delivered = run_read(
+        engine,
+        lambda c: c.execute(select(hook_message.c.id).where(hook_message.c.state == "delivered")).scalars().all(),
+    )
     assert sorted(delivered) == recorded
 
 
 @pytest_twisted.ensureDeferred
-async def test_stopping_finishes_what_is_in_flight_and_hands_back_the_rest(engine, hook_id, recorded, deliverer,
-                                                                            worker):
+async def test_stopping_finishes_what_is_in_flight_and_hands_back_the_rest(
+    engine, hook_id, recorded, deliverer, worker
+):
     worker.start()
     await until(lambda: len(deliverer.in_flight) == PER_HOST)
     stopped = Deferred.fromCoroutine(worker.stop(reactor.seconds() + 5))

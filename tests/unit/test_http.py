@@ -168,7 +168,9 @@ def test_a_handler_keeps_its_own_cache_control(connection):
 def test_a_body_within_the_limit_is_read_after_100_continue(connection):
     body = json.dumps({"pad": "x" * (LIMIT - 20)}).encode()
     assert len(body) <= LIMIT
-    connection.send(b"POST /echo HTTP/1.1\r\n" + AUTH + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    connection.send(
+        b"POST /echo HTTP/1.1\r\n" + AUTH + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
     assert connection.transport.value() == b"HTTP/1.1 100 Continue\r\n\r\n"
     connection.transport.clear()
     answer = connection.send(body).only_answer()
@@ -211,22 +213,27 @@ def test_a_chunked_body_is_cut_off_at_the_limit_with_413(connection):
 def test_a_body_of_exactly_the_limit_is_read(connection):
     body = b'{"pad": "' + b"x" * (LIMIT - 11) + b'"}'
     assert len(body) == LIMIT
-    answer = connection.send(b"POST /echo HTTP/1.1\r\n" + AUTH + b"Content-Length: %d\r\n\r\n" % LIMIT + body).only_answer()
+    answer = connection.send(
+        b"POST /echo HTTP/1.1\r\n" + AUTH + b"Content-Length: %d\r\n\r\n" % LIMIT + body
+    ).only_answer()
     assert answer.status == 200
 
 
 # --- requests twisted.web cannot parse -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw", [
-    b"GARBAGE\r\n\r\n",
-    b"G\xffT / HTTP/1.1\r\n\r\n",
-    b"GET / HTTP/1.1\r\nX Bad: y\r\n\r\n",
-    b"GET / HTTP/1.1\r\nX-Nul: a\x00b\r\n\r\n",
-    b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
-    b"POST / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
-    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"G\xffT / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX Bad: y\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX-Nul: a\x00b\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+)
 def test_a_request_twisted_cannot_parse_is_a_400_problem(connection, raw):
     answer = connection.send(raw).only_answer()
     assert_problem(answer, 400)
@@ -341,8 +348,9 @@ def test_a_body_has_its_own_time_for_its_declared_size_whatever_its_headers_took
     slow.clock.advance(0.2)
     body = assert_problem(slow.only_answer(), 408)
     assert body["instance"] == "/echo"
-    assert body["detail"] == ("the request body arrived too slowly: 10 s and one more for every 256 bytes of it "
-                              "are allowed")
+    assert body["detail"] == (
+        "the request body arrived too slowly: 10 s and one more for every 256 bytes of it are allowed"
+    )
     assert slow.site.in_flight.count == 0 and not slow.deadlines()
     assert_closed_in_stages(slow)
 

@@ -100,14 +100,21 @@ JAN_1_2025 = 1735689600  # 2025-01-01T00:00:00Z
 JUN_30_2026 = 1782777600  # 2026-06-30T00:00:00Z
 
 
-@pytest.mark.parametrize("written, since, message", [
-    ("2025-01-01", JAN_1_2025, None),
-    ("2025-01-01T00:00:00Z", JAN_1_2025, None),
-    ("2025-01-01T02:30:00+02:30", JAN_1_2025, None),
-    ("01/01/2025", JAN_1_2025, None),
-    (["01/01/2025", "team v2 is retired, use /v0.1/team/show"], JAN_1_2025, "team v2 is retired, use /v0.1/team/show"),
-    (["2025-01-01", "use v1"], JAN_1_2025, "use v1"),
-])
+@pytest.mark.parametrize(
+    "written, since, message",
+    [
+        ("2025-01-01", JAN_1_2025, None),
+        ("2025-01-01T00:00:00Z", JAN_1_2025, None),
+        ("2025-01-01T02:30:00+02:30", JAN_1_2025, None),
+        ("01/01/2025", JAN_1_2025, None),
+        (
+            ["01/01/2025", "team v2 is retired, use /v0.1/team/show"],
+            JAN_1_2025,
+            "team v2 is retired, use /v0.1/team/show",
+        ),
+        (["2025-01-01", "use v1"], JAN_1_2025, "use v1"),
+    ],
+)
 def test_deprecated_forms(security, team, written, since, message):
     team["VERSION"]["2"]["DEPRECATED"] = written
     state = parse(team, SOURCE, security)
@@ -129,25 +136,29 @@ def test_sunset_on_the_day_of_deprecation_is_allowed(security, team):
     assert parse(team, SOURCE, security).versions["2"].deprecated.sunset == JAN_1_2025
 
 
-DATE_FORMS = ('must be a date: "YYYY-MM-DD", an ISO 8601 date-time with its UTC offset ("2026-06-30T12:00:00Z") '
-              'or "MM/DD/YYYY"')
+DATE_FORMS = (
+    'must be a date: "YYYY-MM-DD", an ISO 8601 date-time with its UTC offset ("2026-06-30T12:00:00Z") or "MM/DD/YYYY"'
+)
 LIST_FORM = 'DEPRECATED as a list must be [date, "message"]'
 
 
-@pytest.mark.parametrize("member, written, expected", [
-    ("DEPRECATED", "2025-13-01", f"DEPRECATED {DATE_FORMS}; got '2025-13-01'"),
-    ("DEPRECATED", "31/12/2025", f"DEPRECATED {DATE_FORMS}; got '31/12/2025'"),
-    ("DEPRECATED", "2025-01-01T00:00:00", f"DEPRECATED {DATE_FORMS}; got '2025-01-01T00:00:00'"),  # no offset
-    ("DEPRECATED", "soon", f"DEPRECATED {DATE_FORMS}; got 'soon'"),
-    ("DEPRECATED", 20250101, f"DEPRECATED {DATE_FORMS}; got 20250101"),
-    ("DEPRECATED", {"sunset": "2027-01-01"}, f"DEPRECATED {DATE_FORMS}; got {{'sunset': '2027-01-01'}}"),
-    ("DEPRECATED", ["01/01/2025"], f"{LIST_FORM}; got ['01/01/2025']"),
-    ("DEPRECATED", ["01/01/2025", ""], f"{LIST_FORM}; got ['01/01/2025', '']"),
-    ("DEPRECATED", ["01/01/2025", "a", "b"], f"{LIST_FORM}; got ['01/01/2025', 'a', 'b']"),
-    ("DEPRECATED", ["never", "use v1"], f"DEPRECATED {DATE_FORMS}; got 'never'"),
-    ("SUNSET", "2026-02-30", f"SUNSET {DATE_FORMS}; got '2026-02-30'"),
-    ("SUNSET", ["2026-06-30", "bye"], f"SUNSET {DATE_FORMS}; got ['2026-06-30', 'bye']"),
-])
+@pytest.mark.parametrize(
+    "member, written, expected",
+    [
+        ("DEPRECATED", "2025-13-01", f"DEPRECATED {DATE_FORMS}; got '2025-13-01'"),
+        ("DEPRECATED", "31/12/2025", f"DEPRECATED {DATE_FORMS}; got '31/12/2025'"),
+        ("DEPRECATED", "2025-01-01T00:00:00", f"DEPRECATED {DATE_FORMS}; got '2025-01-01T00:00:00'"),  # no offset
+        ("DEPRECATED", "soon", f"DEPRECATED {DATE_FORMS}; got 'soon'"),
+        ("DEPRECATED", 20250101, f"DEPRECATED {DATE_FORMS}; got 20250101"),
+        ("DEPRECATED", {"sunset": "2027-01-01"}, f"DEPRECATED {DATE_FORMS}; got {{'sunset': '2027-01-01'}}"),
+        ("DEPRECATED", ["01/01/2025"], f"{LIST_FORM}; got ['01/01/2025']"),
+        ("DEPRECATED", ["01/01/2025", ""], f"{LIST_FORM}; got ['01/01/2025', '']"),
+        ("DEPRECATED", ["01/01/2025", "a", "b"], f"{LIST_FORM}; got ['01/01/2025', 'a', 'b']"),
+        ("DEPRECATED", ["never", "use v1"], f"DEPRECATED {DATE_FORMS}; got 'never'"),
+        ("SUNSET", "2026-02-30", f"SUNSET {DATE_FORMS}; got '2026-02-30'"),
+        ("SUNSET", ["2026-06-30", "bye"], f"SUNSET {DATE_FORMS}; got ['2026-06-30', 'bye']"),
+    ],
+)
 def test_bad_dates_are_refused(security, team, member, written, expected):
     team["VERSION"]["2"].update(DEPRECATED="2025-01-01", SUNSET="2026-06-30")
     team["VERSION"]["2"][member] = written
@@ -228,8 +239,13 @@ def test_method_is_upper_cased_and_safety_follows(security, person):
 def test_role_not_in_the_network_group_is_refused(security, person):
     person["VERSION"]["1"]["URI"]["show"]["ROLES"]["DEFAULT"].append("ROLE_ANONYMOUS")
     refused(
-        person, security,
-        "controller person", "action show", "ROLES.DEFAULT", "'ROLE_ANONYMOUS'", "networkRoles[public]",
+        person,
+        security,
+        "controller person",
+        "action show",
+        "ROLES.DEFAULT",
+        "'ROLE_ANONYMOUS'",
+        "networkRoles[public]",
     )
 
 
@@ -241,8 +257,13 @@ def test_unknown_role_is_refused(security, person):
 def test_batch_role_outside_the_endpoint_roles_is_refused(security, person):
     person["VERSION"]["1"]["URI"]["create"]["ROLES"]["BATCH"] = ["ROLE_ADMIN", "ROLE_USER"]
     refused(
-        person, security,
-        "controller person", "action create", "ROLES.BATCH", "'ROLE_USER'", "the endpoint's roles",
+        person,
+        security,
+        "controller person",
+        "action create",
+        "ROLES.BATCH",
+        "'ROLE_USER'",
+        "the endpoint's roles",
     )
 
 
@@ -254,8 +275,13 @@ def test_hook_role_outside_the_endpoint_roles_is_refused(security, person):
 def test_request_field_not_in_values_is_refused(security, person):
     person["VERSION"]["1"]["URI"]["create"]["REQUEST"]["permitAll"].append("nickname")
     refused(
-        person, security,
-        "controller person", "action create", "REQUEST permitAll", "'nickname'", "not defined in VALUES",
+        person,
+        security,
+        "controller person",
+        "action create",
+        "REQUEST permitAll",
+        "'nickname'",
+        "not defined in VALUES",
     )
 
 
@@ -267,8 +293,12 @@ def test_response_field_not_in_values_is_refused(security, person):
 def test_request_role_the_endpoint_does_not_admit_is_refused(security, person):
     person["VERSION"]["1"]["URI"]["create"]["REQUEST"]["ROLE_USER"] = ["enabled"]
     refused(
-        person, security,
-        "controller person", "action create", "REQUEST ROLE_USER", "'ROLE_USER' may not call this endpoint",
+        person,
+        security,
+        "controller person",
+        "action create",
+        "REQUEST ROLE_USER",
+        "'ROLE_USER' may not call this endpoint",
     )
 
 
@@ -311,8 +341,14 @@ def test_reference_without_fkey_is_refused(security, team):
 @pytest.mark.parametrize("reference", ["person.", ".id", "per-son", "person id", "", 7, ["person"]])
 def test_a_reference_that_is_not_controller_or_controller_dot_field_is_refused(security, team, reference):
     team["VALUES"]["leaderId"]["reference"] = reference
-    refused(team, security, "controller team", "field leaderId",
-            'reference must be "controller" or "controller.field"', repr(reference))
+    refused(
+        team,
+        security,
+        "controller team",
+        "field leaderId",
+        'reference must be "controller" or "controller.field"',
+        repr(reference),
+    )
 
 
 # --- references, bound against the other controllers ---------------------------------------------
@@ -320,8 +356,9 @@ def test_a_reference_that_is_not_controller_or_controller_dot_field_is_refused(s
 
 def bound(security, person: dict, team: dict) -> dict:
     """person and team parsed, then their references bound, as plugins.bind does."""
-    return bind_references({"person": parse(person, "person.json", security),
-                            "team": parse(team, "team.json", security)})
+    return bind_references(
+        {"person": parse(person, "person.json", security), "team": parse(team, "team.json", security)}
+    )
 
 
 def refused_reference(security, person: dict, team: dict, *fragments: str) -> None:
@@ -362,8 +399,14 @@ def test_a_reference_to_a_field_not_in_values_is_refused(security, person, team)
 
 def test_a_reference_to_a_field_that_is_not_the_pkey_is_refused(security, person, team):
     team["VALUES"]["leaderId"]["reference"] = "person.email"
-    refused_reference(security, person, team, "'person.email'", "an FKEY references its controller's PKEY",
-                      "'email' is not person's (its PKEY is 'id')")
+    refused_reference(
+        security,
+        person,
+        team,
+        "'person.email'",
+        "an FKEY references its controller's PKEY",
+        "'email' is not person's (its PKEY is 'id')",
+    )
 
 
 def test_a_reference_to_a_controller_without_a_pkey_is_refused(security, person, team):
@@ -521,12 +564,16 @@ def rate_limits(security, person: dict, limits) -> dict:
 
 def test_ratelimit_in_the_original_framework_form_is_calls_per_ten_minutes(security, person):
     assert rate_limits(security, person, {"ROLE_USER": "100", "ROLE_ADMIN": "*"}) == {
-        "ROLE_USER": CallLimit(100, 600), "ROLE_ADMIN": CallLimit(None, 600)}
+        "ROLE_USER": CallLimit(100, 600),
+        "ROLE_ADMIN": CallLimit(None, 600),
+    }
 
 
 def test_ratelimit_in_apids_form_names_the_window(security, person):
     assert rate_limits(security, person, {"ROLE_USER": {"limit": 3, "window": 60}, "ROLE_ADMIN": 1000}) == {
-        "ROLE_USER": CallLimit(3, 60), "ROLE_ADMIN": CallLimit(1000, 600)}
+        "ROLE_USER": CallLimit(3, 60),
+        "ROLE_ADMIN": CallLimit(1000, 600),
+    }
     assert rate_limits(security, person, {"ROLE_USER": {"limit": 3}}) == {"ROLE_USER": CallLimit(3, 600)}
 
 
@@ -534,10 +581,29 @@ def test_no_ratelimit_means_no_endpoint_limit(security, person):
     assert parse(person, SOURCE, security).versions["1"].endpoints["show"].rate_limits == {}
 
 
-@pytest.mark.parametrize("limit", [
-    "0", 0, -5, "ten", "", "**", True, None, 1.5, "1.5", "²", [100], {"limit": 0}, {"limit": "100"},
-    {"window": 60}, {"limit": 5, "window": 0}, {"limit": 5, "window": "60"}, {"limit": 5, "per": 60},
-])
+@pytest.mark.parametrize(
+    "limit",
+    [
+        "0",
+        0,
+        -5,
+        "ten",
+        "",
+        "**",
+        True,
+        None,
+        1.5,
+        "1.5",
+        "²",
+        [100],
+        {"limit": 0},
+        {"limit": "100"},
+        {"window": 60},
+        {"limit": 5, "window": 0},
+        {"limit": 5, "window": "60"},
+        {"limit": 5, "per": 60},
+    ],
+)
 def test_a_bad_ratelimit_is_refused(security, person, limit):
     person["VERSION"]["1"]["URI"]["show"]["RATELIMIT"] = {"ROLE_USER": limit}
     refused(person, security, "controller person", "version 1", "action show", "RATELIMIT ROLE_USER")

@@ -32,10 +32,21 @@ def original_team() -> dict:
 def minimal(**top) -> dict:
     """An apid-form file of one action, `show`, with `top` members replacing or added."""
     document = {
-        "NAME": "thing", "NETWORKGRP": "public", "CURRENTSTABLE": "1",
+        "NAME": "thing",
+        "NETWORKGRP": "public",
+        "CURRENTSTABLE": "1",
         "VALUES": {"id": {"type": "Long", "key": "PKEY"}, "name": {"type": "String"}},
-        "VERSION": {"1": {"URI": {"show": {"METHOD": "GET", "REQUEST": {"permitAll": ["id"]},
-                                           "RESPONSE": {"permitAll": ["id", "name"]}}}}},
+        "VERSION": {
+            "1": {
+                "URI": {
+                    "show": {
+                        "METHOD": "GET",
+                        "REQUEST": {"permitAll": ["id"]},
+                        "RESPONSE": {"permitAll": ["id", "name"]},
+                    }
+                }
+            }
+        },
     }
     document.update(top)
     return document
@@ -68,21 +79,36 @@ def test_the_original_file_converts_and_then_loads(security):
     assert state.versions["1"].endpoints["list"].roles == security.network_roles["public"]
     assert state.versions["2"].deprecated.message == "team v2 answers the name only; use v1"
     assert "controller team, version 2: removed '_DEPRECATED' (the original framework ignores it)" in done.changes
-    assert ("controller team, version 1, action show, RATELIMIT: removed role 'ROLE_ANONYMOUS': "
-            "it may not call this action") in done.changes
+    assert (
+        "controller team, version 1, action show, RATELIMIT: removed role 'ROLE_ANONYMOUS': it may not call this action"
+    ) in done.changes
     assert "renamed 'networkGrp' to 'NETWORKGRP'" in done.changes
     assert len(done.changes) == 16
 
 
 def test_a_file_of_the_original_forms_apid_reads_loads_unchanged_and_converts_to_itself(security):
-    document = {"IOSTATE": minimal(VERSION={"1": {
-        "DEFAULTACTION": "show",
-        "DEPRECATED": ["12/31/2030", "use v2"],
-        "URI": {"show": {"METHOD": "GET", "UPDATECACHE": True, "ROLES": {},
-                         "RATELIMIT": {"ROLE_USER": "100", "ROLE_ADMIN": "*"},
-                         "REQUEST": {"permitAll": ["*"]},
-                         "RESPONSE": {"permitAll": ["id"], "ROLE_ADMIN": ["*"]}}},
-    }, "2": {"URI": {"show": {"METHOD": "GET"}}}}, CURRENTSTABLE="2")}
+    document = {
+        "IOSTATE": minimal(
+            VERSION={
+                "1": {
+                    "DEFAULTACTION": "show",
+                    "DEPRECATED": ["12/31/2030", "use v2"],
+                    "URI": {
+                        "show": {
+                            "METHOD": "GET",
+                            "UPDATECACHE": True,
+                            "ROLES": {},
+                            "RATELIMIT": {"ROLE_USER": "100", "ROLE_ADMIN": "*"},
+                            "REQUEST": {"permitAll": ["*"]},
+                            "RESPONSE": {"permitAll": ["id"], "ROLE_ADMIN": ["*"]},
+                        }
+                    },
+                },
+                "2": {"URI": {"show": {"METHOD": "GET"}}},
+            },
+            CURRENTSTABLE="2",
+        )
+    }
     state = parse(document, SOURCE, security)
     endpoint = state.versions["1"].endpoints["show"]
     assert endpoint.request_fields({"ROLE_USER"}) == {"id", "name"}
@@ -108,13 +134,16 @@ def test_a_field_named_star_is_refused_and_converted_away(security):
 # --- one conversion each ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry, expected", [
-    ({"type": "Long", "key": ["PKEY"]}, {"type": "Long", "key": "PKEY"}),
-    ({"type": "Long", "key": "pkey"}, {"type": "Long", "key": "PKEY"}),
-    ({"type": "Long", "key": "PRIMARY"}, {"type": "Long", "key": "PKEY"}),
-    ({"type": "PKEY"}, {"type": "Long", "key": "PKEY"}),
-    ({"Type": "Long", "KEY": "PKEY", "mockdata": 1}, {"type": "Long", "key": "PKEY", "mockData": 1}),
-])
+@pytest.mark.parametrize(
+    "entry, expected",
+    [
+        ({"type": "Long", "key": ["PKEY"]}, {"type": "Long", "key": "PKEY"}),
+        ({"type": "Long", "key": "pkey"}, {"type": "Long", "key": "PKEY"}),
+        ({"type": "Long", "key": "PRIMARY"}, {"type": "Long", "key": "PKEY"}),
+        ({"type": "PKEY"}, {"type": "Long", "key": "PKEY"}),
+        ({"Type": "Long", "KEY": "PKEY", "mockdata": 1}, {"type": "Long", "key": "PKEY", "mockData": 1}),
+    ],
+)
 def test_key_forms(security, entry, expected):
     document = minimal()
     document["VALUES"]["id"] = entry
@@ -124,12 +153,15 @@ def test_key_forms(security, entry, expected):
     assert parse(done.document, SOURCE, security).primary_key == "id"
 
 
-@pytest.mark.parametrize("entry", [
-    {"type": "Long", "key": "FOREIGN"},
-    {"type": "Long", "key": "FKEY", "reference": "self"},
-    {"type": "Long", "key": "INDEX", "reference": "self"},
-    {"type": "FKEY"},
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "Long", "key": "FOREIGN"},
+        {"type": "Long", "key": "FKEY", "reference": "self"},
+        {"type": "Long", "key": "INDEX", "reference": "self"},
+        {"type": "FKEY"},
+    ],
+)
 def test_a_foreign_key_without_a_controller_references_its_own(security, entry):
     document = minimal()
     document["VALUES"]["parentId"] = entry
@@ -153,8 +185,11 @@ def test_the_original_defaults_are_written_out(security):
 
 def test_text_lists_and_permit_all_spellings(security):
     document = minimal()
-    show(document).update(ROLES={"batch": "ROLE_ADMIN, ROLE_USER", "DEFAULT": []},
-                          REQUEST={"PERMITALL": "id"}, RESPONSE={"permitAll": ["id"], "ROLE_USER": ""})
+    show(document).update(
+        ROLES={"batch": "ROLE_ADMIN, ROLE_USER", "DEFAULT": []},
+        REQUEST={"PERMITALL": "id"},
+        RESPONSE={"permitAll": ["id"], "ROLE_USER": ""},
+    )
     done = convert(document, security)
     converted = show(done.document)
     assert converted["ROLES"] == {"BATCH": ["ROLE_ADMIN", "ROLE_USER"]}
@@ -166,18 +201,23 @@ def test_text_lists_and_permit_all_spellings(security):
 
 def test_lists_of_roles_that_may_not_call_the_action_are_dropped(security):
     document = minimal()
-    show(document).update(ROLES={"DEFAULT": ["ROLE_ADMIN"]},
-                          RESPONSE={"permitAll": ["id"], "ROLE_USER": ["name"], "ROLE_ADMIN": ["name"]})
+    show(document).update(
+        ROLES={"DEFAULT": ["ROLE_ADMIN"]}, RESPONSE={"permitAll": ["id"], "ROLE_USER": ["name"], "ROLE_ADMIN": ["name"]}
+    )
     done = convert(document, security)
     assert show(done.document)["RESPONSE"] == {"permitAll": ["id"], "ROLE_ADMIN": ["name"]}
-    assert done.changes == ["controller thing, version 1, action show, RESPONSE: removed role 'ROLE_USER': "
-                            "it may not call this action"]
+    assert done.changes == [
+        "controller thing, version 1, action show, RESPONSE: removed role 'ROLE_USER': it may not call this action"
+    ]
 
 
-@pytest.mark.parametrize("document, message", [
-    (minimal(NICKNAME="x"), r"unknown members \['NICKNAME'\]"),
-    (minimal(networkGrp="public"), r"unknown members \['networkGrp'\]"),  # both spellings: not guessed
-])
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        (minimal(NICKNAME="x"), r"unknown members \['NICKNAME'\]"),
+        (minimal(networkGrp="public"), r"unknown members \['networkGrp'\]"),  # both spellings: not guessed
+    ],
+)
 def test_what_convert_cannot_decide_is_still_refused(security, document, message):
     done = convert(document, security)
     with pytest.raises(IOStateError, match=message):
@@ -189,7 +229,9 @@ def test_what_convert_cannot_decide_is_still_refused(security, document, message
 
 def test_the_command_writes_the_apid_form_and_lists_the_changes(tmp_path, capsys):
     out = tmp_path / "team.json"
-    assert main(["iostate", "convert", str(ORIGINAL_TEAM), "--output", str(out), "--config-dir", str(REPO / "etc")]) == 0
+    assert (
+        main(["iostate", "convert", str(ORIGINAL_TEAM), "--output", str(out), "--config-dir", str(REPO / "etc")]) == 0
+    )
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 16
     assert f"{ORIGINAL_TEAM}: controller team, field id: key 'PRIMARY' is 'PKEY'" in lines

@@ -32,12 +32,30 @@ def rejects(function, value) -> str:
 @pytest.mark.parametrize(
     "name, canonical",
     [
-        ("Long", "Long"), ("long", "Long"), ("Integer", "Integer"), ("int", "Integer"),
-        ("Short", "Integer"), ("String", "String"), ("boolean", "Boolean"), ("Boolean", "Boolean"),
-        ("Float", "Float"), ("Double", "Float"), ("BigDecimal", "Float"), ("Date", "Date"),
-        ("Email", "Email"), ("URL", "URL"), ("url", "URL"), ("List", "List"),
-        ("ArrayList", "List"), ("Array", "List"), ("List<Map>", "List"), ("Map", "Map"),
-        ("LinkedHashMap", "Map"), ("Object", "Map"), ("Composite", "Map"), (" Long ", "Long"),
+        ("Long", "Long"),
+        ("long", "Long"),
+        ("Integer", "Integer"),
+        ("int", "Integer"),
+        ("Short", "Integer"),
+        ("String", "String"),
+        ("boolean", "Boolean"),
+        ("Boolean", "Boolean"),
+        ("Float", "Float"),
+        ("Double", "Float"),
+        ("BigDecimal", "Float"),
+        ("Date", "Date"),
+        ("Email", "Email"),
+        ("URL", "URL"),
+        ("url", "URL"),
+        ("List", "List"),
+        ("ArrayList", "List"),
+        ("Array", "List"),
+        ("List<Map>", "List"),
+        ("Map", "Map"),
+        ("LinkedHashMap", "Map"),
+        ("Object", "Map"),
+        ("Composite", "Map"),
+        (" Long ", "Long"),
     ],
 )
 def test_type_names_and_aliases(name, canonical):
@@ -190,10 +208,16 @@ def test_float_parses_text(text, value):
     assert FLOAT.parse(text) == value
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("NaN", "expected a number"), ("nan", "expected a number"), ("inf", "expected a number"),
-    ("-Infinity", "expected a number"), ("1e400", "expected a finite number"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("NaN", "expected a number"),
+        ("nan", "expected a number"),
+        ("inf", "expected a number"),
+        ("-Infinity", "expected a number"),
+        ("1e400", "expected a finite number"),
+    ],
+)
 def test_float_text_must_be_finite(text, reason):
     assert rejects(FLOAT.parse, text) == reason
 
@@ -258,10 +282,21 @@ def test_email_accepts_addresses(value):
 @pytest.mark.parametrize(
     "value",
     [
-        "jdoe", "jdoe@", "@example.com", "jdoe@localhost", "jdoe@example..com", "jdoe@-example.com",
-        "j doe@example.com", "jdoe@exa mple.com", "a@b@example.com", "<jdoe@example.com>",
-        "jdoe@example.com\r\nBcc: x@evil.com", "jd\noe@example.com", "jdoe\r@example.com",
-        "x" * 65 + "@example.com", "x@" + "a" * 250 + ".com",
+        "jdoe",
+        "jdoe@",
+        "@example.com",
+        "jdoe@localhost",
+        "jdoe@example..com",
+        "jdoe@-example.com",
+        "j doe@example.com",
+        "jdoe@exa mple.com",
+        "a@b@example.com",
+        "<jdoe@example.com>",
+        "jdoe@example.com\r\nBcc: x@evil.com",
+        "jd\noe@example.com",
+        "jdoe\r@example.com",
+        "x" * 65 + "@example.com",
+        "x@" + "a" * 250 + ".com",
     ],
 )
 def test_email_rejects_malformed_addresses(value):
@@ -290,8 +325,15 @@ def test_url_accepts_absolute_http_urls(value):
 
 @pytest.mark.parametrize(
     "value",
-    ["ftp://example.com/f", "mailto:a@example.com", "javascript:alert(1)", "file:///etc/passwd",
-     "//example.com/x", "example.com", "/relative"],
+    [
+        "ftp://example.com/f",
+        "mailto:a@example.com",
+        "javascript:alert(1)",
+        "file:///etc/passwd",
+        "//example.com/x",
+        "example.com",
+        "/relative",
+    ],
 )
 def test_url_rejects_other_schemes_and_relative_urls(value):
     assert rejects(URL.check, value) == "expected an absolute http or https URL"
@@ -302,9 +344,7 @@ def test_url_rejects_a_url_without_host(value):
     assert rejects(URL.check, value) == "expected an absolute http or https URL"
 
 
-@pytest.mark.parametrize(
-    "value", ["http://example.com/\r\nX-Injected: 1", "http://exa\nmple.com/", "http://a b.com/"]
-)
+@pytest.mark.parametrize("value", ["http://example.com/\r\nX-Injected: 1", "http://exa\nmple.com/", "http://a b.com/"])
 def test_url_rejects_control_characters_and_spaces(value):
     rejects(URL.check, value)
 

@@ -51,7 +51,7 @@ def test_an_ordinary_object_reads_as_the_json_module_reads_it(body, ensure_ascii
 
 
 def test_paired_surrogate_escapes_are_one_character():
-    assert parse_json_object(b'{"smile": "\\ud83d\\ude00"}') == {"smile": "\U0001F600"}
+    assert parse_json_object(b'{"smile": "\\ud83d\\ude00"}') == {"smile": "\U0001f600"}
 
 
 def test_an_escaped_backslash_before_u_is_not_an_escape():
@@ -106,13 +106,16 @@ def test_deeper_than_counts_levels_of_arrays_and_objects(depth, limit):
 # --- strings --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw, field", [
-    (b'{"username": "\\ud800"}', "username"),
-    (b'{"username": "ab\\udfffcd"}', "username"),
-    (b'{"username": "\\ude00\\ud83d"}', "username"),
-    (b'{"batch": [{"id": 1}, {"name": "x\\ud83d"}]}', "batch.1.name"),
-    (b'{"map": {"deep": ["ok", "\\uDBFF"]}}', "map.deep.1"),
-])
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (b'{"username": "\\ud800"}', "username"),
+        (b'{"username": "ab\\udfffcd"}', "username"),
+        (b'{"username": "\\ude00\\ud83d"}', "username"),
+        (b'{"batch": [{"id": 1}, {"name": "x\\ud83d"}]}', "batch.1.name"),
+        (b'{"map": {"deep": ["ok", "\\uDBFF"]}}', "map.deep.1"),
+    ],
+)
 def test_a_lone_surrogate_in_a_value_is_400_naming_its_place(raw, field):
     errors = field_errors(raw)
     assert [error["field"] for error in errors] == [field]
@@ -121,14 +124,21 @@ def test_a_lone_surrogate_in_a_value_is_400_naming_its_place(raw, field):
 
 def test_a_lone_surrogate_in_a_name_is_400_naming_it_escaped():
     errors = field_errors(b'{"ok": 1, "nested": {"\\ud800x": 2}}')
-    assert errors == [{"field": "nested.\\ud800x",
-                       "reason": "its name holds a lone surrogate (\\ud800), which is not a Unicode character"}]
+    assert errors == [
+        {
+            "field": "nested.\\ud800x",
+            "reason": "its name holds a lone surrogate (\\ud800), which is not a Unicode character",
+        }
+    ]
 
 
-@pytest.mark.parametrize("raw, field", [
-    (b'{"username": "a\\u0000b"}', "username"),
-    (b'{"batch": [{"name": "\\u0000"}]}', "batch.0.name"),
-])
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (b'{"username": "a\\u0000b"}', "username"),
+        (b'{"batch": [{"name": "\\u0000"}]}', "batch.0.name"),
+    ],
+)
 def test_a_nul_character_is_400_naming_its_place(raw, field):
     assert field_errors(raw) == [{"field": field, "reason": "holds a NUL character"}]
 
@@ -146,11 +156,14 @@ def test_bytes_that_are_not_utf8_are_400(raw):
 # --- members and numbers -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw, name", [
-    (b'{"email": "a@example.com", "email": "b@example.com"}', "email"),
-    (b'{"batch": [{"id": 1, "id": 2}]}', "id"),
-    (b'{"a": {"x": 1, "y": 2, "x": 3}}', "x"),
-])
+@pytest.mark.parametrize(
+    "raw, name",
+    [
+        (b'{"email": "a@example.com", "email": "b@example.com"}', "email"),
+        (b'{"batch": [{"id": 1, "id": 2}]}', "id"),
+        (b'{"a": {"x": 1, "y": 2, "x": 3}}', "x"),
+    ],
+)
 def test_a_member_given_twice_in_one_object_is_400_naming_it(raw, name):
     errors = field_errors(raw)
     assert errors == [{"field": name, "reason": "is given more than once in one object"}]

@@ -105,7 +105,8 @@ async def burst(limiter: AbuseLimiter, attempts: list[tuple[str, str, str | None
     """Reserve all `attempts` (kind, address, account) at once: how many were admitted and
     how many refused with a 429 (anything else fails the test)."""
     outcomes = await defer.DeferredList(
-        [defer.Deferred.fromCoroutine(limiter.reserve(*one)) for one in attempts], consumeErrors=True)
+        [defer.Deferred.fromCoroutine(limiter.reserve(*one)) for one in attempts], consumeErrors=True
+    )
     admitted = [result for ok, result in outcomes if ok]
     refusals = [result for ok, result in outcomes if not ok]
     assert admitted == [True] * len(admitted)
@@ -365,7 +366,8 @@ def test_keys_hold_account_names_casefolded_and_digested(clock):
     limiter = AbuseLimiter(MemoryWindows(clock), LIMITS)
     login = limiter.windows("login", "10.0.0.1", "Alice@Example.COM")
     assert [window.key for window in login] == [
-        window.key for window in limiter.windows("login", "10.0.0.1", "alice@example.com")]
+        window.key for window in limiter.windows("login", "10.0.0.1", "alice@example.com")
+    ]
     assert [window.limit for window in login] == [8, 6, 3]  # address, account, pair
     assert not any("alice" in window.key.lower() for window in login)
     huge = limiter.windows("login", "10.0.0.1", "x" * 500_000)
@@ -412,15 +414,19 @@ async def test_redis_keys_expire_with_their_window_and_giving_back_keeps_it(redi
 @pytest_twisted.ensureDeferred
 async def test_two_daemons_on_one_redis_share_their_counts(redis_server, redis_pool):
     """Two pools (as two daemons have) on the same server and prefix: one count."""
-    other_pool = txredisapi.lazyConnectionPool(host="127.0.0.1", port=redis_server.port, poolsize=10,
-                                               convertNumbers=False, connectTimeout=2, replyTimeout=5)
+    other_pool = txredisapi.lazyConnectionPool(
+        host="127.0.0.1", port=redis_server.port, poolsize=10, convertNumbers=False, connectTimeout=2, replyTimeout=5
+    )
     try:
         prefix = f"test:{uuid.uuid4().hex}:"
         first = AbuseLimiter(RedisWindows(redis_pool, reactor, prefix=prefix), LIMITS)
         second = AbuseLimiter(RedisWindows(other_pool, reactor, prefix=prefix), LIMITS)
-        bursts = await defer.gatherResults([
-            defer.Deferred.fromCoroutine(burst(limiter, [("login", "10.0.0.1", "alice")] * 50))
-            for limiter in (first, second)])
+        bursts = await defer.gatherResults(
+            [
+                defer.Deferred.fromCoroutine(burst(limiter, [("login", "10.0.0.1", "alice")] * 50))
+                for limiter in (first, second)
+            ]
+        )
         assert sum(admitted for admitted, _ in bursts) == 3
         await logged_in(first, "10.0.0.2", "alice")
         for _ in range(2):
@@ -487,8 +493,9 @@ async def test_giving_back_to_an_unreachable_store_only_logs(errors_logged):
 
 @pytest_twisted.ensureDeferred
 async def test_redis_on_a_closed_port_fails_closed_in_bounded_time():
-    pool = txredisapi.lazyConnectionPool(host="127.0.0.1", port=free_port(), poolsize=2, convertNumbers=False,
-                                         connectTimeout=1, replyTimeout=1)
+    pool = txredisapi.lazyConnectionPool(
+        host="127.0.0.1", port=free_port(), poolsize=2, convertNumbers=False, connectTimeout=1, replyTimeout=1
+    )
     limiter = AbuseLimiter(RedisWindows(pool, reactor, timeout=1), LIMITS, fail_open=False)
     started = reactor.seconds()
     try:

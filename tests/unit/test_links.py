@@ -27,13 +27,17 @@ def document(path: Path) -> dict:
 @pytest.fixture
 def files() -> dict[str, dict]:
     """person, hook and the sample team, as dicts to change one thing in."""
-    return {"person": document(REPO / "iostate/person.json"), "hook": document(REPO / "iostate/hook.json"),
-            "team": document(REPO / "tests/sample_plugin/apid_sample/iostate/team.json")}
+    return {
+        "person": document(REPO / "iostate/person.json"),
+        "hook": document(REPO / "iostate/hook.json"),
+        "team": document(REPO / "tests/sample_plugin/apid_sample/iostate/team.json"),
+    }
 
 
 def rules_of(files: dict[str, dict]) -> RuleSet:
-    return RuleSet(controllers=bind_references(
-        {name: parse(doc, f"{name}.json", SECURITY) for name, doc in files.items()}))
+    return RuleSet(
+        controllers=bind_references({name: parse(doc, f"{name}.json", SECURITY) for name, doc in files.items()})
+    )
 
 
 def rel(path: str) -> str:
@@ -127,8 +131,10 @@ def test_an_fkey_naming_its_controller_alone_links_as_one_naming_the_field(files
 
 # --- pagination: next, prev and first from the page the action answered ---------------------
 
-def paging(rules: RuleSet, path: str, data: list, page: tuple[int, int] | None, uri: str,
-           roles: frozenset[str] = ADMIN) -> dict[str, str]:
+
+def paging(
+    rules: RuleSet, path: str, data: list, page: tuple[int, int] | None, uri: str, roles: frozenset[str] = ADMIN
+) -> dict[str, str]:
     controller, action = path.split("/")
     endpoint = rules.controller(controller).versions["1"].endpoints[action]
     found = page_links(endpoint, endpoint.granted(roles), data, page, uri)
@@ -139,30 +145,40 @@ def paging(rules: RuleSet, path: str, data: list, page: tuple[int, int] | None, 
 
 def test_a_full_first_page_links_only_the_next(files):
     assert paging(rules_of(files), "person/list", [PERSON_7] * 2, (0, 2), "/v0.1/person/list?max=2") == {
-        "next": "/v0.1/person/list?offset=2&max=2"}
+        "next": "/v0.1/person/list?offset=2&max=2"
+    }
 
 
 def test_a_short_page_past_the_start_links_prev_and_first_but_no_next(files):
     assert paging(rules_of(files), "person/list", [PERSON_7], (3, 5), "/v0.1/person/list?offset=3&max=5") == {
-        "prev": "/v0.1/person/list?offset=0&max=5", "first": "/v0.1/person/list?offset=0&max=5"}
+        "prev": "/v0.1/person/list?offset=0&max=5",
+        "first": "/v0.1/person/list?offset=0&max=5",
+    }
 
 
 def test_the_other_query_fields_stay_and_the_default_page_size_is_named(files):
     """No max sent: the page size the action chose (Call.page's default) goes in the links."""
     found = paging(rules_of(files), "team/list", [TEAM_3] * 20, (40, 20), "/v0.1/team/list?offset=40&leaderId=7")
-    assert found == {"next": "/v0.1/team/list?leaderId=7&offset=60&max=20",
-                     "prev": "/v0.1/team/list?leaderId=7&offset=20&max=20",
-                     "first": "/v0.1/team/list?leaderId=7&offset=0&max=20"}
+    assert found == {
+        "next": "/v0.1/team/list?leaderId=7&offset=60&max=20",
+        "prev": "/v0.1/team/list?leaderId=7&offset=20&max=20",
+        "first": "/v0.1/team/list?leaderId=7&offset=0&max=20",
+    }
 
 
 def test_no_page_links_without_a_page_an_array_or_the_right_to_send_the_page_fields(files):
     rules = rules_of(files)
     assert paging(rules, "person/list", [PERSON_7], None, "/v0.1/person/list") == {}  # the action did not page
     assert paging(rules, "person/show", PERSON_7, (0, 1), "/v0.1/person/show/7") == {}  # not an array
-    files["team"]["VERSION"]["1"]["URI"]["list"]["REQUEST"] = {"permitAll": ["leaderId"], "ROLE_ADMIN": ["offset", "max"]}
+    files["team"]["VERSION"]["1"]["URI"]["list"]["REQUEST"] = {
+        "permitAll": ["leaderId"],
+        "ROLE_ADMIN": ["offset", "max"],
+    }
     rules = rules_of(files)
     assert paging(rules, "team/list", [TEAM_3], (0, 1), "/v0.1/team/list", USER) == {}
-    assert paging(rules, "team/list", [TEAM_3], (0, 1), "/v0.1/team/list", ADMIN) == {"next": "/v0.1/team/list?offset=1&max=1"}
+    assert paging(rules, "team/list", [TEAM_3], (0, 1), "/v0.1/team/list", ADMIN) == {
+        "next": "/v0.1/team/list?offset=1&max=1"
+    }
 
 
 def test_with_related_links_the_page_links_follow_self_whose_method_is_the_calls(files):
@@ -171,5 +187,8 @@ def test_with_related_links_the_page_links_follow_self_whose_method_is_the_calls
     paged = page_links(endpoint, endpoint.granted(ADMIN), [TEAM_3], (0, 1), "/v0.1/team/list?max=1")
     header = link_header(rules, endpoint, [TEAM_3], ADMIN, "0.1", None, "/b0.1/team/list", "POST", paged)
     found = [(*link.rel, link.target, dict(link.attributes)["method"]) for link in parse_link_header(header).links]
-    assert found[:3] == [("self", "/b0.1/team/list", "POST"), ("next", "/v0.1/team/list?offset=1&max=1", "GET"),
-                         (rel("team/create"), "/v0.1/team/create", "POST")]
+    assert found[:3] == [
+        ("self", "/b0.1/team/list", "POST"),
+        ("next", "/v0.1/team/list?offset=1&max=1", "GET"),
+        (rel("team/create"), "/v0.1/team/create", "POST"),
+    ]

@@ -18,9 +18,19 @@ def logged(log_format: str, emit) -> str:
 
 
 def access(log: Logger) -> None:
-    log.info('{client} "{method} {uri}" {status} {length} {requestId}', client="127.0.0.1", method="GET",
-             uri="/v0.1/person/show/1?fields=a", path="/v0.1/person/show/1", endpoint="person/show",
-             status=200, length=57, requestId="abc-123", duration=0.0042, peer=object())
+    log.info(
+        '{client} "{method} {uri}" {status} {length} {requestId}',
+        client="127.0.0.1",
+        method="GET",
+        uri="/v0.1/person/show/1?fields=a",
+        path="/v0.1/person/show/1",
+        endpoint="person/show",
+        status=200,
+        length=57,
+        requestId="abc-123",
+        duration=0.0042,
+        peer=object(),
+    )
 
 
 def test_an_access_event_is_one_json_object_on_one_line_with_its_fields():
@@ -30,14 +40,23 @@ def test_an_access_event_is_one_json_object_on_one_line_with_its_fields():
     assert line["level"] == "info" and line["namespace"] == "apid.access"
     assert line["message"] == '127.0.0.1 "GET /v0.1/person/show/1?fields=a" 200 57 abc-123'
     assert (line["requestId"], line["method"], line["path"], line["endpoint"], line["status"], line["duration"]) == (
-        "abc-123", "GET", "/v0.1/person/show/1", "person/show", 200, 0.0042)
+        "abc-123",
+        "GET",
+        "/v0.1/person/show/1",
+        "person/show",
+        200,
+        0.0042,
+    )
     assert "peer" not in line and not any(key.startswith("log_") for key in line)  # objects stay out
     assert line["time"].endswith("Z") and line["time"][10] == "T"
 
 
 def test_text_keeps_the_access_line_with_the_request_id():
-    assert logged("text", access).rstrip().endswith('[apid.access#info] 127.0.0.1 "GET /v0.1/person/show/1?fields=a" '
-                                                    '200 57 abc-123')
+    assert (
+        logged("text", access)
+        .rstrip()
+        .endswith('[apid.access#info] 127.0.0.1 "GET /v0.1/person/show/1?fields=a" 200 57 abc-123')
+    )
 
 
 def test_a_failure_carries_its_traceback_and_its_level():
@@ -53,9 +72,19 @@ def test_a_failure_carries_its_traceback_and_its_level():
 
 
 def test_fields_cannot_replace_the_line_keys_and_bad_text_still_makes_a_line():
-    line = json.loads(json_line({
-        "log_level": LogLevel.warn, "log_time": 0.0, "log_namespace": "apid.hooks", "log_format": "{level} \udcff",
-        "level": "forged", "time": 1, "message": ("legacy",), "system": "-",
-    }))
+    line = json.loads(
+        json_line(
+            {
+                "log_level": LogLevel.warn,
+                "log_time": 0.0,
+                "log_namespace": "apid.hooks",
+                "log_format": "{level} \udcff",
+                "level": "forged",
+                "time": 1,
+                "message": ("legacy",),
+                "system": "-",
+            }
+        )
+    )
     assert (line["level"], line["time"], line["namespace"]) == ("warn", "1970-01-01T00:00:00.000Z", "apid.hooks")
     assert line["message"] == "forged \\udcff" and line["system"] == "-"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import email
 import os
+from datetime import UTC, datetime, timedelta
 from email import policy
 from email.utils import parseaddr, parsedate_to_datetime
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -18,15 +18,23 @@ from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.config import MailConfig
-from apid.mail import FileMailer, Message, Outbox, Undeliverable, make_mailer, SmtpMailer
+from apid.mail import FileMailer, Message, Outbox, SmtpMailer, Undeliverable, make_mailer
 
 SENDER = "apid <apid@example.com>"
 LINK = "http://127.0.0.1:8080/validate?id=" + "Ab-_" * 11
 
 
 def config(outbox: Path, backend: str = "file") -> MailConfig:
-    return MailConfig(backend=backend, outbox=outbox, sender=SENDER, smtp_host="127.0.0.1", smtp_port=2525,
-                      smtp_username=None, smtp_password=None, smtp_starttls=False)
+    return MailConfig(
+        backend=backend,
+        outbox=outbox,
+        sender=SENDER,
+        smtp_host="127.0.0.1",
+        smtp_port=2525,
+        smtp_username=None,
+        smtp_password=None,
+        smtp_starttls=False,
+    )
 
 
 def parse(raw: bytes) -> email.message.EmailMessage:
@@ -41,9 +49,9 @@ def welcome(to: str = "bob@example.com") -> Message:
 
 
 def test_render_gives_an_rfc5322_message():
-    before = datetime.now(timezone.utc).replace(microsecond=0)
+    before = datetime.now(UTC).replace(microsecond=0)
     raw = welcome().render(SENDER)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     assert isinstance(raw, bytes)
     message = parse(raw)
     assert message["From"] == SENDER
@@ -111,23 +119,29 @@ def test_an_ascii_address_keeps_ascii_headers_for_servers_without_smtputf8():
     assert message.render(SENDER).partition(b"\n\n")[0].isascii()
 
 
-@pytest.mark.parametrize("to", [
-    "jörg@example.com\r\nBcc: eve@evil.example",
-    "bob@example.com\r\nBcc: eve@evil.example",
-    "bob@example.com\nBcc: eve@evil.example",
-    "bob@example.com\rBcc: eve@evil.example",
-    "bob@example.com\r\n\r\nInjected body",
-])
+@pytest.mark.parametrize(
+    "to",
+    [
+        "jörg@example.com\r\nBcc: eve@evil.example",
+        "bob@example.com\r\nBcc: eve@evil.example",
+        "bob@example.com\nBcc: eve@evil.example",
+        "bob@example.com\rBcc: eve@evil.example",
+        "bob@example.com\r\n\r\nInjected body",
+    ],
+)
 def test_header_injection_in_to_is_refused(to):
     with pytest.raises(ValueError):
         Message(to, "apid: confirm your account", "hello\n").render(SENDER)
 
 
-@pytest.mark.parametrize("subject", [
-    "hello\r\nBcc: eve@evil.example",
-    "hello\nBcc: eve@evil.example",
-    "hello\rX-Injected: 1",
-])
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "hello\r\nBcc: eve@evil.example",
+        "hello\nBcc: eve@evil.example",
+        "hello\rX-Injected: 1",
+    ],
+)
 def test_header_injection_in_subject_is_refused(subject):
     with pytest.raises(ValueError):
         Message("bob@example.com", subject, "hello\n").render(SENDER)
@@ -345,7 +359,7 @@ def test_no_delays_means_one_attempt(events):
 def test_messages_are_retried_independently():
     outbox, mailer, clock = make(failures=1)
     first, second = welcome("a@example.com"), welcome("b@example.com")
-    outbox.post(first)   # fails, retried at 2 s
+    outbox.post(first)  # fails, retried at 2 s
     outbox.post(second)  # goes through
     assert mailer.delivered == [second]
     assert len(outbox.pending) == 1

@@ -25,8 +25,11 @@ def value(name: str, **labels: str) -> float:
 
 
 def samples(text: bytes) -> dict[tuple[str, frozenset], float]:
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text.decode()) for sample in family.samples}
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+    }
 
 
 def test_a_request_is_counted_by_endpoint_version_method_and_status_and_timed():
@@ -49,7 +52,8 @@ def test_a_method_no_client_may_invent_is_counted_as_other():
 
 def test_sizes_rejections_deliveries_pings_restarts_and_pool_waits_are_counted():
     before = {
-        "batch": value("apid_batch_size_count"), "chain": value("apid_chain_length_count"),
+        "batch": value("apid_batch_size_count"),
+        "chain": value("apid_chain_length_count"),
         "rate": value("apid_throttle_rejections_total", kind="rate", policy="ROLE_USER"),
         "abuse": value("apid_throttle_rejections_total", kind="abuse", policy="login"),
         "delivered": value("apid_webhook_deliveries_total", hook="7", outcome="delivered"),
@@ -88,8 +92,10 @@ def test_one_process_renders_its_own_registry_in_the_text_format():
     body, content_type = metrics.render()
     assert content_type.startswith("text/plain")
     read = samples(body)
-    key = ("apid_requests_total", frozenset({"endpoint": "/health", "api_version": "", "method": "GET",
-                                             "status": "200"}.items()))
+    key = (
+        "apid_requests_total",
+        frozenset({"endpoint": "/health", "api_version": "", "method": "GET", "status": "200"}.items()),
+    )
     assert read[key] == value("apid_requests_total", endpoint="/health", api_version="", method="GET", status="200")
     assert not any(name.endswith("_created") for name, _ in read)
     metrics.process_dead(os.getpid())  # nothing to forget in one process
@@ -139,21 +145,29 @@ def test_a_process_whose_metrics_nobody_reads_counts_nothing_until_they_can_be_r
     done = subprocess.run([sys.executable, "-c", UNREAD], capture_output=True, check=True)
     read = samples(done.stdout)
     assert read[("apid_batch_size_count", frozenset())] == 1
-    assert ("apid_requests_total", frozenset({"endpoint": "person/show", "api_version": "1", "method": "GET",
-                                              "status": "200"}.items())) not in read
+    assert (
+        "apid_requests_total",
+        frozenset({"endpoint": "person/show", "api_version": "1", "method": "GET", "status": "200"}.items()),
+    ) not in read
 
 
 def run(tmp_path, script: str, *args: str) -> bytes:
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, check=True,
-                          env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        check=True,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+    )
     return done.stdout
 
 
 def test_worker_processes_are_summed_and_a_dead_ones_gauges_forgotten(tmp_path):
     first = int(run(tmp_path, WORKER, "3", "4"))
     run(tmp_path, WORKER, "2", "6")
-    requests = ("apid_requests_total", frozenset({"endpoint": "person/show", "api_version": "1", "method": "GET",
-                                                  "status": "200"}.items()))
+    requests = (
+        "apid_requests_total",
+        frozenset({"endpoint": "person/show", "api_version": "1", "method": "GET", "status": "200"}.items()),
+    )
     pending = ("apid_webhook_pending", frozenset({"hook": "5"}.items()))
     read = samples(run(tmp_path, SCRAPER))
     assert read[requests] == 5
@@ -173,7 +187,8 @@ async def test_the_metrics_port_serves_get_metrics_and_nothing_else():
         assert scraped.code == 200
         assert scraped.headers.getRawHeaders("Content-Type")[0].startswith("text/plain")
         assert b'apid_requests_total{api_version="1",endpoint="person/list",method="GET",status="200"}' in (
-            await treq.content(scraped))
+            await treq.content(scraped)
+        )
         elsewhere = await treq.get(origin + "/")
         assert (elsewhere.code, (await treq.json_content(elsewhere))["status"]) == (404, 404)
         posted = await treq.post(origin + "/metrics", b"")

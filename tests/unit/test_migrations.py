@@ -26,8 +26,21 @@ def test_migrations_match_the_tables(tmp_path):
         differences = compare_metadata(MigrationContext.configure(connection), metadata)
     assert differences == []
     assert set(inspect(engine).get_table_names()) == {
-        "alembic_version", "person", "role", "person_role", "hook", "hook_message", "hook_attempt", "account_token",
-        "refresh_token", "revoked_token", "account_change", "cache_change", "iostate_change", "iostate_report"}
+        "alembic_version",
+        "person",
+        "role",
+        "person_role",
+        "hook",
+        "hook_message",
+        "hook_attempt",
+        "account_token",
+        "refresh_token",
+        "revoked_token",
+        "account_change",
+        "cache_change",
+        "iostate_change",
+        "iostate_report",
+    }
 
 
 # --- 0004: person.email_key --------------------------------------------------------------------
@@ -52,9 +65,11 @@ def add_people_at_0003(engine, *emails: str) -> None:
         for n, address in enumerate(emails, 1):
             person_id = connection.execute(
                 text("INSERT INTO person (username, password, email) VALUES (:name, 'x', :email) RETURNING id"),
-                {"name": f"person{n}", "email": address}).scalar()
-            connection.execute(text("INSERT INTO person_role (person_id, role_id) VALUES (:p, :r)"),
-                               {"p": person_id, "r": role_id})
+                {"name": f"person{n}", "email": address},
+            ).scalar()
+            connection.execute(
+                text("INSERT INTO person_role (person_id, role_id) VALUES (:p, :r)"), {"p": person_id, "r": role_id}
+            )
 
 
 def version(engine) -> str:
@@ -69,7 +84,8 @@ def assert_unique_key(database, key: str, clashing_insert: str) -> None:
     assert column["nullable"] is False
     name = f"uq_person_{key}"
     assert {"name": name, "column_names": [key]}.items() <= next(
-        u for u in inspect(database).get_unique_constraints("person") if u["name"] == name).items()
+        u for u in inspect(database).get_unique_constraints("person") if u["name"] == name
+    ).items()
     with pytest.raises(IntegrityError), database.begin() as connection:
         connection.execute(text(clashing_insert))
     if database.dialect.name == "sqlite":
@@ -91,14 +107,24 @@ def test_0004_gives_every_existing_address_its_key(database):
         ("e\u0301@example.com", "\u00e9@example.com"),
     ]
     assert roles == 3  # rebuilding person on SQLite took no referencing row along
-    assert_unique_key(database, "email_key", "INSERT INTO person (username, password, email, email_key) "
-                                             "VALUES ('again', 'x', 'ALICE@example.com', 'alice@example.com')")
+    assert_unique_key(
+        database,
+        "email_key",
+        "INSERT INTO person (username, password, email, email_key) "
+        "VALUES ('again', 'x', 'ALICE@example.com', 'alice@example.com')",
+    )
 
 
 def test_0004_refuses_addresses_that_fold_alike_and_changes_nothing(database):
     upgrade(database, "0003")
-    add_people_at_0003(database, "ÄRGER@example.com", "fine@example.com", "ärger@example.com",
-                       "\u00e9@example.com", "e\u0301@example.com")
+    add_people_at_0003(
+        database,
+        "ÄRGER@example.com",
+        "fine@example.com",
+        "ärger@example.com",
+        "\u00e9@example.com",
+        "e\u0301@example.com",
+    )
     with pytest.raises(MigrationRefused) as refused:
         upgrade(database, "0004")
     message = str(refused.value)
@@ -129,7 +155,10 @@ def test_rows_dangling_before_a_migration_do_not_stop_it(tmp_path):
     upgrade(engine, "0004")
     assert version(engine) == "0004"
     with engine.connect() as connection:
-        assert connection.execute(text("SELECT person_id FROM person_role ORDER BY person_id")).scalars().all() == [1, 99]
+        assert connection.execute(text("SELECT person_id FROM person_role ORDER BY person_id")).scalars().all() == [
+            1,
+            99,
+        ]
     engine.dispose()
 
 
@@ -142,11 +171,15 @@ def add_people_at_0008(engine, *names: str) -> None:
         role_id = connection.execute(text("INSERT INTO role (authority) VALUES ('ROLE_USER') RETURNING id")).scalar()
         for n, name in enumerate(names, 1):
             person_id = connection.execute(
-                text("INSERT INTO person (username, password, email, email_key) "
-                     "VALUES (:name, 'x', :email, :email) RETURNING id"),
-                {"name": name, "email": f"person{n}@example.com"}).scalar()
-            connection.execute(text("INSERT INTO person_role (person_id, role_id) VALUES (:p, :r)"),
-                               {"p": person_id, "r": role_id})
+                text(
+                    "INSERT INTO person (username, password, email, email_key) "
+                    "VALUES (:name, 'x', :email, :email) RETURNING id"
+                ),
+                {"name": name, "email": f"person{n}@example.com"},
+            ).scalar()
+            connection.execute(
+                text("INSERT INTO person_role (person_id, role_id) VALUES (:p, :r)"), {"p": person_id, "r": role_id}
+            )
 
 
 def test_0009_gives_every_existing_name_its_key(database):
@@ -164,9 +197,12 @@ def test_0009_gives_every_existing_name_its_key(database):
         ("\u212aate", "\u212aate"),  # ASCII letters only fold: no alias of `kate`
     ]
     assert roles == 4  # rebuilding person on SQLite took no referencing row along
-    assert_unique_key(database, "username_key",
-                      "INSERT INTO person (username, username_key, password, email, email_key) "
-                      "VALUES ('ALICE', 'alice', 'x', 'other@example.com', 'other@example.com')")
+    assert_unique_key(
+        database,
+        "username_key",
+        "INSERT INTO person (username, username_key, password, email, email_key) "
+        "VALUES ('ALICE', 'alice', 'x', 'other@example.com', 'other@example.com')",
+    )
 
 
 def test_0009_refuses_names_that_differ_only_in_letter_case_and_changes_nothing(database):
@@ -246,13 +282,18 @@ def test_upgrade_all_creates_apids_schema_then_each_plugins_with_its_own_version
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     changes = upgrade_all(engine, [directory])
     assert [(c.schema, c.before) for c in changes] == [("apid", None), ("directory", None)]
-    assert [c.describe() for c in changes] == [f"created the database schema (revision {changes[0].after})",
-                                               "created the schema of plugin directory (revision 0001)"]
+    assert [c.describe() for c in changes] == [
+        f"created the database schema (revision {changes[0].after})",
+        "created the schema of plugin directory (revision 0001)",
+    ]
     again = upgrade_all(engine, [directory])
-    assert [c.describe() for c in again] == [f"the database schema is up to date (revision {changes[0].after})",
-                                             "the schema of plugin directory is up to date (revision 0001)"]
+    assert [c.describe() for c in again] == [
+        f"the database schema is up to date (revision {changes[0].after})",
+        "the schema of plugin directory is up to date (revision 0001)",
+    ]
     assert {"directory_company", "directory_department", "alembic_version_directory"} <= set(
-        inspect(engine).get_table_names())
+        inspect(engine).get_table_names()
+    )
     assert rows(engine, "SELECT version_num FROM alembic_version") == [(changes[0].after,)]
     assert rows(engine, "SELECT version_num FROM alembic_version_directory") == [("0001",)]
     with engine.connect() as connection:
@@ -265,8 +306,12 @@ def test_a_plugins_tables_reference_apids(tmp_path, directory):
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     upgrade_all(engine, [directory])
     with engine.begin() as connection:
-        connection.execute(text("INSERT INTO person (id, username, username_key, password, email, email_key) "
-                                "VALUES (7, 'ann', 'ann', 'x', 'ann@example.com', 'ann@example.com')"))
+        connection.execute(
+            text(
+                "INSERT INTO person (id, username, username_key, password, email, email_key) "
+                "VALUES (7, 'ann', 'ann', 'x', 'ann@example.com', 'ann@example.com')"
+            )
+        )
         connection.execute(text("INSERT INTO directory_company (id, name, created_by) VALUES (1, 'Acme', 7)"))
         connection.execute(text("INSERT INTO directory_department (company_id, name) VALUES (1, 'Research')"))
     with pytest.raises(IntegrityError), engine.begin() as connection:
@@ -283,7 +328,12 @@ def test_a_plugins_tables_reference_apids(tmp_path, directory):
 def test_schema_status_gives_each_schemas_revision_head_and_pending_ones(tmp_path, directory):
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     apid, plugin = schema_status(engine, [directory])
-    assert (apid.schema, apid.current, apid.pending[:2], apid.pending[-1]) == ("apid", None, ("0001", "0002"), apid.head)
+    assert (apid.schema, apid.current, apid.pending[:2], apid.pending[-1]) == (
+        "apid",
+        None,
+        ("0001", "0002"),
+        apid.head,
+    )
     assert (plugin.schema, plugin.current, plugin.head, plugin.pending) == ("directory", None, "0001", ("0001",))
     assert plugin.describe() == "directory: current revision none, head 0001, pending 0001"
 
@@ -295,17 +345,22 @@ def test_schema_status_gives_each_schemas_revision_head_and_pending_ones(tmp_pat
         require_current(engine, [directory])
     assert str(pending.value) == (
         f"migrations are pending and database.migrate is false: {apid.describe()}; {plugin.describe()}; "
-        "run `apid migrate` first")
+        "run `apid migrate` first"
+    )
 
     upgrade_all(engine, [directory])
     statuses = schema_status(engine, [directory])
-    assert [s.describe() for s in statuses] == [f"apid: current revision {apid.head}, head {apid.head}, up to date",
-                                                "directory: current revision 0001, head 0001, up to date"]
+    assert [s.describe() for s in statuses] == [
+        f"apid: current revision {apid.head}, head {apid.head}, up to date",
+        "directory: current revision 0001, head 0001, up to date",
+    ]
     require_current(engine, [directory])
     engine.dispose()
 
 
-def test_a_plugins_next_revision_upgrades_its_schema_keeping_the_rows_that_reference_it(tmp_path, monkeypatch, directory):
+def test_a_plugins_next_revision_upgrades_its_schema_keeping_the_rows_that_reference_it(
+    tmp_path, monkeypatch, directory
+):
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     upgrade_all(engine, [directory])
     with engine.begin() as connection:
@@ -326,11 +381,20 @@ def test_a_plugins_next_revision_upgrades_its_schema_keeping_the_rows_that_refer
 def test_a_failing_plugin_revision_names_the_plugin_and_leaves_its_schema_as_it_was(tmp_path, monkeypatch, directory):
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     upgrade_all(engine, [directory])
-    failing = directory_with(tmp_path, monkeypatch, "apid_unit_directory_failing", REVISION_0002.replace(
-        'op.add_column("directory_company", sa.Column("website", sa.String(200)))',
-        'raise RuntimeError("the website column is not ready")'))
-    with pytest.raises(PluginError, match=r"plugin directory \(distribution apid-directory\): migrations: "
-                                          r"RuntimeError: the website column is not ready"):
+    failing = directory_with(
+        tmp_path,
+        monkeypatch,
+        "apid_unit_directory_failing",
+        REVISION_0002.replace(
+            'op.add_column("directory_company", sa.Column("website", sa.String(200)))',
+            'raise RuntimeError("the website column is not ready")',
+        ),
+    )
+    with pytest.raises(
+        PluginError,
+        match=r"plugin directory \(distribution apid-directory\): migrations: "
+        r"RuntimeError: the website column is not ready",
+    ):
         upgrade_all(engine, [failing])
     assert rows(engine, "SELECT version_num FROM alembic_version_directory") == [("0001",)]
     assert [c["type"].length for c in inspect(engine).get_columns("directory_company") if c["name"] == "name"] == [200]
@@ -339,8 +403,12 @@ def test_a_failing_plugin_revision_names_the_plugin_and_leaves_its_schema_as_it_
 
 @pytest.mark.filterwarnings("ignore:Revision 0000 referenced from:UserWarning")  # Alembic, as it fails
 def test_a_plugin_revision_that_breaks_the_history_names_the_plugin(tmp_path, monkeypatch, directory):
-    broken = directory_with(tmp_path, monkeypatch, "apid_unit_directory_broken",
-                            REVISION_0002.replace('down_revision = "0001"', 'down_revision = "0000"'))
+    broken = directory_with(
+        tmp_path,
+        monkeypatch,
+        "apid_unit_directory_broken",
+        REVISION_0002.replace('down_revision = "0001"', 'down_revision = "0000"'),
+    )
     engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
     with pytest.raises(PluginError, match=r"plugin directory \(distribution apid-directory\): migrations: .*0000"):
         schema_status(engine, [broken])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select, update
@@ -29,7 +29,7 @@ def expire(engine, secret: str, ago: timedelta = timedelta(minutes=1)) -> None:
         done = connection.execute(
             update(account_token)
             .where(account_token.c.token_hash == hashlib.sha256(secret.encode()).hexdigest())
-            .values(expires_at=datetime.now(timezone.utc) - ago)
+            .values(expires_at=datetime.now(UTC) - ago)
         )
         assert done.rowcount == 1
 
@@ -51,7 +51,7 @@ def test_a_secret_has_at_least_128_bits(engine, alice):
 
 
 def test_only_the_sha256_of_the_secret_is_stored(engine, alice):
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     secret = run_write(engine, issue, alice, VALIDATE, HOUR)
     (row,) = rows(engine)
     assert row.token_hash == hashlib.sha256(secret.encode("utf-8")).hexdigest()
@@ -60,17 +60,17 @@ def test_only_the_sha256_of_the_secret_is_stored(engine, alice):
     assert row.person_id == alice
     assert row.purpose == VALIDATE
     assert row.used_at is None
-    created = row.date_created.replace(tzinfo=timezone.utc) if row.date_created.tzinfo is None else row.date_created
-    expires = row.expires_at.replace(tzinfo=timezone.utc) if row.expires_at.tzinfo is None else row.expires_at
-    assert before - timedelta(seconds=1) <= created <= datetime.now(timezone.utc) + timedelta(seconds=1)
+    created = row.date_created.replace(tzinfo=UTC) if row.date_created.tzinfo is None else row.date_created
+    expires = row.expires_at.replace(tzinfo=UTC) if row.expires_at.tzinfo is None else row.expires_at
+    assert before - timedelta(seconds=1) <= created <= datetime.now(UTC) + timedelta(seconds=1)
     assert expires - created == timedelta(seconds=HOUR)
 
 
 def test_find_live_tells_owner_purpose_and_expiry(engine, alice, bob):
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     validation = run_write(engine, issue, alice, VALIDATE, 24 * HOUR)
     reset = run_write(engine, issue, bob, RESET, HOUR)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
 
     live = run_read(engine, find_live, validation)
     assert isinstance(live, LiveId)
@@ -211,4 +211,3 @@ def test_of_two_concurrent_consumes_only_one_succeeds(engine, alice):
         winners = [result for result in results if result is not None]
         assert len(winners) == 1, results
         assert winners[0].person_id == alice
-

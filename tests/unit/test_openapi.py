@@ -24,8 +24,19 @@ SETTINGS = document_settings(CONFIG, BOUND.controllers.values())
 STATES = read_states(ROOT / "iostate", SAMPLE_TEAM)
 ADMIN, USER = "ROLE_ADMIN", "ROLE_USER"
 API_PATH = re.compile(r"/[vbc][0-9]+\.[0-9]+")
-PUBLIC = {"/authenticate", "/refreshToken", "/logout", "/register", "/validate", "/forgotPassword",
-          "/validateResetPassword", "/resetPassword", "/health", "/error", OPENAPI_PATH}
+PUBLIC = {
+    "/authenticate",
+    "/refreshToken",
+    "/logout",
+    "/register",
+    "/validate",
+    "/forgotPassword",
+    "/validateResetPassword",
+    "/resetPassword",
+    "/health",
+    "/error",
+    OPENAPI_PATH,
+}
 
 
 def document(*roles: str) -> dict:
@@ -101,10 +112,21 @@ def test_a_public_endpoint_not_in_reserved_uris_needs_the_token():
 def test_plain_calls_have_their_fields_as_query_parameters_or_a_json_body():
     doc = document(USER)
     show = doc["paths"]["/v0.1/person/show"]["get"]
-    assert [p for p in show["parameters"] if "name" in p] == [{
-        "name": "id", "in": "query", "required": False,
-        "schema": {"type": "integer", "format": "int64", "minimum": -2**63, "maximum": 2**63 - 1,
-                   "description": "Person id. Primary key.", "examples": [1]}}]
+    assert [p for p in show["parameters"] if "name" in p] == [
+        {
+            "name": "id",
+            "in": "query",
+            "required": False,
+            "schema": {
+                "type": "integer",
+                "format": "int64",
+                "minimum": -(2**63),
+                "maximum": 2**63 - 1,
+                "description": "Person id. Primary key.",
+                "examples": [1],
+            },
+        }
+    ]
     by_id = doc["paths"]["/v0.1/person/show/{id}"]["get"]
     assert [p["in"] for p in by_id["parameters"] if "in" in p] == ["path"]
     assert {"$ref": "#/components/parameters/LinkRelations"} in by_id["parameters"]
@@ -122,8 +144,15 @@ def test_plain_calls_have_their_fields_as_query_parameters_or_a_json_body():
 def test_the_admin_sees_admin_fields_and_the_user_does_not():
     admin, user = document(ADMIN), document(USER)
     fields = lambda doc: set(doc["components"]["schemas"]["person.1.show.record"]["properties"])  # noqa: E731
-    assert fields(admin) - fields(user) == {"enabled", "accountLocked", "accountExpired", "passwordExpired",
-                                            "roles", "dateCreated", "lastUpdated"}
+    assert fields(admin) - fields(user) == {
+        "enabled",
+        "accountLocked",
+        "accountExpired",
+        "passwordExpired",
+        "roles",
+        "dateCreated",
+        "lastUpdated",
+    }
     assert "budget" in admin["components"]["schemas"]["team.1.show.record"]["properties"]
     assert "budget" not in user["components"]["schemas"]["team.1.show.record"]["properties"]
 
@@ -134,10 +163,15 @@ def test_values_types_become_json_schema_with_their_mock_data_as_example():
     team = schemas["team.1.create.record"]["properties"]
     hook = schemas["hook.1.create.record"]["properties"]
     assert person["id"]["type"] == ["integer", "null"] and person["id"]["format"] == "int64"
-    assert (person["id"]["minimum"], person["id"]["maximum"]) == (-2**63, 2**63 - 1)
+    assert (person["id"]["minimum"], person["id"]["maximum"]) == (-(2**63), 2**63 - 1)
     assert schemas["person.1.list.request"]["properties"]["max"] == {
-        "type": ["integer", "null"], "format": "int32", "minimum": -2**31, "maximum": 2**31 - 1,
-        "description": "Records per page, 1 to 100 (list)", "examples": [20]}
+        "type": ["integer", "null"],
+        "format": "int32",
+        "minimum": -(2**31),
+        "maximum": 2**31 - 1,
+        "description": "Records per page, 1 to 100 (list)",
+        "examples": [20],
+    }
     assert team["budget"]["type"] == ["number", "null"] and team["budget"]["examples"] == [1000.5]
     assert person["enabled"]["type"] == ["boolean", "null"] and person["enabled"]["examples"] == [True]
     assert person["email"]["format"] == "email" and person["email"]["examples"] == ["jdoe@example.com"]
@@ -188,8 +222,12 @@ def test_chain_forms_start_a_blankchain_postchain_or_prechain():
 def test_a_postchain_or_prechain_names_its_type_and_links_are_those_the_roles_may_call():
     admin, user = document(ADMIN), document(USER)
     body = admin["paths"]["/c0.1/team/show/{id}"]["put"]["requestBody"]["content"]["application/json"]["schema"]
-    assert body["properties"]["chain"] == {"allOf": [
-        {"$ref": "#/components/schemas/Chain"}, {"required": ["type"], "properties": {"type": {"const": "postchain"}}}]}
+    assert body["properties"]["chain"] == {
+        "allOf": [
+            {"$ref": "#/components/schemas/Chain"},
+            {"required": ["type"], "properties": {"type": {"const": "postchain"}}},
+        ]
+    }
     prechain = admin["paths"]["/c0.1/team/create"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert prechain["properties"]["chain"]["allOf"][1]["properties"]["type"] == {"const": "prechain"}
     admin_links = admin["components"]["schemas"]["Chain"]["properties"]["order"]["propertyNames"]["enum"]
@@ -204,7 +242,8 @@ def test_every_call_may_answer_the_conflicts_and_refusals_plugins_raise():
     for (path, method), operation in api_operation_map(doc).items():
         assert {"409", "422"} <= set(operation["responses"]), (path, method)
     assert schema(doc, doc["paths"]["/v0.1/person/create"]["post"]["responses"]["409"])["content"] == {
-        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+    }
 
 
 def test_public_endpoints_refuse_empty_strings_and_say_the_account_policy():
@@ -233,10 +272,17 @@ def test_errors_are_rfc_9457_problems_and_calls_say_their_headers():
     problem = doc["components"]["schemas"]["Problem"]
     assert problem["required"] == ["type", "title", "status", "detail"]
     assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/FieldError"}
-    assert set(doc["components"]["responses"]["TooManyRequests"]["headers"]) == {"Retry-After", "RateLimit", "RateLimit-Policy"}
+    assert set(doc["components"]["responses"]["TooManyRequests"]["headers"]) == {
+        "Retry-After",
+        "RateLimit",
+        "RateLimit-Policy",
+    }
     assert doc["components"]["securitySchemes"]["bearerAuth"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-        "description": "The access token from POST /authenticate, as Authorization: Bearer <token>"}
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "The access token from POST /authenticate, as Authorization: Bearer <token>",
+    }
     assert doc["security"] == [{"bearerAuth": []}]
 
 
@@ -268,7 +314,8 @@ def test_operations_of_a_deprecated_version_say_so_and_answer_410_after_its_suns
     show = doc["paths"]["/v0.1-2/team/show"]["get"]
     assert show["description"].endswith(
         "Deprecated: API version 2 of team is deprecated from 2025-12-31T00:00:00Z. "
-        "Sunset 2026-06-30T00:00:00Z: from then on it answers 410 Gone. use v1")
+        "Sunset 2026-06-30T00:00:00Z: from then on it answers 410 Gone. use v1"
+    )
     assert set(show["responses"]["200"]["headers"]) >= {"Deprecation", "Sunset"}
     assert schema(doc, show["responses"]["410"])["description"].startswith("This API version is past its sunset")
     current = doc["paths"]["/v0.1/team/show"]["get"]

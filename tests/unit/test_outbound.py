@@ -21,16 +21,19 @@ from receiver import RawReceiver
 OK_11 = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 
-@pytest.mark.parametrize("version, connection, kept", [
-    ((b"HTTP", 1, 1), [], True),
-    ((b"HTTP", 1, 1), [b"keep-alive"], True),
-    ((b"HTTP", 1, 1), [b"close"], False),
-    ((b"HTTP", 1, 1), [b"Close"], False),
-    ((b"HTTP", 1, 1), [b"upgrade, close"], False),
-    ((b"HTTP", 1, 0), [], False),
-    ((b"HTTP", 1, 0), [b"Keep-Alive"], True),
-    ((b"HTTP", 1, 0), [b"keep-alive", b"close"], False),
-])
+@pytest.mark.parametrize(
+    "version, connection, kept",
+    [
+        ((b"HTTP", 1, 1), [], True),
+        ((b"HTTP", 1, 1), [b"keep-alive"], True),
+        ((b"HTTP", 1, 1), [b"close"], False),
+        ((b"HTTP", 1, 1), [b"Close"], False),
+        ((b"HTTP", 1, 1), [b"upgrade, close"], False),
+        ((b"HTTP", 1, 0), [], False),
+        ((b"HTTP", 1, 0), [b"Keep-Alive"], True),
+        ((b"HTTP", 1, 0), [b"keep-alive", b"close"], False),
+    ],
+)
 def test_the_persistence_rule_of_rfc_9112(version, connection, kept):
     assert keeps_connection(version, connection) is kept
 
@@ -52,14 +55,17 @@ def client():
     pytest_twisted.blockon(client.pool.closeCachedConnections())
 
 
-@pytest.mark.parametrize("answer, connections", [
-    (OK_11, 1),
-    (b"HTTP/1.1 204 No Content\r\n\r\n", 1),
-    (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", 1),
-    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 5),
-    (b"HTTP/1.0 204 No Content\r\n\r\n", 5),  # Python's http.server, by default
-    (b"HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 2\r\n\r\nok", 5),
-])
+@pytest.mark.parametrize(
+    "answer, connections",
+    [
+        (OK_11, 1),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", 1),
+        (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", 1),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 5),
+        (b"HTTP/1.0 204 No Content\r\n\r\n", 5),  # Python's http.server, by default
+        (b"HTTP/1.1 200 OK\r\nConnection: Close\r\nContent-Length: 2\r\n\r\nok", 5),
+    ],
+)
 @pytest_twisted.ensureDeferred
 async def test_a_connection_outlives_an_answer_exactly_when_http_says_so(client, answer, connections):
     server = RawReceiver(answer)

@@ -26,9 +26,18 @@ PERSON = parse_text((ROOT / "iostate" / "person.json").read_text(), "person.json
 RULES = RuleSet(controllers={"person": PERSON})
 
 RECORD = {
-    "id": 1, "version": 3, "username": "jdoe", "email": "jdoe@example.com", "password": "hash",
-    "enabled": True, "accountLocked": False, "accountExpired": False, "passwordExpired": False,
-    "roles": ["ROLE_USER"], "dateCreated": "2026-01-01", "lastUpdated": "2026-01-02",
+    "id": 1,
+    "version": 3,
+    "username": "jdoe",
+    "email": "jdoe@example.com",
+    "password": "hash",
+    "enabled": True,
+    "accountLocked": False,
+    "accountExpired": False,
+    "passwordExpired": False,
+    "roles": ["ROLE_USER"],
+    "dateCreated": "2026-01-01",
+    "lastUpdated": "2026-01-02",
 }
 PUBLIC = {"id", "version", "username", "email"}
 
@@ -58,12 +67,22 @@ class People(Controller):
     show = create = list = update = delete = action(_run)
 
 
-def run(who=USER, action="show", method="GET", body=None, text=None, controller="person",
-        api_version=None, purpose=Purpose.DEFAULT, people=None):
+def run(
+    who=USER,
+    action="show",
+    method="GET",
+    body=None,
+    text=None,
+    controller="person",
+    api_version=None,
+    purpose=Purpose.DEFAULT,
+    people=None,
+):
     people = people or People()
     pipeline = Pipeline(lambda: RULES, {"person": people}, SECURITY.superuser_role)
-    request = CallRequest(controller=controller, action=action, api_version=api_version,
-                          method=method, body=body or {}, text=text or {})
+    request = CallRequest(
+        controller=controller, action=action, api_version=api_version, method=method, body=body or {}, text=text or {}
+    )
     return pipeline.run(who, request, purpose)
 
 
@@ -174,7 +193,9 @@ async def test_caller_is_superuser_only_with_the_superuser_role():
 @pytest_twisted.ensureDeferred
 async def test_each_bad_field_is_listed():
     errors = await invalid(
-        who=USER, action="update", method="PUT",
+        who=USER,
+        action="update",
+        method="PUT",
         body={"id": 1, "enabled": False, "nickname": "j", "email": "not-an-email"},
     )
     assert {e["field"]: e["reason"] for e in errors} == {
@@ -187,7 +208,8 @@ async def test_each_bad_field_is_listed():
 @pytest_twisted.ensureDeferred
 async def test_a_field_the_role_may_send_is_admitted():
     assert await fields_sent(ADMIN, action="update", method="PUT", body={"id": 1, "enabled": False}) == {
-        "id": 1, "enabled": False,
+        "id": 1,
+        "enabled": False,
     }
 
 
@@ -320,7 +342,9 @@ async def test_an_action_awaiting_asyncio_under_the_default_reactor_is_a_500_nam
         pipeline = Pipeline(lambda: RULES, {"person": People(answer)}, SECURITY.superuser_role)
         for _ in range(2):
             with pytest.raises(InternalError) as caught:
-                await pipeline.run(USER, CallRequest(controller="person", action="show", api_version=None, method="GET"))
+                await pipeline.run(
+                    USER, CallRequest(controller="person", action="show", api_version=None, method="GET")
+                )
             assert caught.value.status == 500
             assert "person/show awaits asyncio" in caught.value.detail
             assert "`reactor: asyncio` in service_server.yml" in caught.value.detail
@@ -416,8 +440,14 @@ async def test_validate_sees_only_the_admitted_typed_fields():
     seen = []
     people = People()
     people.update = action(validate=lambda fields: seen.append(dict(fields)))(lambda call: dict(RECORD))
-    await invalid(who=USER, action="update", method="PUT", people=people,
-                  body={"enabled": False, "email": "bad"}, text={"id": ["5"]})
+    await invalid(
+        who=USER,
+        action="update",
+        method="PUT",
+        people=people,
+        body={"enabled": False, "email": "bad"},
+        text={"id": ["5"]},
+    )
     assert seen == [{"id": 5}]
 
 
@@ -490,8 +520,10 @@ def pipeline_with(db, events, answer):
 async def test_a_write_through_the_call_records_its_events_in_the_same_transaction():
     db, events = Writes(), EventWrites()
     pipeline = pipeline_with(db, events, lambda call: call.write(lambda connection, name: {"id": 9, "name": name}, "x"))
-    result = await pipeline.run(ADMIN, CallRequest("person", "create", None, "POST",
-                                                   {"username": "u", "password": "p4ssword!", "email": "u@x.org"}))
+    result = await pipeline.run(
+        ADMIN,
+        CallRequest("person", "create", None, "POST", {"username": "u", "password": "p4ssword!", "email": "u@x.org"}),
+    )
     assert result.data == {"id": 9}
     assert [path for path, _ in events.with_events] == ["person/create"]
     assert events.recorded == [] and db.plain == []  # not recorded a second time, after the action
@@ -509,7 +541,9 @@ async def test_an_action_writing_another_way_gets_its_events_after_it_returns():
 async def test_a_write_of_a_safe_call_or_without_webhooks_is_a_plain_write():
     db = Writes()
     answer = lambda call: call.write(lambda connection: dict(RECORD))  # noqa: E731
-    await pipeline_with(db, EventWrites(), answer).run(ADMIN, CallRequest("person", "show", None, "GET", {}, {"id": ["1"]}))
+    await pipeline_with(db, EventWrites(), answer).run(
+        ADMIN, CallRequest("person", "show", None, "GET", {}, {"id": ["1"]})
+    )
     await pipeline_with(db, None, answer).run(ADMIN, CallRequest("person", "delete", None, "DELETE", {}, {"id": ["1"]}))
     assert len(db.plain) == 2
 

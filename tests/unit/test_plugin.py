@@ -51,7 +51,7 @@ def refusals(wanted: inspect.Signature, found: inspect.Signature) -> list[str]:
     refused = []
     positional = [p.name for p in have.values() if p.kind in POSITIONAL]
     wanted_positional = [p.name for p in want if p.kind in POSITIONAL]
-    if positional[:len(wanted_positional)] != wanted_positional:
+    if positional[: len(wanted_positional)] != wanted_positional:
         refused.append(f"positional parameters {positional}, not {wanted_positional}")
     for p in want:
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -61,9 +61,13 @@ def refusals(wanted: inspect.Signature, found: inspect.Signature) -> list[str]:
             refused.append(f"no parameter {p.name}")
         elif p.name in have and p.default is not p.empty and have[p.name].default is p.empty:
             refused.append(f"{p.name} has no default")
-    refused += [f"{p.name} is required" for p in have.values() if p.name not in wanted.parameters
-                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-                and p.default is inspect.Parameter.empty]
+    refused += [
+        f"{p.name} is required"
+        for p in have.values()
+        if p.name not in wanted.parameters
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and p.default is inspect.Parameter.empty
+    ]
     return refused
 
 
@@ -81,8 +85,9 @@ def mismatches(protocol: type, real: type) -> list[str]:
         elif inspect.iscoroutinefunction(wanted) and not inspect.iscoroutinefunction(found):
             found_mismatches.append(f"{name}: not a coroutine function")
         else:
-            found_mismatches += [f"{name}: {refused}" for refused in refusals(inspect.signature(wanted),
-                                                                             inspect.signature(found))]
+            found_mismatches += [
+                f"{name}: {refused}" for refused in refusals(inspect.signature(wanted), inspect.signature(found))
+            ]
     return found_mismatches
 
 
@@ -103,7 +108,10 @@ def test_the_check_finds_a_member_missing_or_called_otherwise():
 
     assert mismatches(plugin.PeerPinger, Elsewhere) == ["ping_all: missing"]
     assert mismatches(plugin.Database, Otherwise) == [
-        "prepare: missing", "read: no variadic args", "select: missing", "write: no variadic args",
+        "prepare: missing",
+        "read: no variadic args",
+        "select: missing",
+        "write: no variadic args",
         "write: unit is required",
     ]
 
@@ -114,8 +122,9 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
     assert imported.split() == ["apid", "apid.plugin", "apid.problems"]
 
 
-@pytest.mark.parametrize("module, allowed", [(apid.plugin, {"apid.problems"}), (apid.problems, set())],
-                         ids=["plugin", "problems"])
+@pytest.mark.parametrize(
+    "module, allowed", [(apid.plugin, {"apid.problems"}), (apid.problems, set())], ids=["plugin", "problems"]
+)
 def test_the_plugin_api_names_no_module_of_the_daemon_even_for_types(module: Any, allowed: set[str]):
     tree = ast.parse(inspect.getsource(module))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

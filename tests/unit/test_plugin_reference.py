@@ -79,19 +79,28 @@ def documented(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, 
     params = [(a.arg, "POSITIONAL_OR_KEYWORD", a.annotation, d) for a, d in zip(positional, defaults)]
     if args.vararg:
         params.append((args.vararg.arg, "VAR_POSITIONAL", args.vararg.annotation, inspect.Parameter.empty))
-    params += [(a.arg, "KEYWORD_ONLY", a.annotation, inspect.Parameter.empty if d is None else d)
-               for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    params += [
+        (a.arg, "KEYWORD_ONLY", a.annotation, inspect.Parameter.empty if d is None else d)
+        for a, d in zip(args.kwonlyargs, args.kw_defaults)
+    ]
     if args.kwarg:
         params.append((args.kwarg.arg, "VAR_KEYWORD", args.kwarg.annotation, inspect.Parameter.empty))
     namespace = vars(apid.plugin)
-    return [(name, kind, None if note is None else ast.unparse(note),
-             default if default is inspect.Parameter.empty else eval(ast.unparse(default), namespace))
-            for name, kind, note, default in params]
+    return [
+        (
+            name,
+            kind,
+            None if note is None else ast.unparse(note),
+            default if default is inspect.Parameter.empty else eval(ast.unparse(default), namespace),
+        )
+        for name, kind, note, default in params
+    ]
 
 
 def declared(function: Any) -> list[tuple[str, str, str | None, Any]]:
-    return [(p.name, p.kind.name, normal(p.annotation), p.default)
-            for p in inspect.signature(function).parameters.values()]
+    return [
+        (p.name, p.kind.name, normal(p.annotation), p.default) for p in inspect.signature(function).parameters.values()
+    ]
 
 
 def same_signature(node: ast.FunctionDef | ast.AsyncFunctionDef, function: Any, label: str) -> None:
@@ -161,4 +170,3 @@ def test_an_entry_shows_the_signature_the_code_declares(name):
         listed = {member.target.id if isinstance(member, ast.AnnAssign) else member.name for member in members}
         own = {member for member in vars(obj) if not member.startswith("_")}
         assert listed == own, f"{name}: the reference shows other members than the protocol's"
-

@@ -16,7 +16,15 @@ from apid.config import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, action
 from apid.plugins import (
-    GROUP, MIGRATIONS_GROUP, FoundPlugin, LoadedController, MigrationSource, PluginError, bind, discover, load,
+    GROUP,
+    MIGRATIONS_GROUP,
+    FoundPlugin,
+    LoadedController,
+    MigrationSource,
+    PluginError,
+    bind,
+    discover,
+    load,
     migration_sources,
 )
 
@@ -140,7 +148,9 @@ def test_load_refuses_an_import_error_naming_the_distribution():
 
 def test_load_refuses_an_object_that_is_not_a_controller():
     value = f"{__name__}:NotAController"
-    with pytest.raises(PluginError, match=r"odd \(distribution odd-dist\): .*NotAController is not an apid.plugin.Controller"):
+    with pytest.raises(
+        PluginError, match=r"odd \(distribution odd-dist\): .*NotAController is not an apid.plugin.Controller"
+    ):
         load([found("odd", value, "odd-dist")])
 
 
@@ -208,7 +218,10 @@ def test_bind_refuses_a_controller_with_no_io_state(tmp_path):
 def test_bind_refuses_an_io_state_action_the_controller_does_not_implement(tmp_path):
     write_state(tmp_path, "team.json", TEAM_JSON)
     team = LoadedController(plugin=found("team", "x:T", "thin-dist"), cls=TeamWithoutCreate)
-    with pytest.raises(IOStateError, match=r"action create: the controller of team \(distribution thin-dist\) implements no such action \(it has: list, show\)"):
+    with pytest.raises(
+        IOStateError,
+        match=r"action create: the controller of team \(distribution thin-dist\) implements no such action \(it has: list, show\)",
+    ):
         bind([team], tmp_path, SECURITY)
 
 
@@ -222,9 +235,13 @@ def test_bind_shares_cached_answers_only_of_actions_declared_caller_independent(
     person = json.loads((tmp_path / "person.json").read_text())
     person["IOSTATE"]["VERSION"]["1"]["URI"]["show"]["CACHE"] = {"maxAge": 60, "shared": True}  # own record only
     write_state(tmp_path, "person.json", person)
-    with pytest.raises(IOStateError, match=re.escape(
+    with pytest.raises(
+        IOStateError,
+        match=re.escape(
             f'{tmp_path / "person.json"}: controller person, version 1, action show, CACHE: "shared": true is '
-            "refused: the controller of person (distribution apid) does not declare show caller-independent")):
+            "refused: the controller of person (distribution apid) does not declare show caller-independent"
+        ),
+    ):
         bind(loaded, tmp_path, SECURITY)
 
 
@@ -259,11 +276,16 @@ def directory_on_path(monkeypatch):
 
 
 def test_migration_sources_find_each_package_folder_sorted_by_name(directory_on_path):
-    sources = migration_sources([migrations("directory", "apid_directory.migrations", "apid-directory"),
-                                 migrations("audit", "apid.store.migrations", "apid-audit")])
+    sources = migration_sources(
+        [
+            migrations("directory", "apid_directory.migrations", "apid-directory"),
+            migrations("audit", "apid.store.migrations", "apid-audit"),
+        ]
+    )
     assert [(s.name, s.distribution, s.package) for s in sources] == [
         ("audit", "apid-audit", "apid.store.migrations"),
-        ("directory", "apid-directory", "apid_directory.migrations")]
+        ("directory", "apid-directory", "apid_directory.migrations"),
+    ]
     assert sources[1].folder == DIRECTORY / "apid_directory" / "migrations"
     assert sources[1].version_table == "alembic_version_directory"
     assert sources[1] == MigrationSource.from_package("directory", "apid_directory.migrations", "apid-directory")
@@ -275,10 +297,17 @@ def test_migration_sources_count_a_distribution_seen_twice_on_sys_path_once(dire
 
 
 def test_migration_sources_refuse_two_distributions_with_one_name(directory_on_path):
-    with pytest.raises(PluginError, match=r"plugin directory \(distribution other-dist\): migrations named "
-                                          r"'directory' are already provided by directory \(distribution apid-directory\)"):
-        migration_sources([migrations("directory", "apid_directory.migrations", "apid-directory"),
-                           migrations("directory", "apid.store.migrations", "other-dist")])
+    with pytest.raises(
+        PluginError,
+        match=r"plugin directory \(distribution other-dist\): migrations named "
+        r"'directory' are already provided by directory \(distribution apid-directory\)",
+    ):
+        migration_sources(
+            [
+                migrations("directory", "apid_directory.migrations", "apid-directory"),
+                migrations("directory", "apid.store.migrations", "other-dist"),
+            ]
+        )
 
 
 @pytest.mark.parametrize("name", ["apid", "Directory", "2nd", "a-b", "x" * 48])
@@ -288,8 +317,11 @@ def test_a_migration_name_must_make_a_plain_version_table_name(name):
 
 
 def test_a_migrations_package_that_does_not_import_names_the_distribution():
-    with pytest.raises(PluginError, match=r"plugin directory \(distribution apid-directory\): migrations package "
-                                          r"apid_nowhere.migrations failed to load: ModuleNotFoundError"):
+    with pytest.raises(
+        PluginError,
+        match=r"plugin directory \(distribution apid-directory\): migrations package "
+        r"apid_nowhere.migrations failed to load: ModuleNotFoundError",
+    ):
         migration_sources([migrations("directory", "apid_nowhere.migrations", "apid-directory")])
 
 

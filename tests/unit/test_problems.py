@@ -10,8 +10,10 @@ import pytest
 from apid import problems
 from apid.problems import InvalidFields, MethodNotAllowed, Problem
 
-KINDS = sorted((kind for kind in vars(problems).values() if isinstance(kind, type) and issubclass(kind, Problem)),
-               key=lambda kind: kind.__name__)
+KINDS = sorted(
+    (kind for kind in vars(problems).values() if isinstance(kind, type) and issubclass(kind, Problem)),
+    key=lambda kind: kind.__name__,
+)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.__name__)
@@ -25,8 +27,12 @@ def test_invalid_fields_names_the_fields_in_its_detail_unless_given_one():
     errors = [{"field": "email", "reason": "is required"}, {"field": "max", "reason": "must be 1 to 100"}]
     named = InvalidFields(errors=tuple(errors)).to_dict("/v0.1/person/create")
     assert named == {
-        "type": "urn:apid:problem:invalid-fields", "title": "Bad Request", "status": 400,
-        "detail": "invalid request fields: email, max", "instance": "/v0.1/person/create", "errors": errors,
+        "type": "urn:apid:problem:invalid-fields",
+        "title": "Bad Request",
+        "status": 400,
+        "detail": "invalid request fields: email, max",
+        "instance": "/v0.1/person/create",
+        "errors": errors,
     }
     assert InvalidFields("the hook cannot be saved", errors=errors).to_dict()["detail"] == "the hook cannot be saved"
 

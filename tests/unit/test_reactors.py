@@ -25,7 +25,9 @@ print(type(reactor).__name__)
 
 
 def test_the_asyncio_reactor_runs_on_uvloop_with_tasks_that_await_deferreds():
-    done = python(INSTALL.format(choice="asyncio") + """
+    done = python(
+        INSTALL.format(choice="asyncio")
+        + """
 import asyncio
 from twisted.internet.defer import Deferred
 
@@ -35,7 +37,8 @@ async def action():
     return type(asyncio.get_running_loop()).__module__, await read
 
 print(*asyncio.get_event_loop().run_until_complete(action()))
-""")
+"""
+    )
     assert done.stdout.splitlines() == ["asyncio on uvloop", "AsyncioSelectorReactor", "uvloop 5"], done.stderr
 
 
@@ -70,5 +73,7 @@ try:
 except ReactorInstalled as exc:
     print(exc)
 """)
-    assert done.stdout.strip() == (f"EPollReactor was installed before apid could install the {choice} reactor: "
-                                   "a module imported twisted.internet.reactor too early"), done.stderr
+    assert done.stdout.strip() == (
+        f"EPollReactor was installed before apid could install the {choice} reactor: "
+        "a module imported twisted.internet.reactor too early"
+    ), done.stderr

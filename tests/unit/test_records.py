@@ -10,7 +10,8 @@ from apid.records import delete_row, get_row, insert_row, list_rows, update_row
 
 metadata = MetaData()
 shelf = Table(
-    "library_shelf", metadata,
+    "library_shelf",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("room_id", Integer, key="roomId"),
     Column("label", String(50)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -40,12 +40,16 @@ SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security
 
 
 def at(minutes_ago: float = 0) -> datetime:
-    return datetime.now(timezone.utc) - timedelta(minutes=minutes_ago)
+    return datetime.now(UTC) - timedelta(minutes=minutes_ago)
 
 
 def seen(engine, who: str, moment: datetime) -> None:
-    run_write(engine, lambda connection: connection.execute(
-        update(iostate_report).where(iostate_report.c.who == who).values(seen_at=moment)))
+    run_write(
+        engine,
+        lambda connection: connection.execute(
+            update(iostate_report).where(iostate_report.c.who == who).values(seen_at=moment)
+        ),
+    )
 
 
 # --- the generation and the reports ----------------------------------------------------------------
@@ -62,7 +66,9 @@ def test_a_report_is_kept_per_process_and_replaced_by_its_next(engine):
     run_write(engine, report, Report("b:2", 1, OK, at()))
     run_write(engine, report, Report("a:1", 2, "person.json: broken", at()))
     assert [(r.who, r.generation, r.outcome) for r in run_read(engine, reports_since, 1)] == [
-        ("a:1", 2, "person.json: broken"), ("b:2", 1, OK)]
+        ("a:1", 2, "person.json: broken"),
+        ("b:2", 1, OK),
+    ]
     assert [r.who for r in run_read(engine, reports_since, 2)] == ["a:1"]
 
 
@@ -119,8 +125,9 @@ def watcher(database, rule_book):
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_watcher_reports_at_start_and_reloads_only_when_the_generation_moves(engine, iostate, rule_book,
-                                                                                        watcher):
+async def test_the_watcher_reports_at_start_and_reloads_only_when_the_generation_moves(
+    engine, iostate, rule_book, watcher
+):
     await watcher.start(0)
     assert [(r.who, r.generation, r.outcome) for r in run_read(engine, reports_since, 0)] == [("here:1", 0, OK)]
     in_force = rule_book.current

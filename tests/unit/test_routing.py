@@ -47,8 +47,23 @@ def test_another_app_version_is_not_found_naming_the_served_one(prefix):
 
 @pytest.mark.parametrize(
     "prefix",
-    ["x1.0", "V1.0", "v1", "v1.", "v.0", "1.0", "v", "", "v1.0-", "v1.0-a/b", "v1.0-a-b", "vb1.0", "v1.0.0",
-     "v١.٠", "v1.0\n"],
+    [
+        "x1.0",
+        "V1.0",
+        "v1",
+        "v1.",
+        "v.0",
+        "1.0",
+        "v",
+        "",
+        "v1.0-",
+        "v1.0-a/b",
+        "v1.0-a-b",
+        "vb1.0",
+        "v1.0.0",
+        "v١.٠",
+        "v1.0\n",
+    ],
 )
 def test_a_bad_prefix_is_not_found(prefix):
     with pytest.raises(NotFound) as info:

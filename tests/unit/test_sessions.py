@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import pytest_twisted
@@ -20,8 +20,8 @@ from apid.auth.sessions import (
     Revocations,
     Rotation,
     deny,
-    revoke_session,
     revoke_person,
+    revoke_session,
     revoked_since,
     rotate,
     start_family,
@@ -39,7 +39,7 @@ GRACE = 10
 def aware(moment: datetime | None) -> datetime | None:
     if moment is None or moment.tzinfo is not None:
         return moment
-    return moment.replace(tzinfo=timezone.utc)
+    return moment.replace(tzinfo=UTC)
 
 
 def digest(secret: str) -> str:
@@ -47,25 +47,31 @@ def digest(secret: str) -> str:
 
 
 def row_of(engine, secret: str):
-    return run_read(engine, lambda c: c.execute(
-        select(refresh_token).where(refresh_token.c.token_hash == digest(secret))).one())
+    return run_read(
+        engine, lambda c: c.execute(select(refresh_token).where(refresh_token.c.token_hash == digest(secret))).one()
+    )
 
 
 def family_rows(engine, secret: str) -> list:
     family = row_of(engine, secret).family
-    return run_read(engine, lambda c: c.execute(
-        select(refresh_token).where(refresh_token.c.family == family).order_by(refresh_token.c.id)).all())
+    return run_read(
+        engine,
+        lambda c: c.execute(
+            select(refresh_token).where(refresh_token.c.family == family).order_by(refresh_token.c.id)
+        ).all(),
+    )
 
 
 def live_hashes(engine, secret: str) -> set[str]:
     """The tokens of the family that are neither rotated nor revoked."""
-    return {row.token_hash for row in family_rows(engine, secret)
-            if row.rotated_at is None and row.revoked_at is None}
+    return {row.token_hash for row in family_rows(engine, secret) if row.rotated_at is None and row.revoked_at is None}
 
 
 def set_column(engine, secret: str, **values) -> None:
-    run_write(engine, lambda c: c.execute(
-        update(refresh_token).where(refresh_token.c.token_hash == digest(secret)).values(**values)))
+    run_write(
+        engine,
+        lambda c: c.execute(update(refresh_token).where(refresh_token.c.token_hash == digest(secret)).values(**values)),
+    )
 
 
 def start(engine, person_id: int) -> str:
@@ -76,20 +82,22 @@ def start(engine, person_id: int) -> str:
 
 def rotate_now(engine, secret: str, person_id: int, grace: int = GRACE):
     """Rotate as /refreshToken does, with the session of the token's own login."""
-    row = run_read(engine, lambda c: c.execute(
-        select(refresh_token.c.family).where(refresh_token.c.token_hash == digest(secret))).first())
+    row = run_read(
+        engine,
+        lambda c: c.execute(select(refresh_token.c.family).where(refresh_token.c.token_hash == digest(secret))).first(),
+    )
     return run_write(engine, rotate, secret, person_id, row.family if row else None, LIFETIME, grace)
 
 
 def ago(**delta) -> datetime:
-    return datetime.now(timezone.utc) - timedelta(**delta)
+    return datetime.now(UTC) - timedelta(**delta)
 
 
 # --- starting and rotating -------------------------------------------------------------------------
 
 
 def test_start_family_stores_only_a_hash(engine, alice):
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     secret = start(engine, alice)
     assert len(secret) * 6 >= 128
     row = row_of(engine, secret)
@@ -256,9 +264,9 @@ def test_a_cookie_of_another_login_of_the_same_person_is_unknown(engine, alice):
 def test_revoke_person_ends_every_family_and_sets_the_mark(engine, alice, bob):
     families = [start(engine, alice) for _ in range(3)]
     bobs = start(engine, bob)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     run_write(engine, revoke_person, alice)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     for secret in families:
         assert rotate_now(engine, secret, alice).status is Rotation.UNKNOWN
     assert rotate_now(engine, bobs, bob).status is Rotation.ROTATED
@@ -271,15 +279,17 @@ def test_revoke_person_ends_every_family_and_sets_the_mark(engine, alice, bob):
 def test_revoke_person_keeping_a_session_ends_only_the_others(engine, alice, bob):
     kept, *others = [start(engine, alice) for _ in range(3)]
     bobs = start(engine, bob)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     run_write(engine, revoke_person, alice, row_of(engine, kept).family)
     assert rotate_now(engine, kept, alice).status is Rotation.ROTATED
     for secret in others:
         assert rotate_now(engine, secret, alice).status is Rotation.UNKNOWN
     assert rotate_now(engine, bobs, bob).status is Rotation.ROTATED
     # the kept login's access tokens stay good: no account-wide mark
-    assert run_read(engine, lambda c: c.execute(
-        select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar()) is None
+    assert (
+        run_read(engine, lambda c: c.execute(select(person.c.tokens_valid_after).where(person.c.id == alice)).scalar())
+        is None
+    )
     assert run_read(engine, changed_since, before) == {alice}
 
 
@@ -291,7 +301,7 @@ def test_revoked_since_lists_denied_ids_ended_logins_and_changed_accounts(engine
     run_write(engine, deny, "jti-old", int(time.time()) - 10)  # expired already: not worth keeping
     ended = row_of(engine, start(engine, alice)).family
     live = row_of(engine, start(engine, alice)).family
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     run_write(engine, revoke_session, ended, alice)
     run_write(engine, revoke_person, bob)
 
@@ -342,12 +352,23 @@ def test_account_changes_are_purged_after_an_hour(engine, alice, bob):
 # --- Revocations and Standings: in memory, shared through the database ----------------------------------
 
 
-def principal(user_id: int, issued_at: float | None = None, jti: str | None = None,
-              lifetime: int = 900, session: str | None = None) -> Principal:
+def principal(
+    user_id: int,
+    issued_at: float | None = None,
+    jti: str | None = None,
+    lifetime: int = 900,
+    session: str | None = None,
+) -> Principal:
     issued = time.time() if issued_at is None else issued_at
-    return Principal(user_id=user_id, username="someone", roles=frozenset({"ROLE_USER"}),
-                     token_id=jti or uuid.uuid4().hex, expires=int(issued) + lifetime,
-                     issued_at=round(issued, 3), session=session)
+    return Principal(
+        user_id=user_id,
+        username="someone",
+        roles=frozenset({"ROLE_USER"}),
+        token_id=jti or uuid.uuid4().hex,
+        expires=int(issued) + lifetime,
+        issued_at=round(issued, 3),
+        session=session,
+    )
 
 
 @pytest.fixture
@@ -476,8 +497,7 @@ async def test_a_revocation_by_another_instance_is_seen_after_a_poll(gates, seco
 
 
 @pytest_twisted.ensureDeferred
-async def test_the_poller_picks_up_another_instances_revocations_by_itself(
-        gates, second_database, alice, bob):
+async def test_the_poller_picks_up_another_instances_revocations_by_itself(gates, second_database, alice, bob):
     """The LoopingCall started by start() re-reads the database on its own (every half
     second); the test waits for it with a generous bound, not a timing assertion."""
     mine = gates()

@@ -24,8 +24,14 @@ from apid.store.tables import account_change, person, person_role
 
 def token(user_id: int, roles=("ROLE_USER",), issued_at: float | None = None, name: str = "alice") -> Principal:
     issued = time.time() if issued_at is None else issued_at
-    return Principal(user_id=user_id, username=name, roles=frozenset(roles), token_id=uuid.uuid4().hex,
-                     expires=int(issued) + 900, issued_at=round(issued, 3))
+    return Principal(
+        user_id=user_id,
+        username=name,
+        roles=frozenset(roles),
+        token_id=uuid.uuid4().hex,
+        expires=int(issued) + 900,
+        issued_at=round(issued, 3),
+    )
 
 
 @pytest.fixture

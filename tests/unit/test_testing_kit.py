@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from apid_sample import TeamController
 from sqlalchemy import select, text
 from twisted.internet.defer import Deferred
 
@@ -20,6 +19,7 @@ from apid.plugin import Call, Controller, action
 from apid.plugins import PluginError
 from apid.store.tables import person
 from apid.testing import InMemoryApid, StillWaiting
+from apid_sample import TeamController
 
 ROOT = Path(__file__).resolve().parents[2]
 # The first-party controllers ship their IO State inside a built wheel; from this checkout
@@ -88,8 +88,12 @@ def test_bad_fields_are_one_400_problem_listing_each(apid, admin):
 
 
 def test_a_batch_runs_every_element_and_answers_them_combined(apid, admin):
-    reply = apid.batch("team/create", [{"name": "A", "leaderId": admin.id}, {"name": "B", "leaderId": admin.id}],
-                       caller=admin, combine=True)
+    reply = apid.batch(
+        "team/create",
+        [{"name": "A", "leaderId": admin.id}, {"name": "B", "leaderId": admin.id}],
+        caller=admin,
+        combine=True,
+    )
     assert reply.status == 200
     assert [team["name"] for team in reply.json] == ["A", "B"]
 
@@ -102,8 +106,9 @@ def test_a_batch_runs_every_element_and_answers_them_combined(apid, admin):
 
 def test_a_chain_passes_each_links_key_to_the_next(apid, admin):
     create_team(apid, admin)
-    reply = apid.chain("GET", "team/show/1", {"key": "leaderId", "combine": True, "order": {"person/show": "return"}},
-                       caller=admin)
+    reply = apid.chain(
+        "GET", "team/show/1", {"key": "leaderId", "combine": True, "order": {"person/show": "return"}}, caller=admin
+    )
     assert reply.status == 200
     team, leader = reply.json
     assert team["name"] == "Core"
@@ -117,14 +122,20 @@ def test_link_relations_come_only_when_asked(apid, admin):
 
     linked = apid.get(f"/v{apid.version}/team/show/1", caller=admin, links=True)
     assert {"href": f"/v{apid.version}/team/show/1", "rel": "self", "method": "GET"} in linked.links
-    assert {"href": f"/v{apid.version}/person/show/{admin.id}", "rel": "urn:apid:rel:person/show",
-            "method": "GET"} in linked.links
+    assert {
+        "href": f"/v{apid.version}/person/show/{admin.id}",
+        "rel": "urn:apid:rel:person/show",
+        "method": "GET",
+    } in linked.links
 
 
 def test_a_create_emits_its_event_with_the_record_the_action_returned(apid, admin):
     create_team(apid, admin, name="Ops")
-    apid.post(f"/v{apid.version}/person/create",
-              {"username": "jdoe", "password": "a-long-password", "email": "jdoe@example.com"}, caller=admin)
+    apid.post(
+        f"/v{apid.version}/person/create",
+        {"username": "jdoe", "password": "a-long-password", "email": "jdoe@example.com"},
+        caller=admin,
+    )
     apid.post(f"/v{apid.version}/person/create", {"username": "x"}, caller=admin)  # a 400: no event
 
     assert [event.type for event in apid.events] == ["team/create", "person/create"]
@@ -136,9 +147,11 @@ def test_a_create_emits_its_event_with_the_record_the_action_returned(apid, admi
 
 
 def test_what_a_call_stored_can_be_read_from_the_engine(apid, admin):
-    reply = apid.post(f"/v{apid.version}/person/create",
-                      {"username": "jdoe", "password": "a-long-password", "email": "jdoe@example.com",
-                       "roles": ["ROLE_USER"]}, caller=admin)
+    reply = apid.post(
+        f"/v{apid.version}/person/create",
+        {"username": "jdoe", "password": "a-long-password", "email": "jdoe@example.com", "roles": ["ROLE_USER"]},
+        caller=admin,
+    )
     assert reply.status == 200
     with apid.engine.connect() as connection:
         row = connection.execute(select(person).where(person.c.username == "jdoe")).one()
@@ -172,8 +185,10 @@ def test_a_caller_is_a_real_account_with_its_roles(apid, admin):
 
 
 def test_two_kits_side_by_side_share_nothing():
-    with InMemoryApid([TeamController], iostate_dir=IOSTATE) as first, \
-            InMemoryApid([TeamController], iostate_dir=IOSTATE) as second:
+    with (
+        InMemoryApid([TeamController], iostate_dir=IOSTATE) as first,
+        InMemoryApid([TeamController], iostate_dir=IOSTATE) as second,
+    ):
         first_admin = first.caller("ROLE_ADMIN", username="first")
         second_admin = second.caller("ROLE_ADMIN", username="second")
         assert create_team(first, first_admin).status == 200
@@ -200,8 +215,19 @@ WAIT_IOSTATE = {
     "NETWORKGRP": "public",
     "VALUES": {"id": {"type": "Long", "key": "PKEY", "description": "Nothing", "mockData": "1"}},
     "CURRENTSTABLE": "1",
-    "VERSION": {"1": {"DEFAULTACTION": "forever", "URI": {"forever": {
-        "METHOD": "GET", "DESCRIPTION": "Never answers", "REQUEST": {}, "RESPONSE": {"permitAll": ["id"]}}}}},
+    "VERSION": {
+        "1": {
+            "DEFAULTACTION": "forever",
+            "URI": {
+                "forever": {
+                    "METHOD": "GET",
+                    "DESCRIPTION": "Never answers",
+                    "REQUEST": {},
+                    "RESPONSE": {"permitAll": ["id"]},
+                }
+            },
+        }
+    },
 }
 
 
@@ -268,8 +294,9 @@ def test_a_plugins_migrations_run_after_apids_schema(tmp_path, monkeypatch):
     with InMemoryApid(migrations=["kit_notes.migrations"], iostate_dir=IOSTATE) as kit:
         author = kit.caller("ROLE_USER")
         with kit.engine.begin() as connection:
-            connection.execute(text("INSERT INTO kit_note (author, text) VALUES (:author, 'hello')"),
-                               {"author": author.id})
+            connection.execute(
+                text("INSERT INTO kit_note (author, text) VALUES (:author, 'hello')"), {"author": author.id}
+            )
             assert connection.execute(text("SELECT version_num FROM alembic_version_kit_notes")).scalar() == "notes0001"
             assert connection.execute(text("SELECT count(*) FROM kit_note")).scalar() == 1
 

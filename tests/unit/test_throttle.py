@@ -28,8 +28,8 @@ from twisted.python import failure
 
 from apid import metrics
 from apid.auth.tokens import Principal
-from apid.problems import ServiceUnavailable, TooManyRequests
 from apid.iostate.model import CallLimit, Endpoint, RoleFields
+from apid.problems import ServiceUnavailable, TooManyRequests
 from apid.throttle import DAY, Charge, MemoryCounters, RateLimiter, RedisCounters, Rule, endpoint_rule
 from harness import free_port
 
@@ -92,7 +92,9 @@ async def test_each_charge_counts_and_tells_what_remains_and_when_the_window_end
     assert first.allowed and first.remaining == 4
     store.assert_reset(first, 100)
     assert [(c.allowed, c.remaining) for c in [await store.charge(user, limit=5, window=100) for _ in range(2)]] == [
-        (True, 3), (True, 2)]
+        (True, 3),
+        (True, 2),
+    ]
     two = await store.charge(user, 2, limit=10, window=100)  # amounts add up; the limit is the caller's
     assert two.allowed and two.remaining == 10 - 5
     store.assert_reset(two, 100)
@@ -201,8 +203,14 @@ STATE = re.compile(r'^"(?P<name>[A-Z_]+)";r=(?P<r>\d+);t=(?P<t>\d+)$')
 
 
 def principal(user_id: int, *roles: str) -> Principal:
-    return Principal(user_id=user_id, username=f"user{user_id}", roles=frozenset(roles), token_id=f"t{user_id}",
-                     expires=0, issued_at=0.0)
+    return Principal(
+        user_id=user_id,
+        username=f"user{user_id}",
+        roles=frozenset(roles),
+        token_id=f"t{user_id}",
+        expires=0,
+        issued_at=0.0,
+    )
 
 
 class Recording:
@@ -344,7 +352,8 @@ async def test_a_charge_that_would_cross_the_limit_is_429_and_counts_nothing(clo
     assert caught.value.detail == (  # not "used up": what it costs, what is left, that nothing was counted
         "this request costs 3 (a batch counts one per element, a chain one per link) and 2 are left of the "
         f"request limit of 5 a day: it was refused whole, none of it counted against that limit; send at most 2, "
-        f"or this one again in {reset} seconds")
+        f"or this one again in {reset} seconds"
+    )
     assert state(await limiter.charge(user, 2))["r"] == 0  # the 3 refused were not counted
 
 
@@ -357,7 +366,8 @@ async def test_a_charge_larger_than_the_whole_limit_says_so_and_counts_nothing(c
     assert caught.value.detail == (
         "this request costs 10000 (a batch counts one per element, a chain one per link), more than the request "
         "limit of 5 a day allows at once: it was refused whole, none of it counted against that limit; 5 are "
-        "left, send at most that many")
+        "left, send at most that many"
+    )
     assert state(await limiter.charge(user, 1))["r"] == 4
 
 
@@ -397,8 +407,9 @@ async def test_a_failing_store_is_not_asked_for_users_without_a_rule():
 
 @pytest_twisted.ensureDeferred
 async def test_redis_counters_on_a_closed_port_fail_closed_in_bounded_time():
-    pool = txredisapi.lazyConnectionPool(host="127.0.0.1", port=free_port(), poolsize=2, convertNumbers=False,
-                                         connectTimeout=1, replyTimeout=1)
+    pool = txredisapi.lazyConnectionPool(
+        host="127.0.0.1", port=free_port(), poolsize=2, convertNumbers=False, connectTimeout=1, replyTimeout=1
+    )
     limiter = RateLimiter(RedisCounters(pool, reactor, timeout=1), LIMITS, EXPIRES, fail_open=False)
     answer = defer.Deferred.fromCoroutine(limiter.charge(principal(21, "ROLE_USER"), 1))
     first: defer.Deferred = defer.Deferred()  # the answer or, after 4 s, "no answer" (nothing is cancelled)
@@ -424,7 +435,8 @@ async def test_redis_counters_on_a_closed_port_fail_closed_in_bounded_time():
 async def test_two_hundred_simultaneous_charges_on_redis_admit_exactly_the_limit(redis_pool):
     counters = RedisCounters(redis_pool, reactor, prefix=f"test:{uuid.uuid4().hex}:")
     charges = await defer.gatherResults(
-        [counters.charge("crowded", 1, 50, 100, 30) for _ in range(200)], consumeErrors=True)
+        [counters.charge("crowded", 1, 50, 100, 30) for _ in range(200)], consumeErrors=True
+    )
     allowed = [c for c in charges if c.allowed]
     assert len(allowed) == 50
     assert sorted(c.remaining for c in allowed) == list(range(50))  # each count handed out once
@@ -436,7 +448,8 @@ async def test_two_hundred_simultaneous_charges_on_redis_admit_exactly_the_limit
 async def test_simultaneous_batches_on_redis_never_cross_the_limit(redis_pool):
     counters = RedisCounters(redis_pool, reactor, prefix=f"test:{uuid.uuid4().hex}:")
     charges = await defer.gatherResults(
-        [counters.charge("batches", 3, 50, 100, 30) for _ in range(40)], consumeErrors=True)
+        [counters.charge("batches", 3, 50, 100, 30) for _ in range(40)], consumeErrors=True
+    )
     allowed = [c for c in charges if c.allowed]
     assert len(allowed) == 16  # 16 * 3 = 48; a 17th would make 51
     assert sorted(c.remaining for c in allowed) == list(range(2, 50, 3))
@@ -449,14 +462,25 @@ async def test_simultaneous_batches_on_redis_never_cross_the_limit(redis_pool):
 
 def limited_endpoint(limits: dict[str, CallLimit], action: str = "show") -> Endpoint:
     no_fields = RoleFields(permit_all=frozenset(), by_role={})
-    return Endpoint(controller="team", action=action, api_version="1", method="GET", description="",
-                    roles=frozenset({"ROLE_USER", "ROLE_ADMIN", "ROLE_GUEST"}), batch_roles=frozenset(),
-                    hook_roles=frozenset(), request=no_fields, response=no_fields, rate_limits=limits)
+    return Endpoint(
+        controller="team",
+        action=action,
+        api_version="1",
+        method="GET",
+        description="",
+        roles=frozenset({"ROLE_USER", "ROLE_ADMIN", "ROLE_GUEST"}),
+        batch_roles=frozenset(),
+        hook_roles=frozenset(),
+        request=no_fields,
+        response=no_fields,
+        rate_limits=limits,
+    )
 
 
 def test_the_endpoint_rule_is_the_most_generous_among_the_ruled_roles():
-    endpoint = limited_endpoint({"ROLE_USER": CallLimit(10, 600), "ROLE_GUEST": CallLimit(2, 60),
-                                 "ROLE_ADMIN": CallLimit(None, 600)})
+    endpoint = limited_endpoint(
+        {"ROLE_USER": CallLimit(10, 600), "ROLE_GUEST": CallLimit(2, 60), "ROLE_ADMIN": CallLimit(None, 600)}
+    )
     assert endpoint_rule(endpoint, frozenset({"ROLE_USER"})) == Rule("team/show", 10, 600)
     # 2 a minute is 20 per 10 minutes: more generous than 10 per 10 minutes
     assert endpoint_rule(endpoint, frozenset({"ROLE_USER", "ROLE_GUEST"})) == Rule("team/show", 2, 60)
@@ -471,8 +495,10 @@ def test_the_endpoint_rule_is_the_most_generous_among_the_ruled_roles():
 async def test_an_endpoint_limit_is_a_second_policy_in_the_same_fields(clock, store_seen, limiter):
     show = limited_endpoint({"ROLE_USER": CallLimit(3, 600)})
     fields = await limiter.charge(principal(30, "ROLE_USER"), 1, calls=[(show, 1)])
-    assert fields == {"RateLimit-Policy": '"ROLE_USER";q=5;w=86400, "team/show";q=3;w=600',
-                      "RateLimit": '"ROLE_USER";r=4;t=86400, "team/show";r=2;t=600'}
+    assert fields == {
+        "RateLimit-Policy": '"ROLE_USER";q=5;w=86400, "team/show";q=3;w=600',
+        "RateLimit": '"ROLE_USER";r=4;t=86400, "team/show";r=2;t=600',
+    }
     # counted apart from the day's count, per user, endpoint and API version; locked for a window
     assert store_seen.calls == [("30", 1, 5, DAY, EXPIRES), ("30@1/team/show", 1, 3, 600, 600)]
 
@@ -490,15 +516,20 @@ async def test_past_an_endpoint_limit_the_call_is_429_naming_the_endpoint_until_
     other = limited_endpoint({}, action="list")
     user = principal(31, "ROLE_USER")
     assert await limiter.charge(user, 1, calls=[(show, 1)]) == {
-        "RateLimit-Policy": '"team/show";q=2;w=60', "RateLimit": '"team/show";r=1;t=60'}
+        "RateLimit-Policy": '"team/show";q=2;w=60',
+        "RateLimit": '"team/show";r=1;t=60',
+    }
     clock.advance(10)
     reached = await limiter.charge(user, 1, calls=[(show, 1)])
     assert reached["RateLimit"] == '"team/show";r=0;t=60'  # the call that reaches the limit runs
     with pytest.raises(TooManyRequests) as caught:
         await limiter.charge(user, 1, calls=[(show, 1)])
     problem = caught.value
-    assert problem.headers == {"RateLimit-Policy": '"team/show";q=2;w=60', "RateLimit": '"team/show";r=0;t=60',
-                               "Retry-After": "60"}
+    assert problem.headers == {
+        "RateLimit-Policy": '"team/show";q=2;w=60',
+        "RateLimit": '"team/show";r=0;t=60',
+        "Retry-After": "60",
+    }
     assert rejections() == rejected + 1
     assert problem.extensions["violatedPolicies"] == ["team/show"]
     assert "2 calls of team/show per 60 seconds" in problem.detail
@@ -509,18 +540,19 @@ async def test_past_an_endpoint_limit_the_call_is_429_naming_the_endpoint_until_
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_batch_crossing_an_endpoint_limit_is_refused_whole_and_counts_nothing_there(clock, store_seen,
-                                                                                         limiter):
+async def test_a_batch_crossing_an_endpoint_limit_is_refused_whole_and_counts_nothing_there(clock, store_seen, limiter):
     show = limited_endpoint({"ROLE_USER": CallLimit(3, 600)})
     user = principal(33, "ROLE_USER")
     with pytest.raises(TooManyRequests) as caught:
         await limiter.charge(user, 4, calls=[(show, 4)])
     assert caught.value.headers["RateLimit"] == '"ROLE_USER";r=1;t=86400, "team/show";r=3;t=600'
     assert caught.value.extensions["violatedPolicies"] == ["team/show"]
-    assert caught.value.detail.startswith("this request costs 4 (a batch counts one per element, a chain one per "
-                                          "link), more than the limit of 3 calls of team/show per 600 seconds "
-                                          "allows at once: it was refused whole, none of it counted against that "
-                                          "limit; 3 are left")
+    assert caught.value.detail.startswith(
+        "this request costs 4 (a batch counts one per element, a chain one per "
+        "link), more than the limit of 3 calls of team/show per 600 seconds "
+        "allows at once: it was refused whole, none of it counted against that "
+        "limit; 3 are left"
+    )
     fields = await limiter.charge(user, 1, calls=[(show, 3)])
     assert fields["RateLimit"] == '"ROLE_USER";r=0;t=60, "team/show";r=0;t=600'
 

@@ -43,8 +43,14 @@ def service(clock=time.time) -> TokenService:
 def claims(**changes) -> dict:
     now = int(time.time())
     base = {
-        "iss": "apid", "aud": "apid", "sub": "7", "name": "alice", "roles": ["ROLE_USER"],
-        "iat": now, "exp": now + LIFETIME, "jti": "abc123",
+        "iss": "apid",
+        "aud": "apid",
+        "sub": "7",
+        "name": "alice",
+        "roles": ["ROLE_USER"],
+        "iat": now,
+        "exp": now + LIFETIME,
+        "jti": "abc123",
     }
     base.update(changes)
     return base

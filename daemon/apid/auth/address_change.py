@@ -15,6 +15,7 @@ change they belong to, and mailed once it has committed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from sqlalchemy import Connection, select
 
 from apid.accounts import Account, change_account, email_key, taken
@@ -43,8 +44,9 @@ class Reverted:
     reset_secret: str
 
 
-def confirm_address(connection: Connection, secret: str, revert_lifetime: int,
-                    events: AccountEvents | None) -> tuple[Account, str, str] | None:
+def confirm_address(
+    connection: Connection, secret: str, revert_lifetime: int, events: AccountEvents | None
+) -> tuple[Account, str, str] | None:
     """Use a confirmation id: the account gets the address the id carries (409 if another
     account took it meanwhile). The account, its old address, and the id that reverts it."""
     live = onetime.consume(connection, secret, onetime.EMAIL_CONFIRM)
@@ -58,15 +60,17 @@ def confirm_address(connection: Connection, secret: str, revert_lifetime: int,
     return account, old, onetime.issue(connection, live.person_id, onetime.EMAIL_REVERT, revert_lifetime, address=old)
 
 
-def revert_address(connection: Connection, secret: str, reset_lifetime: int,
-                   events: AccountEvents | None) -> Reverted | None:
+def revert_address(
+    connection: Connection, secret: str, reset_lifetime: int, events: AccountEvents | None
+) -> Reverted | None:
     """Use a revert id: the old address comes back (unless another account holds it by now),
     every session of the account ends, and a reset id is issued for the owner's next step."""
     live = onetime.consume(connection, secret, onetime.EMAIL_REVERT)
     if live is None or live.address is None:
         return None
-    holders = connection.execute(select(person.c.id).where(
-        person.c.email_key == email_key(live.address), person.c.id != live.person_id)).first()
+    holders = connection.execute(
+        select(person.c.id).where(person.c.email_key == email_key(live.address), person.c.id != live.person_id)
+    ).first()
     if holders is None:
         change_account(connection, live.person_id, events, email=live.address, email_key=email_key(live.address))
     # Pending confirmations of a new address die with the change they belonged to.
@@ -78,8 +82,16 @@ def revert_address(connection: Connection, secret: str, reset_lifetime: int,
 class AddressChanges:
     """Issues, mails and follows the links of an owner's address change."""
 
-    def __init__(self, db: Database, outbox: Outbox, revocations: Revocations, config: AccountsConfig,
-                 base_url: str, home_url: str, events: AccountEvents | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        outbox: Outbox,
+        revocations: Revocations,
+        config: AccountsConfig,
+        base_url: str,
+        home_url: str,
+        events: AccountEvents | None = None,
+    ) -> None:
         self._db = db
         self._outbox = outbox
         self._revocations = revocations
@@ -98,8 +110,9 @@ class AddressChanges:
         confirmation first, the new address is checked free now (a 409 at once, not at the link)."""
         if self.confirmed_first:
             taken(connection, None, new, account.id)
-            secret = onetime.issue(connection, account.id, onetime.EMAIL_CONFIRM, self._config.validation_lifetime,
-                                   address=new)
+            secret = onetime.issue(
+                connection, account.id, onetime.EMAIL_CONFIRM, self._config.validation_lifetime, address=new
+            )
             return self._confirmation(account.username, new, secret)
         secret = onetime.issue(connection, account.id, onetime.EMAIL_REVERT, self._config.revert_lifetime, address=old)
         return self._notice(account.username, old, new, secret)
@@ -124,15 +137,25 @@ class AddressChanges:
         return onetime.page(self._config.reset_url, reverted.reset_secret)
 
     def _confirmation(self, username: str, new: str, secret: str) -> Message:
-        return Message(new, f"{PRODUCT}: confirm your new e-mail address", (
-            f"Hello {username},\n\nto make this the e-mail address of your {PRODUCT} account, open this link "
-            f"within {onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
-            "If you did not ask for this, ignore this message: nothing changes.\n"))
+        return Message(
+            new,
+            f"{PRODUCT}: confirm your new e-mail address",
+            (
+                f"Hello {username},\n\nto make this the e-mail address of your {PRODUCT} account, open this link "
+                f"within {onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                "If you did not ask for this, ignore this message: nothing changes.\n"
+            ),
+        )
 
     def _notice(self, username: str, old: str, new: str, secret: str) -> Message:
-        return Message(old, f"{PRODUCT}: the e-mail address of your account was changed", (
-            f"Hello {username},\n\nthe e-mail address of your {PRODUCT} account was changed from this "
-            f"address to {new}.\n\nIf you did not do this, open this link within "
-            f"{onetime.duration(self._config.revert_lifetime)}: it puts this address back, signs the account out "
-            f"everywhere and lets you choose a new password:\n\n{onetime.link(self._base_url, secret)}\n\n"
-            "If it was you, ignore this message.\n"))
+        return Message(
+            old,
+            f"{PRODUCT}: the e-mail address of your account was changed",
+            (
+                f"Hello {username},\n\nthe e-mail address of your {PRODUCT} account was changed from this "
+                f"address to {new}.\n\nIf you did not do this, open this link within "
+                f"{onetime.duration(self._config.revert_lifetime)}: it puts this address back, signs the account out "
+                f"everywhere and lets you choose a new password:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                "If it was you, ignore this message.\n"
+            ),
+        )

@@ -136,7 +136,9 @@ class ServiceEndpoints:
         """`/error?status=502` answers a 502 problem: a reverse proxy's `error_page` can point
         here so that its own errors look like apid's."""
         status = error_status(query_fields(request))
-        return write_problem(request, problem_for_status(status, HTTPStatus(status).description or HTTPStatus(status).phrase))
+        return write_problem(
+            request, problem_for_status(status, HTTPStatus(status).description or HTTPStatus(status).phrase)
+        )
 
     async def metrics(self, request: Request, principal: Principal | None) -> bytes:
         """The metrics, for a token of the metrics role only: they tell every endpoint's

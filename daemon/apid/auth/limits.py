@@ -78,8 +78,9 @@ class MemoryWindows:
     def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
         now = self._clock.seconds()
         live = {window.key: self._live(window.key, now) for window in windows}
-        waits = [entry[0] - now for window in windows
-                 if (entry := live[window.key]) is not None and entry[1] >= window.limit]
+        waits = [
+            entry[0] - now for window in windows if (entry := live[window.key]) is not None and entry[1] >= window.limit
+        ]
         if waits:
             return succeed(max(waits))
         for window in windows:
@@ -132,8 +133,9 @@ class RedisWindows:
     """Windows in Redis, shared by every process and daemon using the same server; each
     reservation is one script, so it is atomic, and bounded by `timeout`."""
 
-    def __init__(self, pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float = 2.0,
-                 prefix: str = "apid:abuse:") -> None:
+    def __init__(
+        self, pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float = 2.0, prefix: str = "apid:abuse:"
+    ) -> None:
         self._pool = pool
         self._clock = clock
         self._timeout = timeout
@@ -147,8 +149,7 @@ class RedisWindows:
 
     def release(self, keys: Sequence[str]) -> Deferred[None]:
         keys = [self._prefix + key for key in keys]
-        return run_script(self._pool, self._clock, self._timeout, RELEASE_SCRIPT, keys, []).addCallback(
-            lambda _: None)
+        return run_script(self._pool, self._clock, self._timeout, RELEASE_SCRIPT, keys, []).addCallback(lambda _: None)
 
 
 def account_key(account: str) -> str:
@@ -196,5 +197,7 @@ class AbuseLimiter:
         try:
             await self._store.release([window.key for window in self.windows(kind, address, account)])
         except Exception as error:
-            log.error("abuse limiting store unreachable ({error}); a login that succeeded stays counted",
-                      error=f"{type(error).__name__}: {error}")
+            log.error(
+                "abuse limiting store unreachable ({error}); a login that succeeded stays counted",
+                error=f"{type(error).__name__}: {error}",
+            )

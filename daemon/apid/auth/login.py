@@ -59,8 +59,13 @@ class SessionEndpoints:
 
     def _set_cookie(self, request: Request, secret: str, max_age: int) -> None:
         request.addCookie(
-            REFRESH_COOKIE, secret.encode("ascii"), path=b"/", max_age=str(max_age).encode("ascii"),
-            secure=self._secure, httpOnly=True, sameSite="strict",
+            REFRESH_COOKIE,
+            secret.encode("ascii"),
+            path=b"/",
+            max_age=str(max_age).encode("ascii"),
+            secure=self._secure,
+            httpOnly=True,
+            sameSite="strict",
         )
 
     def _answer_token(self, request: Request, token: str, refresh_secret: str) -> bytes:
@@ -71,7 +76,8 @@ class SessionEndpoints:
     async def authenticate(self, request: Request, _principal: Principal | None) -> bytes:
         body = read_json_body(request)
         ((username, password),) = fields_of(
-            body, lambda: string_fields(body, "username", "password"), allowed=("username", "password"))
+            body, lambda: string_fields(body, "username", "password"), allowed=("username", "password")
+        )
         address = client_address(request)
         # Counted before the password is verified, so that simultaneous guesses cannot all
         # get through; a login that succeeds gives the count back.
@@ -104,8 +110,12 @@ class SessionEndpoints:
         except Unauthorized:
             raise Unauthorized(NO_REFRESH) from None
         outcome = await self._db.write(
-            rotate, cookie.decode("ascii", "replace"), principal.user_id, principal.session,
-            self._jwt.refresh_lifetime, self._jwt.refresh_grace,
+            rotate,
+            cookie.decode("ascii", "replace"),
+            principal.user_id,
+            principal.session,
+            self._jwt.refresh_lifetime,
+            self._jwt.refresh_grace,
         )
         if outcome.status is Rotation.REUSED and principal.session is not None:
             self._revocations.ended(principal.session)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from sqlalchemy import Connection, and_, insert, select, update
@@ -54,11 +53,11 @@ def digest(secret: str) -> str:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -73,10 +72,16 @@ def issue(connection: Connection, person_id: int, purpose: str, lifetime: int, a
     """A new id for `purpose`; the person's earlier unused ids of that purpose stop working."""
     moment = withdraw(connection, person_id, purpose)
     secret = new_secret()
-    connection.execute(insert(account_token).values(
-        person_id=person_id, purpose=purpose, token_hash=digest(secret),
-        date_created=moment, expires_at=moment + timedelta(seconds=lifetime), address=address,
-    ))
+    connection.execute(
+        insert(account_token).values(
+            person_id=person_id,
+            purpose=purpose,
+            token_hash=digest(secret),
+            date_created=moment,
+            expires_at=moment + timedelta(seconds=lifetime),
+            address=address,
+        )
+    )
     return secret
 
 
@@ -85,8 +90,13 @@ def withdraw(connection: Connection, person_id: int, purpose: str) -> datetime:
     moment = now()
     connection.execute(
         update(account_token)
-        .where(and_(account_token.c.person_id == person_id, account_token.c.purpose == purpose,
-                    account_token.c.used_at.is_(None)))
+        .where(
+            and_(
+                account_token.c.person_id == person_id,
+                account_token.c.purpose == purpose,
+                account_token.c.used_at.is_(None),
+            )
+        )
         .values(used_at=moment)
     )
     return moment
@@ -94,9 +104,7 @@ def withdraw(connection: Connection, person_id: int, purpose: str) -> datetime:
 
 def find_live(connection: Connection, secret: str) -> LiveId | None:
     """The id's owner and purpose if it is known, unused and not expired; it stays unused."""
-    row = connection.execute(
-        select(account_token).where(account_token.c.token_hash == digest(secret))
-    ).first()
+    row = connection.execute(select(account_token).where(account_token.c.token_hash == digest(secret))).first()
     if row is None or row.used_at is not None or _aware(row.expires_at) <= now():
         return None
     return LiveId(person_id=row.person_id, purpose=row.purpose, expires_at=_aware(row.expires_at), address=row.address)

@@ -19,11 +19,14 @@ def _unmatchable(hasher: PasswordHasher) -> str:
     """A well-formed hash of `hasher`'s parameters (zero salt, zero digest) that no password
     matches: verifying against it costs what verifying a real one does, and making it costs
     nothing, where hashing a password took a tenth of a second of every start."""
+
     def zeros(length: int) -> str:
         return b64encode(bytes(length)).decode("ascii").rstrip("=")
 
-    return (f"$argon2{hasher.type.name.lower()}$v={ARGON2_VERSION}$m={hasher.memory_cost},t={hasher.time_cost},"
-            f"p={hasher.parallelism}${zeros(hasher.salt_len)}${zeros(hasher.hash_len)}")
+    return (
+        f"$argon2{hasher.type.name.lower()}$v={ARGON2_VERSION}$m={hasher.memory_cost},t={hasher.time_cost},"
+        f"p={hasher.parallelism}${zeros(hasher.salt_len)}${zeros(hasher.hash_len)}"
+    )
 
 
 # Verified against when no account matches, so a wrong name costs as long as a wrong password.

@@ -19,7 +19,13 @@ from apid.accounts import change_account, check_credentials, email_key, get_acco
 from apid.auth import onetime
 from apid.auth.address_change import PURPOSES, AddressChanges
 from apid.auth.endpoints import (
-    PublicRoute, client_address, email_field, fields_of, query_value, string_fields, write_text,
+    PublicRoute,
+    client_address,
+    email_field,
+    fields_of,
+    query_value,
+    string_fields,
+    write_text,
 )
 from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
@@ -49,8 +55,15 @@ def _person_by_username(connection: Connection, username: str) -> Any:
     return connection.execute(select(person).where(person.c.username_key == username_key(username))).first()
 
 
-def register_account(connection: Connection, username: str, email: str, password_hash: str,
-                     role: str, lifetime: int, events: AccountEvents | None = None) -> tuple[str, str | None, str]:
+def register_account(
+    connection: Connection,
+    username: str,
+    email: str,
+    password_hash: str,
+    role: str,
+    lifetime: int,
+    events: AccountEvents | None = None,
+) -> tuple[str, str | None, str]:
     """What registering these details means, as (outcome, validation id, address to mail):
     "created" (a disabled account and a validation id), "again" (the same unvalidated
     account: a fresh id), "email-taken" or "name-taken" (nothing created). Mail about an
@@ -85,8 +98,9 @@ def request_reset(connection: Connection, email: str, lifetime: int) -> tuple[st
     return onetime.issue(connection, row.id, onetime.RESET, lifetime), row.email
 
 
-def reset_password(connection: Connection, secret: str, password_hash: str,
-                   events: AccountEvents | None = None) -> int | None:
+def reset_password(
+    connection: Connection, secret: str, password_hash: str, events: AccountEvents | None = None
+) -> int | None:
     """Set the password of the id's account and use the id up; the account's id, or None."""
     live = onetime.consume(connection, secret, onetime.RESET)
     if live is None:
@@ -140,11 +154,17 @@ class AccountEndpoints:
             return username, password
 
         (username, password), email = fields_of(
-            body, credentials, lambda: email_field(body), allowed=("username", "password", "email"))
+            body, credentials, lambda: email_field(body), allowed=("username", "password", "email")
+        )
         await self._limiter.reserve("register", client_address(request), email)
         password_hash = await self._passwords.hash(password)
         outcome, secret, address = await self._db.write(
-            register_account, username, email, password_hash, self._user_role, self._config.validation_lifetime,
+            register_account,
+            username,
+            email,
+            password_hash,
+            self._user_role,
+            self._config.validation_lifetime,
             self._events,
         )
         self._outbox.post(self._registration_mail(outcome, username, address, secret))
@@ -152,18 +172,33 @@ class AccountEndpoints:
 
     def _registration_mail(self, outcome: str, username: str, email: str, secret: str | None) -> Message:
         if secret is not None:
-            return Message(email, f"{PRODUCT}: confirm your account", (
-                f"Hello {username},\n\nto confirm your {PRODUCT} account, open this link within "
-                f"{onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
-                "If you did not sign up, ignore this message.\n"))
+            return Message(
+                email,
+                f"{PRODUCT}: confirm your account",
+                (
+                    f"Hello {username},\n\nto confirm your {PRODUCT} account, open this link within "
+                    f"{onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                    "If you did not sign up, ignore this message.\n"
+                ),
+            )
         if outcome == "email-taken":
-            return Message(email, f"{PRODUCT}: someone tried to sign up with your address", (
-                f"Hello,\n\nsomeone tried to create a {PRODUCT} account with this address, which already "
-                "has one. If it was you, log in, or reset your password if you forgot it.\n"
-                "If it was not you, ignore this message: nothing was changed.\n"))
-        return Message(email, f"{PRODUCT}: your account was not created", (
-            f"Hello,\n\nwe could not create a {PRODUCT} account with the username you chose. "
-            "Please sign up again with another username.\n"))
+            return Message(
+                email,
+                f"{PRODUCT}: someone tried to sign up with your address",
+                (
+                    f"Hello,\n\nsomeone tried to create a {PRODUCT} account with this address, which already "
+                    "has one. If it was you, log in, or reset your password if you forgot it.\n"
+                    "If it was not you, ignore this message: nothing was changed.\n"
+                ),
+            )
+        return Message(
+            email,
+            f"{PRODUCT}: your account was not created",
+            (
+                f"Hello,\n\nwe could not create a {PRODUCT} account with the username you chose. "
+                "Please sign up again with another username.\n"
+            ),
+        )
 
     async def validate(self, request: Request, _principal: Principal | None) -> bytes:
         """Every emailed link: a validation enables the account, a reset goes on to the site's
@@ -192,7 +227,8 @@ class AccountEndpoints:
         (email,) = fields_of(body, lambda: email_field(body), allowed=("email",))
         await self._limiter.reserve("reset", client_address(request), email)
         Deferred.fromCoroutine(self._send_reset(email)).addErrback(
-            lambda failure: log.failure("a password reset request failed", failure))
+            lambda failure: log.failure("a password reset request failed", failure)
+        )
         return write_text(request, SENT)
 
     async def _send_reset(self, email: str) -> None:
@@ -200,10 +236,17 @@ class AccountEndpoints:
         if found is None:
             return
         secret, address = found
-        self._outbox.post(Message(address, f"{PRODUCT}: reset your password", (
-            f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
-            f"{onetime.duration(self._config.reset_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
-            "If you did not ask for this, ignore this message: your password stays as it is.\n")))
+        self._outbox.post(
+            Message(
+                address,
+                f"{PRODUCT}: reset your password",
+                (
+                    f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
+                    f"{onetime.duration(self._config.reset_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                    "If you did not ask for this, ignore this message: your password stays as it is.\n"
+                ),
+            )
+        )
 
     async def validate_reset(self, request: Request, _principal: Principal | None) -> bytes:
         live = await self._db.read(onetime.find_live, query_value(request, "id"))
@@ -214,7 +257,9 @@ class AccountEndpoints:
 
     async def reset_password(self, request: Request, _principal: Principal | None) -> bytes:
         body = read_json_body(request)
-        ((secret, password),) = fields_of(body, lambda: string_fields(body, "id", "password"), allowed=("id", "password"))
+        ((secret, password),) = fields_of(
+            body, lambda: string_fields(body, "id", "password"), allowed=("id", "password")
+        )
         live = await self._db.read(onetime.find_live, secret)
         if live is None or live.purpose != onetime.RESET:
             raise BadRequest(onetime.BAD_LINK)

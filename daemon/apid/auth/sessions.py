@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, and_, func, insert, select, update
 from twisted.internet.interfaces import IReactorTime
@@ -40,7 +40,7 @@ PURGE_SECONDS = 600.0
 
 
 def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class Rotation(enum.Enum):
@@ -58,10 +58,15 @@ class RotationOutcome:
 def _insert(connection: Connection, person_id: int, family: str, lifetime: int) -> str:
     secret = new_secret()
     moment = now()
-    connection.execute(insert(refresh_token).values(
-        person_id=person_id, family=family, token_hash=digest(secret),
-        date_created=moment, expires_at=moment + timedelta(seconds=lifetime),
-    ))
+    connection.execute(
+        insert(refresh_token).values(
+            person_id=person_id,
+            family=family,
+            token_hash=digest(secret),
+            date_created=moment,
+            expires_at=moment + timedelta(seconds=lifetime),
+        )
+    )
     return secret
 
 
@@ -71,19 +76,28 @@ def start_family(connection: Connection, person_id: int, lifetime: int) -> tuple
     return _insert(connection, person_id, family, lifetime), family
 
 
-def rotate(connection: Connection, secret: str, person_id: int, session: str | None,
-           lifetime: int, grace: int) -> RotationOutcome:
+def rotate(
+    connection: Connection, secret: str, person_id: int, session: str | None, lifetime: int, grace: int
+) -> RotationOutcome:
     """Trade a refresh token of `session` (the login the access token belongs to) for the next."""
     row = connection.execute(select(refresh_token).where(refresh_token.c.token_hash == digest(secret))).first()
     moment = now()
-    if (row is None or row.person_id != person_id or row.family != session
-            or row.revoked_at is not None or _aware(row.expires_at) <= moment):
+    if (
+        row is None
+        or row.person_id != person_id
+        or row.family != session
+        or row.revoked_at is not None
+        or _aware(row.expires_at) <= moment
+    ):
         return RotationOutcome(Rotation.UNKNOWN)
     family = and_(refresh_token.c.family == row.family, refresh_token.c.revoked_at.is_(None))
     if row.rotated_at is not None and moment - _aware(row.rotated_at) > timedelta(seconds=grace):
         connection.execute(update(refresh_token).where(family).values(revoked_at=moment))
-        log.warn("refresh token reused after rotation: revoked family {family} of person {person}",
-                 family=row.family, person=person_id)
+        log.warn(
+            "refresh token reused after rotation: revoked family {family} of person {person}",
+            family=row.family,
+            person=person_id,
+        )
         return RotationOutcome(Rotation.REUSED)
     # Only the newest token of a family is live: within the grace window a client that lost
     # the answer gets a fresh token, and the one it never received stops working.
@@ -97,8 +111,13 @@ def revoke_session(connection: Connection, session: str, person_id: int) -> None
     """Every refresh token of one login of the account."""
     connection.execute(
         update(refresh_token)
-        .where(and_(refresh_token.c.family == session, refresh_token.c.person_id == person_id,
-                    refresh_token.c.revoked_at.is_(None)))
+        .where(
+            and_(
+                refresh_token.c.family == session,
+                refresh_token.c.person_id == person_id,
+                refresh_token.c.revoked_at.is_(None),
+            )
+        )
         .values(revoked_at=now())
     )
 
@@ -119,8 +138,9 @@ def revoke_person(connection: Connection, person_id: int, keep_session: str | No
 def deny(connection: Connection, jti: str, expires: int) -> None:
     exists = connection.execute(select(revoked_token.c.jti).where(revoked_token.c.jti == jti)).first()
     if exists is None:
-        connection.execute(insert(revoked_token).values(
-            jti=jti, expires_at=datetime.fromtimestamp(expires, timezone.utc), date_created=now()))
+        connection.execute(
+            insert(revoked_token).values(jti=jti, expires_at=datetime.fromtimestamp(expires, UTC), date_created=now())
+        )
 
 
 @dataclass(frozen=True)
@@ -140,9 +160,11 @@ def revoked_since(connection: Connection, since: datetime | None, access_lifetim
     """
     moment = now()
     denied = select(revoked_token.c.jti, revoked_token.c.expires_at).where(revoked_token.c.expires_at > moment)
-    ended = (select(refresh_token.c.family, func.max(refresh_token.c.revoked_at))
-             .where(refresh_token.c.revoked_at >= moment - timedelta(seconds=access_lifetime))
-             .group_by(refresh_token.c.family))
+    ended = (
+        select(refresh_token.c.family, func.max(refresh_token.c.revoked_at))
+        .where(refresh_token.c.revoked_at >= moment - timedelta(seconds=access_lifetime))
+        .group_by(refresh_token.c.family)
+    )
     accounts: set[int] = set()
     if since is not None:
         denied = denied.where(revoked_token.c.date_created >= since - POLL_OVERLAP)
@@ -150,8 +172,9 @@ def revoked_since(connection: Connection, since: datetime | None, access_lifetim
         accounts = changed_since(connection, since - POLL_OVERLAP)
     return Revoked(
         tokens={jti: _aware(expires).timestamp() for jti, expires in connection.execute(denied)},
-        sessions={family: _aware(ended_at).timestamp() + access_lifetime
-                  for family, ended_at in connection.execute(ended)},
+        sessions={
+            family: _aware(ended_at).timestamp() + access_lifetime for family, ended_at in connection.execute(ended)
+        },
         accounts=accounts,
     )
 
@@ -179,7 +202,8 @@ class Revocations:
     async def start(self) -> None:
         await self._poll()
         self._poller.start(POLL_SECONDS, now=False).addErrback(
-            lambda failure: log.failure("revocation polling stopped", failure))
+            lambda failure: log.failure("revocation polling stopped", failure)
+        )
 
     def stop(self) -> None:
         if self._poller.running:
@@ -201,7 +225,9 @@ class Revocations:
         self._ended = {family: until for family, until in self._ended.items() if until > moment}
         if moment - self._purged > PURGE_SECONDS:
             self._purged = moment
-            self._db.write(purge_changes).addErrback(lambda failure: log.failure("purging account changes failed", failure))
+            self._db.write(purge_changes).addErrback(
+                lambda failure: log.failure("purging account changes failed", failure)
+            )
 
     async def deny_token(self, principal: Principal) -> None:
         await self._db.write(deny, principal.token_id, principal.expires)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select
@@ -52,28 +52,34 @@ class Standing:
 
 
 def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def note_change(connection: Connection, person_id: int) -> None:
     """Record that the account's standing changed, for every daemon to re-read it."""
-    connection.execute(insert(account_change).values(person_id=person_id, changed_at=datetime.now(timezone.utc)))
+    connection.execute(insert(account_change).values(person_id=person_id, changed_at=datetime.now(UTC)))
 
 
 def changed_since(connection: Connection, since: datetime) -> set[int]:
-    return set(connection.execute(
-        select(account_change.c.person_id).where(account_change.c.changed_at >= since)).scalars())
+    return set(
+        connection.execute(select(account_change.c.person_id).where(account_change.c.changed_at >= since)).scalars()
+    )
 
 
 def purge_changes(connection: Connection) -> None:
-    connection.execute(delete(account_change).where(
-        account_change.c.changed_at < datetime.now(timezone.utc) - CHANGES_KEPT))
+    connection.execute(delete(account_change).where(account_change.c.changed_at < datetime.now(UTC) - CHANGES_KEPT))
 
 
 _STANDINGS = (
     select(
-        person.c.id, person.c.username, person.c.enabled, person.c.account_locked, person.c.account_expired,
-        person.c.date_created, person.c.tokens_valid_after, role.c.authority,
+        person.c.id,
+        person.c.username,
+        person.c.enabled,
+        person.c.account_locked,
+        person.c.account_expired,
+        person.c.date_created,
+        person.c.tokens_valid_after,
+        role.c.authority,
     )
     .outerjoin(person_role, person_role.c.person_id == person.c.id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
@@ -95,8 +101,10 @@ def standings_of(connection: Connection, ids: list[int]) -> dict[int, Standing]:
             may_log_in=row.enabled and not (row.account_locked or row.account_expired),
             # A token's iat is rounded to the millisecond: one issued in the millisecond the
             # account was created may read as just before it.
-            valid_after=max(_aware(row.date_created).timestamp() - 0.001,
-                            _aware(row.tokens_valid_after or row.date_created).timestamp()),
+            valid_after=max(
+                _aware(row.date_created).timestamp() - 0.001,
+                _aware(row.tokens_valid_after or row.date_created).timestamp(),
+            ),
         )
         for person_id, row in rows.items()
     }
@@ -110,8 +118,7 @@ class Standings:
         self._ttl = ttl
         self._entries: dict[int, tuple[Standing | None, float]] = {}
         self._generation = 0  # raised by every forget: a read begun before it is not kept
-        self._reads: Coalescer[int, Standing] = Coalescer(
-            reactor, lambda ids: db.read(standings_of, ids))
+        self._reads: Coalescer[int, Standing] = Coalescer(reactor, lambda ids: db.read(standings_of, ids))
 
     async def admit(self, principal: Principal) -> Principal:
         """The principal as the account stands now; 401 when it may no longer use the token."""

@@ -51,8 +51,9 @@ class Principal:
 
 def anonymous_caller(role: str) -> Principal:
     """The caller of a request without a token: no account (id 0, no name), one role."""
-    return Principal(user_id=0, username="", roles=frozenset({role}), token_id="", expires=0, issued_at=0.0,
-                     anonymous=True)
+    return Principal(
+        user_id=0, username="", roles=frozenset({role}), token_id="", expires=0, issued_at=0.0, anonymous=True
+    )
 
 
 def load_secret(config: JwtConfig) -> bytes:

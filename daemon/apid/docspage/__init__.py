@@ -36,16 +36,18 @@ HERE = Path(__file__).resolve().parent
 # through the DOM (allowed by `style-src 'self'`) and draws its icons from data: URIs in its
 # stylesheet. The login form is sent by script, never by the browser itself: `form-action
 # 'none'` keeps a password from going anywhere the script did not choose if it failed to load.
-CONTENT_SECURITY_POLICY = "; ".join([
-    "default-src 'none'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "img-src 'self' data:",
-    "connect-src 'self'",
-    "base-uri 'none'",
-    "form-action 'none'",
-    "frame-ancestors 'none'",
-])
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    ]
+)
 IMMUTABLE = b"public, max-age=31536000, immutable"
 REVALIDATE = b"no-cache"
 CONTENT_TYPES = {
@@ -78,7 +80,9 @@ def viewer_folder() -> Path:
     code (which would bring in its web framework adapters)."""
     spec = importlib.util.find_spec("swagger_ui")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the docs page needs the {VIEWER_DISTRIBUTION} distribution: pip install {VIEWER_DISTRIBUTION}")
+        raise RuntimeError(
+            f"the docs page needs the {VIEWER_DISTRIBUTION} distribution: pip install {VIEWER_DISTRIBUTION}"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
@@ -92,10 +96,7 @@ def load_assets() -> dict[str, Asset]:
         "docs.js": HERE / "docs.js",
         "docs.css": HERE / "docs.css",
     }
-    return {
-        name: Asset(name, path.read_bytes(), CONTENT_TYPES[path.suffix])
-        for name, path in files.items()
-    }
+    return {name: Asset(name, path.read_bytes(), CONTENT_TYPES[path.suffix]) for name, path in files.items()}
 
 
 def render_page(assets: dict[str, Asset], spec_url: str = SPEC_URL) -> bytes:
@@ -129,8 +130,11 @@ class PageFiles:
     @classmethod
     def of(cls, assets: dict[str, Asset]) -> PageFiles:
         # Swagger UI's script shrinks to a third
-        gzipped = {name: gzip.compress(asset.body, compresslevel=6, mtime=0)
-                   for name, asset in assets.items() if asset.content_type.startswith("text/")}
+        gzipped = {
+            name: gzip.compress(asset.body, compresslevel=6, mtime=0)
+            for name, asset in assets.items()
+            if asset.content_type.startswith("text/")
+        }
         return cls(assets, render_page(assets), gzipped)
 
 

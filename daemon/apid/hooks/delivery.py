@@ -95,10 +95,19 @@ class Deliverer:
     async def _attempt(self, message: Claimed) -> Attempt:
         started, started_at = self._reactor.seconds(), time.time()
 
-        def attempt(outcome: Outcome, status: int | None = None, error: str | None = None,
-                    wait: float | None = None) -> Attempt:
-            return Attempt(message.id, message.hook_id, outcome, started_at,
-                           (self._reactor.seconds() - started) * 1000, status, error, wait)
+        def attempt(
+            outcome: Outcome, status: int | None = None, error: str | None = None, wait: float | None = None
+        ) -> Attempt:
+            return Attempt(
+                message.id,
+                message.hook_id,
+                outcome,
+                started_at,
+                (self._reactor.seconds() - started) * 1000,
+                status,
+                error,
+                wait,
+            )
 
         refusal = self._refusal(message.url)
         if refusal is not None:

@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 from twisted.internet.defer import Deferred
-
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from apid.hooks.store import NewMessage, Subscriber, insert_messages, subscribers
 from apid.http import dumps
 from apid.iostate import Endpoint, RuleSet
 from apid.problems import InternalError
 from apid.store.database import Database
-from apid.hooks.store import NewMessage, Subscriber, insert_messages, subscribers
 
 log = Logger(namespace="apid.hooks")
 T = TypeVar("T")
@@ -41,7 +40,7 @@ def message_id() -> str:
 
 def payload(message: str, type_: str, moment: float, data: Any) -> str:
     """The JSON body delivered: `{id, type, timestamp, data}`, as exact text to store and sign."""
-    timestamp = datetime.fromtimestamp(moment, timezone.utc).isoformat(timespec="milliseconds")
+    timestamp = datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds")
     return dumps({"id": message, "type": type_, "timestamp": timestamp, "data": data}).decode("utf-8")
 
 
@@ -51,8 +50,13 @@ def event_data(result: Any) -> Any:
     return to_dict() if callable(to_dict) else result
 
 
-def messages_for(found: Iterable[Subscriber], endpoint: Endpoint, record: Any, now: float,
-                 filter_output: Callable[[Any, frozenset[str]], Any]) -> list[NewMessage]:
+def messages_for(
+    found: Iterable[Subscriber],
+    endpoint: Endpoint,
+    record: Any,
+    now: float,
+    filter_output: Callable[[Any, frozenset[str]], Any],
+) -> list[NewMessage]:
     """One message of `endpoint`'s event per subscriber whose owner's roles the endpoint's
     HOOK list admits, carrying `record` as that owner may see it."""
     data = event_data(record)
@@ -65,11 +69,17 @@ def messages_for(found: Iterable[Subscriber], endpoint: Endpoint, record: Any, n
     return messages
 
 
-def record_events(connection: Connection, endpoint: Endpoint, record: Any, now: float,
-                  filter_output: Callable[[Any, frozenset[str]], Any]) -> int:
+def record_events(
+    connection: Connection,
+    endpoint: Endpoint,
+    record: Any,
+    now: float,
+    filter_output: Callable[[Any, frozenset[str]], Any],
+) -> int:
     """In the caller's transaction: the messages of `endpoint`'s event; how many were written."""
-    messages = messages_for(subscribers(connection, endpoint.controller, endpoint.action), endpoint, record, now,
-                            filter_output)
+    messages = messages_for(
+        subscribers(connection, endpoint.controller, endpoint.action), endpoint, record, now, filter_output
+    )
     if messages:
         insert_messages(connection, messages, now)
     return len(messages)
@@ -129,8 +139,13 @@ class AccountEvents:
     password reset, `apid user add`), recorded in the change's transaction exactly as
     `person/create` and `person/update` record theirs. Called in a database thread."""
 
-    def __init__(self, rules: Callable[[], RuleSet], filter_output: Callable[[Any, frozenset[str]], Any],
-                 clock: Callable[[], float], wake: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        rules: Callable[[], RuleSet],
+        filter_output: Callable[[Any, frozenset[str]], Any],
+        clock: Callable[[], float],
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
         self._rules = rules
         self._filter = filter_output
         self._clock = clock

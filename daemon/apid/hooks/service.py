@@ -41,13 +41,15 @@ PING_TYPE = "hook/ping"
 def hookable(rules: RuleSet, roles: Iterable[str]) -> list[str]:
     """The endpoints (`controller/action`) whose changes these roles may receive."""
     roles = frozenset(roles)
-    return sorted({
-        endpoint.path
-        for state in rules.controllers.values()
-        for version in state.versions.values()
-        for endpoint in version.endpoints.values()
-        if not endpoint.is_safe and endpoint.hook_roles & roles
-    })
+    return sorted(
+        {
+            endpoint.path
+            for state in rules.controllers.values()
+            for version in state.versions.values()
+            for endpoint in version.endpoints.values()
+            if not endpoint.is_safe and endpoint.hook_roles & roles
+        }
+    )
 
 
 def check_hook(
@@ -67,12 +69,19 @@ def check_hook(
         if service in choices or service in {path.partition("/")[0] for path in choices}:
             values["service"] = service
         else:
-            errors.append({"field": "service", "reason": (
-                f"{service!r} is no controller or controller/action whose changes these roles may receive; "
-                f"they may receive: {', '.join(choices) or 'nothing'}")})
+            errors.append(
+                {
+                    "field": "service",
+                    "reason": (
+                        f"{service!r} is no controller or controller/action whose changes these roles may receive; "
+                        f"they may receive: {', '.join(choices) or 'nothing'}"
+                    ),
+                }
+            )
     if errors:
-        raise InvalidFields("the hook cannot be saved: " + "; ".join(
-            f"{e['field']} {e['reason']}" for e in errors), errors=errors)
+        raise InvalidFields(
+            "the hook cannot be saved: " + "; ".join(f"{e['field']} {e['reason']}" for e in errors), errors=errors
+        )
     return values
 
 
@@ -108,8 +117,9 @@ class Hooks:
         created = await self._db.write(insert_hook, caller.id, values["url"], values["service"], secret)
         return {**created.to_dict(), "secret": secret}
 
-    async def update(self, caller: Caller, hook_id: int, url: str | None, service: str | None,
-                     version: int | None) -> dict[str, Any]:
+    async def update(
+        self, caller: Caller, hook_id: int, url: str | None, service: str | None, version: int | None
+    ) -> dict[str, Any]:
         values = check_hook(url, service, caller.roles, self._allowed, self._rules())
         changed = await self._db.write(change_hook, hook_id, self._scope(caller), values, version)
         return changed.to_dict()
@@ -124,11 +134,12 @@ class Hooks:
         return changed.to_dict()
 
     async def rotate_secret(self, caller: Caller, hook_id: int) -> dict[str, Any]:
-        changed, secret = await self._db.write(rotate_secret, hook_id, self._scope(caller), time.time() + ROTATION_GRACE)
+        changed, secret = await self._db.write(
+            rotate_secret, hook_id, self._scope(caller), time.time() + ROTATION_GRACE
+        )
         return {**changed.to_dict(), "secret": secret}
 
-    async def deliveries(self, caller: Caller, hook_id: int, offset: int,
-                         limit: int) -> builtins.list[dict[str, Any]]:
+    async def deliveries(self, caller: Caller, hook_id: int, offset: int, limit: int) -> builtins.list[dict[str, Any]]:
         return await self._db.read(list_attempts, hook_id, self._scope(caller), offset, limit)
 
     async def redeliver(self, caller: Caller, hook_id: int, message: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
@@ -30,9 +30,9 @@ def iso(moment: datetime | float | None) -> str | None:
     if moment is None:
         return None
     if isinstance(moment, (int, float)):
-        return datetime.fromtimestamp(moment, timezone.utc).isoformat()
+        return datetime.fromtimestamp(moment, UTC).isoformat()
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.isoformat()
 
 
@@ -70,18 +70,27 @@ class Hook:
 
 def _hook(row: Any) -> Hook:
     return Hook(
-        id=row.id, version=row.version, user_id=row.user_id, url=row.url, service=row.service,
-        format=row.format, is_enabled=bool(row.is_enabled), attempts=row.attempts,
-        disabled_reason=row.disabled_reason, date_created=iso(row.date_created),
-        last_modified=iso(row.last_modified), pending=row.pending,
+        id=row.id,
+        version=row.version,
+        user_id=row.user_id,
+        url=row.url,
+        service=row.service,
+        format=row.format,
+        is_enabled=bool(row.is_enabled),
+        attempts=row.attempts,
+        disabled_reason=row.disabled_reason,
+        date_created=iso(row.date_created),
+        last_modified=iso(row.last_modified),
+        pending=row.pending,
     )
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # --- recording events -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Subscriber:
@@ -125,14 +134,25 @@ class NewMessage:
 
 
 def insert_messages(connection: Connection, messages: list[NewMessage], now: float) -> None:
-    connection.execute(insert(hook_message), [
-        {"id": m.id, "hook_id": m.hook_id, "type": m.type, "payload": m.payload,
-         "state": PENDING, "tries": 0, "created_at": now}
-        for m in messages
-    ])
+    connection.execute(
+        insert(hook_message),
+        [
+            {
+                "id": m.id,
+                "hook_id": m.hook_id,
+                "type": m.type,
+                "payload": m.payload,
+                "state": PENDING,
+                "tries": 0,
+                "created_at": now,
+            }
+            for m in messages
+        ],
+    )
 
 
 # --- claiming and settling deliveries --------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Claimed:
@@ -167,8 +187,13 @@ def host_key(url: str) -> str:
 # read only for the messages taken.
 _CANDIDATES = (
     select(
-        hook_message.c.id, hook_message.c.hook_id, hook.c.url, hook.c.secret, hook.c.previous_secret,
-        hook.c.previous_secret_expires, hook.c.attempts,
+        hook_message.c.id,
+        hook_message.c.hook_id,
+        hook.c.url,
+        hook.c.secret,
+        hook.c.previous_secret,
+        hook.c.previous_secret_expires,
+        hook.c.attempts,
     )
     .join(hook, hook.c.id == hook_message.c.hook_id)
     .where(
@@ -182,7 +207,8 @@ _CANDIDATES = (
     .with_for_update(skip_locked=True, of=hook_message)
 )
 _PAYLOADS = select(hook_message.c.id, hook_message.c.payload).where(
-    hook_message.c.id.in_(bindparam("ids", expanding=True)))
+    hook_message.c.id.in_(bindparam("ids", expanding=True))
+)
 
 
 def claim(
@@ -236,8 +262,16 @@ def claim(
     )
     payloads = dict(connection.execute(_PAYLOADS, {"ids": ids}).all())
     return [
-        Claimed(message_id, hook_id, url, hosts[hook_id], secrets[hook_id], payloads[message_id].encode("utf-8"),
-                rounds[hook_id], now)
+        Claimed(
+            message_id,
+            hook_id,
+            url,
+            hosts[hook_id],
+            secrets[hook_id],
+            payloads[message_id].encode("utf-8"),
+            rounds[hook_id],
+            now,
+        )
         for message_id, hook_id, url in chosen
     ]
 
@@ -246,11 +280,14 @@ def _hold_probe(connection: Connection, hook_id: int, now: float, lease: float) 
     """Keep a failing hook's other messages (and other daemons) off it while its probe is out;
     False when another daemon's probe got there first (PostgreSQL re-reads the row once that
     daemon commits)."""
-    return connection.execute(
-        update(hook)
-        .where(hook.c.id == hook_id, hook.c.attempts > 0, or_(hook.c.retry_at.is_(None), hook.c.retry_at <= now))
-        .values(retry_at=now + lease)
-    ).rowcount == 1
+    return (
+        connection.execute(
+            update(hook)
+            .where(hook.c.id == hook_id, hook.c.attempts > 0, or_(hook.c.retry_at.is_(None), hook.c.retry_at <= now))
+            .values(retry_at=now + lease)
+        ).rowcount
+        == 1
+    )
 
 
 class Outcome(enum.Enum):
@@ -291,23 +328,36 @@ def settle(
     round already counted (it was in flight with the one that failed first) changes nothing.
     Messages not delivered go back to pending, their lease released.
     """
-    known = set(connection.execute(
-        select(hook_message.c.id).where(hook_message.c.id.in_([a.message_id for a in attempts]))
-    ).scalars())
+    known = set(
+        connection.execute(
+            select(hook_message.c.id).where(hook_message.c.id.in_([a.message_id for a in attempts]))
+        ).scalars()
+    )
     attempts = [a for a in attempts if a.message_id in known]  # a deleted hook took its messages along
     if not attempts:
         return []
-    connection.execute(insert(hook_attempt), [
-        {"message_id": a.message_id, "hook_id": a.hook_id, "attempted_at": a.attempted_at,
-         "status_code": a.status_code, "duration_ms": a.duration_ms, "error": a.error}
-        for a in attempts
-    ])
+    connection.execute(
+        insert(hook_attempt),
+        [
+            {
+                "message_id": a.message_id,
+                "hook_id": a.hook_id,
+                "attempted_at": a.attempted_at,
+                "status_code": a.status_code,
+                "duration_ms": a.duration_ms,
+                "error": a.error,
+            }
+            for a in attempts
+        ],
+    )
     delivered = [a.message_id for a in attempts if a.outcome is Outcome.DELIVERED]
     if delivered:
         connection.execute(
-            update(hook_message).where(hook_message.c.id.in_(delivered))
-            .values(state=DELIVERED, delivered_at=now, tries=hook_message.c.tries + 1,
-                    lease_owner=None, lease_until=None)
+            update(hook_message)
+            .where(hook_message.c.id.in_(delivered))
+            .values(
+                state=DELIVERED, delivered_at=now, tries=hook_message.c.tries + 1, lease_owner=None, lease_until=None
+            )
         )
     undelivered = [a.message_id for a in attempts if a.outcome is not Outcome.DELIVERED]
     if undelivered:
@@ -344,7 +394,8 @@ def _settle_hooks(
             change.update(attempts=count, retry_at=now + backoff(count))
             if count >= max_attempts:
                 change.update(
-                    is_enabled=False, retry_at=None,
+                    is_enabled=False,
+                    retry_at=None,
                     disabled_reason=f"{count} consecutive failed rounds of delivery; the last: {attempt.error}",
                 )
     for hook_id, change in changes.items():
@@ -360,7 +411,8 @@ def renew(connection: Connection, owner: str, message_ids: Iterable[str], until:
     ids = list(message_ids)
     if ids:
         connection.execute(
-            update(hook_message).where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
+            update(hook_message)
+            .where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
             .values(lease_until=until)
         )
 
@@ -370,27 +422,33 @@ def release(connection: Connection, owner: str, message_ids: Iterable[str]) -> N
     ids = list(message_ids)
     if ids:
         connection.execute(
-            update(hook_message).where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
+            update(hook_message)
+            .where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
             .values(lease_owner=None, lease_until=None)
         )
 
 
 def pending_counts(connection: Connection) -> dict[int, int]:
     """How many messages wait for delivery, per hook (a hook with none is left out)."""
-    return dict(connection.execute(
-        select(hook_message.c.hook_id, func.count()).where(hook_message.c.state == PENDING)
-        .group_by(hook_message.c.hook_id)
-    ).all())
+    return dict(
+        connection.execute(
+            select(hook_message.c.hook_id, func.count())
+            .where(hook_message.c.state == PENDING)
+            .group_by(hook_message.c.hook_id)
+        ).all()
+    )
 
 
 def purge(connection: Connection, before: float) -> int:
     """Forget messages delivered before `before` and messages recorded before it and still
     pending (a hook disabled for longer than the retention keeps only its recent backlog),
     with their attempts."""
-    old = select(hook_message.c.id).where(or_(
-        and_(hook_message.c.state == DELIVERED, hook_message.c.delivered_at < before),
-        and_(hook_message.c.state == PENDING, hook_message.c.created_at < before),
-    ))
+    old = select(hook_message.c.id).where(
+        or_(
+            and_(hook_message.c.state == DELIVERED, hook_message.c.delivered_at < before),
+            and_(hook_message.c.state == PENDING, hook_message.c.created_at < before),
+        )
+    )
     connection.execute(delete(hook_attempt).where(hook_attempt.c.message_id.in_(old)))
     return connection.execute(delete(hook_message).where(hook_message.c.id.in_(old))).rowcount
 
@@ -399,8 +457,11 @@ def purge(connection: Connection, before: float) -> int:
 
 _HOOKS = select(
     hook,
-    select(func.count()).where(hook_message.c.hook_id == hook.c.id, hook_message.c.state == PENDING)
-    .correlate(hook).scalar_subquery().label("pending"),
+    select(func.count())
+    .where(hook_message.c.hook_id == hook.c.id, hook_message.c.state == PENDING)
+    .correlate(hook)
+    .scalar_subquery()
+    .label("pending"),
 )
 
 
@@ -429,10 +490,19 @@ def insert_hook(connection: Connection, user_id: int, url: str, service: str, se
     if connection.execute(select(person.c.id).where(person.c.id == user_id)).first() is None:
         raise NotFound(f"no person with id {user_id}")
     now = _now()
-    key = connection.execute(insert(hook).values(
-        user_id=user_id, url=url, service=service, secret=secret, format="JSON", attempts=0,
-        is_enabled=True, date_created=now, last_modified=now,
-    )).inserted_primary_key
+    key = connection.execute(
+        insert(hook).values(
+            user_id=user_id,
+            url=url,
+            service=service,
+            secret=secret,
+            format="JSON",
+            attempts=0,
+            is_enabled=True,
+            date_created=now,
+            last_modified=now,
+        )
+    ).inserted_primary_key
     if key is None:  # Optional in SQLAlchemy's types; a one-row insert always has its key
         raise RuntimeError("the hook insert returned no primary key")
     return owned_hook(connection, key[0], None)
@@ -449,8 +519,7 @@ def change_hook(
             currentVersion=current.version,
         )
     connection.execute(
-        update(hook).where(hook.c.id == hook_id)
-        .values(**values, version=hook.c.version + 1, last_modified=_now())
+        update(hook).where(hook.c.id == hook_id).values(**values, version=hook.c.version + 1, last_modified=_now())
     )
     return owned_hook(connection, hook_id, None)
 
@@ -480,24 +549,33 @@ def delete_hook(connection: Connection, hook_id: int, user_id: int | None) -> No
     connection.execute(delete(hook).where(hook.c.id == hook_id))
 
 
-_ATTEMPTS = (
-    select(hook_attempt, hook_message.c.type, hook_message.c.state, hook_message.c.tries)
-    .join(hook_message, hook_message.c.id == hook_attempt.c.message_id)
+_ATTEMPTS = select(hook_attempt, hook_message.c.type, hook_message.c.state, hook_message.c.tries).join(
+    hook_message, hook_message.c.id == hook_attempt.c.message_id
 )
 
 
-def list_attempts(connection: Connection, hook_id: int, user_id: int | None, offset: int, limit: int) -> list[dict[str, Any]]:
+def list_attempts(
+    connection: Connection, hook_id: int, user_id: int | None, offset: int, limit: int
+) -> list[dict[str, Any]]:
     """The hook's delivery log, newest first."""
     owned_hook(connection, hook_id, user_id)
     rows = connection.execute(
         _ATTEMPTS.where(hook_attempt.c.hook_id == hook_id)
         .order_by(hook_attempt.c.attempted_at.desc(), hook_attempt.c.id.desc())
-        .offset(offset).limit(limit)
+        .offset(offset)
+        .limit(limit)
     )
     return [
-        {"id": row.id, "messageId": row.message_id, "type": row.type, "attemptedAt": iso(row.attempted_at),
-         "statusCode": row.status_code, "durationMs": round(row.duration_ms, 1), "error": row.error,
-         "messageState": row.state}
+        {
+            "id": row.id,
+            "messageId": row.message_id,
+            "type": row.type,
+            "attemptedAt": iso(row.attempted_at),
+            "statusCode": row.status_code,
+            "durationMs": round(row.duration_ms, 1),
+            "error": row.error,
+            "messageState": row.state,
+        }
         for row in rows
     ]
 
@@ -506,7 +584,8 @@ def requeue(connection: Connection, hook_id: int, user_id: int | None, message_i
     """Deliver a message of the hook again (same id, so receivers can deduplicate)."""
     owned = owned_hook(connection, hook_id, user_id)
     done = connection.execute(
-        update(hook_message).where(hook_message.c.id == message_id, hook_message.c.hook_id == hook_id)
+        update(hook_message)
+        .where(hook_message.c.id == message_id, hook_message.c.hook_id == hook_id)
         .values(state=PENDING, lease_owner=None, lease_until=None, delivered_at=None)
     ).rowcount
     if not done:

@@ -48,8 +48,9 @@ PURGE_EVERY = 3600.0
 COUNT_EVERY = 15.0  # seconds between two readings of the backlog (a usual scrape interval)
 
 
-def backoff(base: float, factor: float, ceiling: float, failures: int,
-            rng: Callable[[], float] = random.random) -> float:
+def backoff(
+    base: float, factor: float, ceiling: float, failures: int, rng: Callable[[], float] = random.random
+) -> float:
     """Seconds before the next try after `failures` consecutive failed rounds: `base`
     multiplied by `factor` per further round, capped at `ceiling`, then spread by jitter over its upper
     half so that receivers coming back are not met by every sender at the same moment.
@@ -60,8 +61,9 @@ def backoff(base: float, factor: float, ceiling: float, failures: int,
 
 
 class DeliveryWorker:
-    def __init__(self, reactor: IReactorTime, db: Database, deliverer: Deliverer, config: WebhooksConfig,
-                 max_attempts: int) -> None:
+    def __init__(
+        self, reactor: IReactorTime, db: Database, deliverer: Deliverer, config: WebhooksConfig, max_attempts: int
+    ) -> None:
         self._reactor = reactor
         self._db = db
         self._deliverer = deliverer
@@ -134,9 +136,7 @@ class DeliveryWorker:
                 room = min(CLAIM_AT_MOST, CAPACITY - len(self._held))
                 if room <= 0:
                     break
-                claimed = await self._db.write(
-                    claim, self.owner, time.time(), self._config.lease, room, self._room
-                )
+                claimed = await self._db.write(claim, self.owner, time.time(), self._config.lease, room, self._room)
                 for message in claimed:
                     self._held[message.id] = message
                     self._waiting.setdefault(message.host, deque()).append(message)

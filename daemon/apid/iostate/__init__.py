@@ -1,11 +1,29 @@
 """IO State: per-controller rules deciding who may call each endpoint and which fields they see."""
 
 from apid.iostate.loader import (
-    IOStateError, bind_references, check_actions, check_shared_caches, parse, parse_text, read_dir,
+    IOStateError,
+    bind_references,
+    check_actions,
+    check_shared_caches,
+    parse,
+    parse_text,
+    read_dir,
 )
 from apid.iostate.model import PATH_ID, ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
 
 __all__ = [
-    "PATH_ID", "ApiVersion", "ControllerState", "Endpoint", "FieldSpec", "IOStateError", "RoleFields",
-    "RuleSet", "bind_references", "check_actions", "check_shared_caches", "parse", "parse_text", "read_dir",
+    "PATH_ID",
+    "ApiVersion",
+    "ControllerState",
+    "Endpoint",
+    "FieldSpec",
+    "IOStateError",
+    "RoleFields",
+    "RuleSet",
+    "bind_references",
+    "check_actions",
+    "check_shared_caches",
+    "parse",
+    "parse_text",
+    "read_dir",
 ]

@@ -64,7 +64,8 @@ def _controller(raw: dict, security: SecurityConfig, done: Conversion) -> dict:
     if isinstance(state.get("VERSION"), dict):
         state["VERSION"] = {
             version: _version(block, group_roles, f"{where}, version {version}", done)
-            if isinstance(block, dict) else block
+            if isinstance(block, dict)
+            else block
             for version, block in state["VERSION"].items()
         }
     return state
@@ -92,7 +93,7 @@ def _values(raw: dict, controller: Any, where: str, done: Conversion) -> dict:
     for name, spec in raw.items():
         here = f"{where}, field {name}"
         if name == EVERY_FIELD:
-            done.note(here, "removed the wildcard entry (in REQUEST and RESPONSE, \"*\" means every field)")
+            done.note(here, 'removed the wildcard entry (in REQUEST and RESPONSE, "*" means every field)')
             continue
         if not isinstance(spec, dict):
             values[name] = spec
@@ -159,11 +160,13 @@ def _action(raw: dict, group_roles: frozenset[str] | None, where: str, done: Con
             roles[member] = _list(names, f"{where}, ROLES.{member}", done)
         if roles.get("DEFAULT") == []:
             del roles["DEFAULT"]
-            done.note(where, "removed the empty ROLES.DEFAULT (the original framework then admits the "
-                             "network group's roles)")
+            done.note(
+                where, "removed the empty ROLES.DEFAULT (the original framework then admits the network group's roles)"
+            )
     default = roles.get("DEFAULT") if isinstance(roles, dict) else None
-    callers = frozenset(default) if isinstance(default, list) and all(isinstance(r, str) for r in default) \
-        else group_roles
+    callers = (
+        frozenset(default) if isinstance(default, list) and all(isinstance(r, str) for r in default) else group_roles
+    )
     for member in ("REQUEST", "RESPONSE", "RATELIMIT"):
         if isinstance(entry.get(member), dict):
             entry[member] = _by_role(entry[member], member, callers, f"{where}, {member}", done)

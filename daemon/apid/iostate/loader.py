@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ def _values(raw: Any, where: _Where) -> dict[str, FieldSpec]:
         if reference is not None and key != "FKEY":
             raise here.error("reference is only allowed with key FKEY")
         if key == "FKEY" and reference is None:
-            raise here.error("an FKEY field needs a reference (\"controller\" or \"controller.field\" it points to)")
+            raise here.error('an FKEY field needs a reference ("controller" or "controller.field" it points to)')
         controller, referenced_field = _reference(reference, here) if reference is not None else (None, None)
         values[name] = FieldSpec(
             name=name,
@@ -125,7 +125,7 @@ def _reference(raw: Any, where: _Where) -> tuple[str, str | None]:
     text = raw if isinstance(raw, str) else ""
     controller, dot, field_name = text.partition(".")
     if not NAME.fullmatch(controller) or (dot and not field_name):
-        raise where.error(f"reference must be \"controller\" or \"controller.field\", got {raw!r}")
+        raise where.error(f'reference must be "controller" or "controller.field", got {raw!r}')
     return controller, field_name or None
 
 
@@ -173,14 +173,16 @@ def _call_limit(value: Any, where: _Where) -> CallLimit:
     if isinstance(value, dict):
         unknown = set(value) - {"limit", "window"}
         if unknown:
-            raise where.error(f"unknown members {sorted(unknown)} (a limit is {{\"limit\": calls, \"window\": seconds}})")
+            raise where.error(f'unknown members {sorted(unknown)} (a limit is {{"limit": calls, "window": seconds}})')
         window = _count(value.get("window", CALL_WINDOW), where, "window")
         return CallLimit(_count(value.get("limit"), where, "limit"), window)
     calls = int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
     if isinstance(calls, int) and not isinstance(calls, bool) and calls >= 1:
         return CallLimit(calls, CALL_WINDOW)
-    raise where.error(f"a limit must be \"*\", a number of calls per {CALL_WINDOW} seconds, or "
-                      f"{{\"limit\": calls, \"window\": seconds}}, got {value!r}")
+    raise where.error(
+        f'a limit must be "*", a number of calls per {CALL_WINDOW} seconds, or '
+        f'{{"limit": calls, "window": seconds}}, got {value!r}'
+    )
 
 
 def _cache(raw: Mapping[str, Any], method: str, where: _Where) -> CachePolicy | None:
@@ -201,7 +203,7 @@ def _cache(raw: Mapping[str, Any], method: str, where: _Where) -> CachePolicy | 
     cache = _object(raw["CACHE"], here, "CACHE")
     unknown = set(cache) - {"maxAge", "shared"}
     if unknown:
-        raise here.error(f"unknown members {sorted(unknown)} (CACHE is {{\"maxAge\": seconds, \"shared\": bool}})")
+        raise here.error(f'unknown members {sorted(unknown)} (CACHE is {{"maxAge": seconds, "shared": bool}})')
     shared = cache.get("shared", False)
     if not isinstance(shared, bool):
         raise here.error(f"shared must be true or false, got {shared!r}")
@@ -270,10 +272,9 @@ def _instant(raw: Any, where: _Where, member: str) -> int:
     framework = FRAMEWORK_DATE.fullmatch(text)
     try:
         if framework:
-            moment = datetime(int(framework["year"]), int(framework["month"]), int(framework["day"]),
-                              tzinfo=timezone.utc)
+            moment = datetime(int(framework["year"]), int(framework["month"]), int(framework["day"]), tzinfo=UTC)
         elif ISO_DATE.fullmatch(text):
-            moment = datetime.combine(date.fromisoformat(text), time(), timezone.utc)
+            moment = datetime.combine(date.fromisoformat(text), time(), UTC)
         else:
             moment = datetime.fromisoformat(text)
             if moment.tzinfo is None:
@@ -319,8 +320,7 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
     group = _text(document.get("NETWORKGRP"), where, "NETWORKGRP")
     if group not in security.network_roles:
         raise where.error(
-            f"NETWORKGRP {group!r} is not one of security.networkGroups "
-            f"({', '.join(security.network_groups)})"
+            f"NETWORKGRP {group!r} is not one of security.networkGroups ({', '.join(security.network_groups)})"
         )
     network_roles = security.network_roles[group]
     values = _values(document.get("VALUES", {}), where)
@@ -344,8 +344,14 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
                 raise here.error(f"action {action!r} must be letters, digits and '_' (it is a URL segment)")
         endpoints = {
             action: _endpoint(
-                name, version, action, entry, here.at(f"action {action}"),
-                values, network_roles, group,
+                name,
+                version,
+                action,
+                entry,
+                here.at(f"action {action}"),
+                values,
+                network_roles,
+                group,
             )
             for action, entry in uri.items()
         }
@@ -356,8 +362,10 @@ def parse(document: Any, source: str, security: SecurityConfig) -> ControllerSta
             raise here.error(f"DEFAULTACTION {default_action!r} is not an action of URI")
         deprecated = _deprecation(block, here)
         if deprecated is not None and deprecated.sunset is not None and version == current:
-            raise here.error("SUNSET is not allowed on the CURRENTSTABLE version: every call without "
-                             "-{api} would be gone; make another version CURRENTSTABLE first")
+            raise here.error(
+                "SUNSET is not allowed on the CURRENTSTABLE version: every call without "
+                "-{api} would be gone; make another version CURRENTSTABLE first"
+            )
         versions[version] = ApiVersion(
             name=version,
             default_action=default_action,
@@ -398,9 +406,7 @@ def read_dir(directory: Path, security: SecurityConfig) -> dict[str, ControllerS
             raise IOStateError(f"{path}: cannot read: {exc}") from None
         state = parse_text(text, str(path), security)
         if state.name in states:
-            raise IOStateError(
-                f"{path}: controller {state.name} is also defined in {states[state.name].source}"
-            )
+            raise IOStateError(f"{path}: controller {state.name} is also defined in {states[state.name].source}")
         states[state.name] = state
     return states
 
@@ -428,9 +434,9 @@ def check_shared_caches(state: ControllerState, caller_independent: Iterable[str
             if endpoint.cache is not None and endpoint.cache.shared and action not in caller_independent:
                 raise IOStateError(
                     f"{state.source}: controller {state.name}, version {version.name}, action {action}, "
-                    f"CACHE: \"shared\": true is refused: the controller of {plugin} does not declare {action} "
+                    f'CACHE: "shared": true is refused: the controller of {plugin} does not declare {action} '
                     f"caller-independent, so a cached answer could skip a check the action makes of who calls; "
-                    f"leave \"shared\" out (each caller's answers are then kept apart), or declare the action "
+                    f'leave "shared" out (each caller\'s answers are then kept apart), or declare the action '
                     f"@action(caller_independent=True) if its answer depends only on the roles and the fields"
                 )
 
@@ -462,10 +468,13 @@ def _referenced_field(state: ControllerState, spec: FieldSpec, states: Mapping[s
             raise where.error(f"FKEY reference {written!r}: controller {target.name} has no PKEY field to reference")
         return key
     if spec.referenced_field not in target.values:
-        raise where.error(f"FKEY reference {written!r}: controller {target.name} has no field "
-                          f"{spec.referenced_field!r} in VALUES")
+        raise where.error(
+            f"FKEY reference {written!r}: controller {target.name} has no field {spec.referenced_field!r} in VALUES"
+        )
     if spec.referenced_field != key:
         its_key = f"its PKEY is {key!r}" if key else "it has no PKEY"
-        raise where.error(f"FKEY reference {written!r}: an FKEY references its controller's PKEY, and "
-                          f"{spec.referenced_field!r} is not {target.name}'s ({its_key})")
+        raise where.error(
+            f"FKEY reference {written!r}: an FKEY references its controller's PKEY, and "
+            f"{spec.referenced_field!r} is not {target.name}'s ({its_key})"
+        )
     return key

@@ -168,8 +168,9 @@ class ControllerState:
     @cached_property
     def caches(self) -> bool:
         """Whether any action's answers are cached (CACHE): only then do its writes count as changes."""
-        return any(endpoint.cache is not None for version in self.versions.values()
-                   for endpoint in version.endpoints.values())
+        return any(
+            endpoint.cache is not None for version in self.versions.values() for endpoint in version.endpoints.values()
+        )
 
 
 @dataclass(frozen=True)
@@ -188,19 +189,31 @@ class RuleSet:
             if len(self._writing) >= KNOWN_ROLE_SETS:
                 self._writing.clear()
             methods = self._writing[roles] = frozenset(
-                endpoint.method for state in self.controllers.values() for version in state.versions.values()
-                for endpoint in version.endpoints.values() if not endpoint.is_safe and endpoint.granted(roles))
+                endpoint.method
+                for state in self.controllers.values()
+                for version in state.versions.values()
+                for endpoint in version.endpoints.values()
+                if not endpoint.is_safe and endpoint.granted(roles)
+            )
         return methods
 
     @cached_property
     def limits_calls(self) -> bool:
         """Whether any endpoint has a RATELIMIT: only then must charging a request find the
         endpoints it calls."""
-        return any(endpoint.rate_limits for state in self.controllers.values()
-                   for version in state.versions.values() for endpoint in version.endpoints.values())
+        return any(
+            endpoint.rate_limits
+            for state in self.controllers.values()
+            for version in state.versions.values()
+            for endpoint in version.endpoints.values()
+        )
 
     def referring(self, name: str) -> list[tuple[ControllerState, FieldSpec]]:
         """The reverse relations of controller `name`: every FKEY of any controller (itself
         included) that points to it, by controller name and then in VALUES order."""
-        return [(state, spec) for _, state in sorted(self.controllers.items())
-                for spec in state.values.values() if spec.key == "FKEY" and spec.reference == name]
+        return [
+            (state, spec)
+            for _, state in sorted(self.controllers.items())
+            for spec in state.values.values()
+            if spec.key == "FKEY" and spec.reference == name
+        ]

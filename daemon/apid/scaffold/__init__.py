@@ -39,11 +39,15 @@ class PluginNames:
     def of(cls, plugin: str, controller: str | None = None) -> PluginNames:
         controller = controller or plugin
         if not BRANCH_NAME.fullmatch(plugin) or plugin == "apid" or keyword.iskeyword(plugin):
-            raise ScaffoldRefused(f"plugin name {plugin!r}: use 1 to 47 lower-case letters, digits or _, "
-                                  "starting with a letter (it names the package apid_<name> and the migrations)")
+            raise ScaffoldRefused(
+                f"plugin name {plugin!r}: use 1 to 47 lower-case letters, digits or _, "
+                "starting with a letter (it names the package apid_<name> and the migrations)"
+            )
         if not CONTROLLER_NAME.fullmatch(controller) or keyword.iskeyword(controller):
-            raise ScaffoldRefused(f"controller name {controller!r}: use lower-case letters, digits or _, "
-                                  "starting with a letter (it is the URL segment and a module name)")
+            raise ScaffoldRefused(
+                f"controller name {controller!r}: use lower-case letters, digits or _, "
+                "starting with a letter (it is the URL segment and a module name)"
+            )
         return cls(branch=plugin, controller=controller)
 
     @property

@@ -20,8 +20,9 @@ V = TypeVar("V")
 
 
 class Coalescer(Generic[K, V]):
-    def __init__(self, reactor: IReactorTime, fetch: Callable[[list[K]], Deferred[Mapping[K, V]]],
-                 most: int = 500) -> None:
+    def __init__(
+        self, reactor: IReactorTime, fetch: Callable[[list[K]], Deferred[Mapping[K, V]]], most: int = 500
+    ) -> None:
         self._reactor = reactor
         self._fetch = fetch
         self._most = most
@@ -40,8 +41,10 @@ class Coalescer(Generic[K, V]):
         waiting, self._waiting, self._flush_call = self._waiting, {}, None
         keys = list(waiting)
         for start in range(0, len(keys), self._most):
-            chunk = {key: waiting[key] for key in keys[start:start + self._most]}
-            self._fetch(list(chunk)).addCallbacks(self._deliver, self._fail, callbackArgs=(chunk,), errbackArgs=(chunk,))
+            chunk = {key: waiting[key] for key in keys[start : start + self._most]}
+            self._fetch(list(chunk)).addCallbacks(
+                self._deliver, self._fail, callbackArgs=(chunk,), errbackArgs=(chunk,)
+            )
 
     @staticmethod
     def _deliver(found: Mapping[K, V], chunk: dict[K, list[Deferred[V | None]]]) -> None:

@@ -54,13 +54,16 @@ def dialect_insert(connection: Connection) -> Callable[..., Any]:
     its module imported on first use: a daemon on SQLite never loads PostgreSQL's (about 2 MiB)."""
     if connection.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
         return postgresql_insert
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
     return sqlite_insert
 
 
-def _after_wait(waited: Callable[[float], None], queued: float, function: Callable[..., T], /, *args: Any,
-                **kwargs: Any) -> T:
+def _after_wait(
+    waited: Callable[[float], None], queued: float, function: Callable[..., T], /, *args: Any, **kwargs: Any
+) -> T:
     """In the database thread: report how long the work waited for it, then do it."""
     waited(time.monotonic() - queued)
     return function(*args, **kwargs)
@@ -124,8 +127,10 @@ class PreparedSelect:
         finally:
             connection.close()
         processors = self._processors
-        return [self._row(*(value if process is None else process(value) for process, value in zip(processors, row)))
-                for row in found]
+        return [
+            self._row(*(value if process is None else process(value) for process, value in zip(processors, row)))
+            for row in found
+        ]
 
 
 class Database:
@@ -167,15 +172,34 @@ class Database:
 
     def select(self, prepared: PreparedSelect, **values: Any) -> Deferred[list[Any]]:
         """The rows of a prepared statement for these parameter values."""
-        return deferToThreadPool(self._reactor, self._pool, _after_wait, self._read_waited, time.monotonic(),
-                                 prepared.rows, **values)
+        return deferToThreadPool(
+            self._reactor, self._pool, _after_wait, self._read_waited, time.monotonic(), prepared.rows, **values
+        )
 
     def read(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` in a read transaction."""
-        return deferToThreadPool(self._reactor, self._pool, _after_wait, self._read_waited, time.monotonic(),
-                                 run_read, self.engine, work, *args)
+        return deferToThreadPool(
+            self._reactor,
+            self._pool,
+            _after_wait,
+            self._read_waited,
+            time.monotonic(),
+            run_read,
+            self.engine,
+            work,
+            *args,
+        )
 
     def write(self, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` in a write transaction; an exception rolls it back."""
-        return deferToThreadPool(self._reactor, self._writer, _after_wait, self._write_waited, time.monotonic(),
-                                 run_write, self.engine, work, *args)
+        return deferToThreadPool(
+            self._reactor,
+            self._writer,
+            _after_wait,
+            self._write_waited,
+            time.monotonic(),
+            run_write,
+            self.engine,
+            work,
+            *args,
+        )

@@ -99,7 +99,7 @@ def _naming(source: MigrationSource) -> Iterator[None]:
 def ensure_sqlite_folder(url: str) -> None:
     prefix = "sqlite:///"
     if url.startswith(prefix) and url != prefix + ":memory:":
-        Path(url[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(url[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
 
 
 def upgrade_all(engine: Engine, sources: Iterable[MigrationSource]) -> list[SchemaChange]:
@@ -171,8 +171,9 @@ def _upgrade(connection: Connection, config: AlembicConfig, schema: str, revisio
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
     if pending and (broken := _dangling(connection) - dangling):
-        raise RuntimeError(f"the migrations left rows whose foreign keys point nowhere "
-                           f"(table, rowid, parent, key): {sorted(broken)}")
+        raise RuntimeError(
+            f"the migrations left rows whose foreign keys point nowhere (table, rowid, parent, key): {sorted(broken)}"
+        )
     after = _revision(connection, table)
     connection.commit()
     return SchemaChange(before, after, schema)

@@ -29,14 +29,25 @@ def redis_pool(url: str) -> txredisapi.ConnectionHandler:
 
     parts = urlsplit(url)
     return txredisapi.lazyConnectionPool(
-        host=parts.hostname or "127.0.0.1", port=parts.port or 6379,
-        dbid=int(parts.path.strip("/") or 0), password=parts.password,
-        poolsize=4, convertNumbers=False, connectTimeout=2, replyTimeout=2,
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 6379,
+        dbid=int(parts.path.strip("/") or 0),
+        password=parts.password,
+        poolsize=4,
+        convertNumbers=False,
+        connectTimeout=2,
+        replyTimeout=2,
     )
 
 
-def run_script(pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float, script: str,
-               keys: Sequence[str], args: Sequence[Any]) -> Deferred[Any]:
+def run_script(
+    pool: txredisapi.ConnectionHandler,
+    clock: IReactorTime,
+    timeout: float,
+    script: str,
+    keys: Sequence[str],
+    args: Sequence[Any],
+) -> Deferred[Any]:
     """EVAL `script` (EVALSHA once Redis has it), failing after `timeout` seconds.
 
     A pool that cannot reach Redis holds commands until it can: without the bound, an
@@ -47,8 +58,13 @@ def run_script(pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout:
 def store_unreachable(log: Logger, what: str, error: BaseException, fail_open: bool) -> None:
     """Log that `what` (say "rate limiting") could not reach its store; failing open that is
     all, failing closed it raises a 503 problem with Retry-After."""
-    log.error("{what} store unreachable ({error}); failing {mode}", what=what,
-              error=f"{type(error).__name__}: {error}", mode="open" if fail_open else "closed")
+    log.error(
+        "{what} store unreachable ({error}); failing {mode}",
+        what=what,
+        error=f"{type(error).__name__}: {error}",
+        mode="open" if fail_open else "closed",
+    )
     if not fail_open:
-        raise ServiceUnavailable(f"{what} is unavailable; try again shortly",
-                                 headers={"Retry-After": str(RETRY_AFTER_UNREACHABLE)})
+        raise ServiceUnavailable(
+            f"{what} is unavailable; try again shortly", headers={"Retry-After": str(RETRY_AFTER_UNREACHABLE)}
+        )

@@ -36,8 +36,9 @@ class FoldedKey:
         return f"uq_{self.table}_{self.key}"
 
     def _rows(self) -> sa.TableClause:
-        return sa.table(self.table, sa.column("id", sa.Integer), sa.column(self.source, sa.String),
-                        sa.column(self.key, sa.String))
+        return sa.table(
+            self.table, sa.column("id", sa.Integer), sa.column(self.source, sa.String), sa.column(self.key, sa.String)
+        )
 
     def _keys(self, connection: sa.Connection) -> dict[int, str]:
         """The key of every row; refuses with every clash listed."""
@@ -50,12 +51,14 @@ class FoldedKey:
         if clashes:
             listed = "\n".join(
                 "  " + ", ".join(f"{self.table} {row_id} {self.shown(value)}" for row_id, value in held)
-                for held in clashes)
+                for held in clashes
+            )
             raise MigrationRefused(
                 f"migration {self.revision} ({self.table}.{self.key}): these accounts' {self.clash}, "
                 f"and must be made distinct first:\n{listed}\n"
                 f"{self.change} all but one of each group (UPDATE {self.table} SET {self.source} = ... WHERE id = ...), "
-                "then migrate again. Nothing was changed.")
+                "then migrate again. Nothing was changed."
+            )
         return {row_id: key for key, held in holders.items() for row_id, _ in held}
 
     def upgrade(self) -> None:

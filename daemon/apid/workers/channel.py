@@ -36,16 +36,24 @@ class Ready(amp.Command):
 class ChargeCalls(amp.Command):
     """`CounterStore.charge`, counted by the parent."""
 
-    arguments = [(b"key", amp.Unicode()), (b"amount", amp.Integer()), (b"limit", amp.Integer()),
-                 (b"window", amp.Integer()), (b"lock", amp.Integer())]
+    arguments = [
+        (b"key", amp.Unicode()),
+        (b"amount", amp.Integer()),
+        (b"limit", amp.Integer()),
+        (b"window", amp.Integer()),
+        (b"lock", amp.Integer()),
+    ]
     response = [(b"allowed", amp.Boolean()), (b"remaining", amp.Integer()), (b"reset", amp.Float())]
 
 
 class ReserveAttempt(amp.Command):
     """`WindowStore.reserve`, counted by the parent: the wait in seconds, 0 when reserved."""
 
-    arguments = [(b"keys", amp.ListOf(amp.Unicode())), (b"limits", amp.ListOf(amp.Integer())),
-                 (b"seconds", amp.Integer())]
+    arguments = [
+        (b"keys", amp.ListOf(amp.Unicode())),
+        (b"limits", amp.ListOf(amp.Integer())),
+        (b"seconds", amp.Integer()),
+    ]
     response = [(b"wait", amp.Float())]
 
 
@@ -73,7 +81,8 @@ class ParentSide(amp.AMP):
     @ChargeCalls.responder
     def charge(self, key: str, amount: int, limit: int, window: int, lock: int) -> Deferred[dict]:
         return self._counters.charge(key, amount, limit, window, lock).addCallback(
-            lambda charge: {"allowed": charge.allowed, "remaining": charge.remaining, "reset": charge.reset})
+            lambda charge: {"allowed": charge.allowed, "remaining": charge.remaining, "reset": charge.reset}
+        )
 
     @ReserveAttempt.responder
     def reserve(self, keys: list[str], limits: list[int], seconds: int) -> Deferred[dict]:
@@ -115,8 +124,12 @@ class ParentWindows:
         self._channel = channel
 
     def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
-        reserving = self._channel.callRemote(ReserveAttempt, keys=[window.key for window in windows],
-                                             limits=[window.limit for window in windows], seconds=seconds)
+        reserving = self._channel.callRemote(
+            ReserveAttempt,
+            keys=[window.key for window in windows],
+            limits=[window.limit for window in windows],
+            seconds=seconds,
+        )
         return reserving.addCallback(lambda reply: reply["wait"])
 
     def release(self, keys: Sequence[str]) -> Deferred[None]:

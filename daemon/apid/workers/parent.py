@@ -34,8 +34,8 @@ from apid.auth.limits import MemoryWindows
 from apid.config import Config
 from apid.reactors import Reactor
 from apid.throttle import MemoryCounters
-from apid.workers.channel import ParentSide, adopt
 from apid.workers import CHANNEL_FD, PORT_FD
+from apid.workers.channel import ParentSide, adopt
 
 log = Logger(namespace="apid.workers")
 
@@ -94,8 +94,9 @@ class WorkerProcess(ProcessProtocol):
 class Parent:
     """The workers of one `apid serve`, started, watched and stopped."""
 
-    def __init__(self, reactor: Reactor, config: Config, port: tcp.Port, count: int, reactor_choice: str,
-                 drain_seconds: float) -> None:
+    def __init__(
+        self, reactor: Reactor, config: Config, port: tcp.Port, count: int, reactor_choice: str, drain_seconds: float
+    ) -> None:
         self._reactor = reactor
         self._config = pickle.dumps(config)
         self._port = port
@@ -124,14 +125,27 @@ class Parent:
         self._restarts.pop(index, None)
         parent_end, worker_end = socket.socketpair()
         env = {name: value for name, value in os.environ.items() if name not in NOT_INHERITED}
-        args = [sys.executable, "-m", "apid", "worker", "--index", str(index), "--family", self._family.name,
-                "--reactor", self._reactor_choice]
+        args = [
+            sys.executable,
+            "-m",
+            "apid",
+            "worker",
+            "--index",
+            str(index),
+            "--family",
+            self._family.name,
+            "--reactor",
+            self._reactor_choice,
+        ]
         try:
             transport = self._reactor.spawnProcess(
-                WorkerProcess(self, index, self._config), sys.executable, args, env,
-                childFDs={0: "w", 1: 1, 2: 2, PORT_FD: self._port.fileno(), CHANNEL_FD: worker_end.fileno()})
-            adopt(self._reactor, parent_end.fileno(),
-                  ParentSide(self._counters, self._windows, self._ready))
+                WorkerProcess(self, index, self._config),
+                sys.executable,
+                args,
+                env,
+                childFDs={0: "w", 1: 1, 2: 2, PORT_FD: self._port.fileno(), CHANNEL_FD: worker_end.fileno()},
+            )
+            adopt(self._reactor, parent_end.fileno(), ParentSide(self._counters, self._windows, self._ready))
         finally:
             parent_end.close()
             worker_end.close()
@@ -164,8 +178,13 @@ class Parent:
         failures = 1 if ran >= STEADY_SECONDS else self._failures.get(index, 0) + 1
         self._failures[index] = failures
         delay = min(MOST_BACKOFF, FIRST_BACKOFF * 2 ** (failures - 1))
-        log.error("worker {index} (pid {pid}) {how}; replacing it in {delay:g} s", index=index, pid=worker.pid,
-                  how=how, delay=delay)
+        log.error(
+            "worker {index} (pid {pid}) {how}; replacing it in {delay:g} s",
+            index=index,
+            pid=worker.pid,
+            how=how,
+            delay=delay,
+        )
         _count_restart()
         self._restarts[index] = self._reactor.callLater(delay, self._spawn, index)
 
@@ -197,8 +216,11 @@ class Parent:
 
     def _kill_all(self) -> None:
         for worker in self._workers.values():
-            log.error("worker {index} (pid {pid}) still running after the drain time; killing it",
-                      index=worker.index, pid=worker.pid)
+            log.error(
+                "worker {index} (pid {pid}) still running after the drain time; killing it",
+                index=worker.index,
+                pid=worker.pid,
+            )
             _signal(worker, "KILL")
 
 
@@ -223,7 +245,8 @@ def _metrics_of_dead(pid: int) -> None:
     from apid.metrics import process_dead
 
     deferToThread(process_dead, pid).addErrback(
-        lambda failure: log.failure("removing the metrics of worker pid {pid} failed", failure, pid=pid))
+        lambda failure: log.failure("removing the metrics of worker pid {pid} failed", failure, pid=pid)
+    )
 
 
 def _count_restart() -> None:
@@ -266,8 +289,11 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
                 raise TypeError(f"{config.server.listen} gives a {type(port).__name__}, which workers cannot share")
             port.stopReading()  # the workers accept; this process only holds the socket open
             # every worker's metrics, added up: one port, so the parent's
-            metrics = None if config.server.metrics.listen is None else await listen_metrics(
-                reactor, config.server.metrics.listen)
+            metrics = (
+                None
+                if config.server.metrics.listen is None
+                else await listen_metrics(reactor, config.server.metrics.listen)
+            )
         except Exception as exc:
             failed(exc)
             return

@@ -30,7 +30,6 @@ from apid.workers import CHANNEL_FD, PORT_FD
 from apid.workers.channel import ParentCounters, ParentWindows, Ready, WorkerSide, adopt
 
 
-
 class SharedPort(tcp.Port):
     """A port on a socket every worker accepts on. A new connection wakes each worker waiting
     in the reactor; Twisted's port then accepts all it can (up to 100, and more each time

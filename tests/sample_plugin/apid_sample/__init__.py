@@ -19,8 +19,12 @@ class TeamController(Controller):
     @action(requires=("name", "leaderId"))
     def create(self, call: Call) -> dict[str, Any]:
         team_id = next(self._ids)
-        self._teams[team_id] = {"id": team_id, "name": call.fields["name"],
-                                "leaderId": call.fields["leaderId"], "budget": call.fields.get("budget", 0)}
+        self._teams[team_id] = {
+            "id": team_id,
+            "name": call.fields["name"],
+            "leaderId": call.fields["leaderId"],
+            "budget": call.fields.get("budget", 0),
+        }
         return self._teams[team_id]
 
     shown = 0  # how many times `show` ran: GET /teamShows (a cached answer does not run it)
@@ -40,7 +44,7 @@ class TeamController(Controller):
         leader = call.fields.get("leaderId")
         offset, limit = call.page(default=100, maximum=1000)
         teams = [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
-        return teams[offset:offset + limit]
+        return teams[offset : offset + limit]
 
     @action(requires=("leaderId",))
     def byLeader(self, call: Call) -> dict[str, Any]:
@@ -52,8 +56,12 @@ class TeamController(Controller):
     @action(requires=("id",))
     def summary(self, call: Call) -> dict[str, Any]:
         team = self.show(call)
-        return {"id": team["id"], "name": team["name"], "leaderId": team["leaderId"],
-                "led": sum(1 for t in self._teams.values() if t["leaderId"] == team["leaderId"])}
+        return {
+            "id": team["id"],
+            "name": team["name"],
+            "leaderId": team["leaderId"],
+            "led": sum(1 for t in self._teams.values() if t["leaderId"] == team["leaderId"]),
+        }
 
     @route("/teamCount", "GET")
     def count(self, call: RouteCall) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from sqlalchemy import Column, Integer, MetaData, String, Table
 
 metadata = MetaData()
 company = Table(
-    "directory_company", metadata,
+    "directory_company",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("name", String(200)),
     Column("created_by", Integer, key="createdBy"),
@@ -19,7 +20,8 @@ company = Table(
     info={"record": "company"},  # how problems name a record: "no company with id 7"
 )
 department = Table(
-    "directory_department", metadata,
+    "directory_department",
+    metadata,
     Column("id", Integer, primary_key=True),
     Column("company_id", Integer, key="companyId"),
     Column("name", String(200)),

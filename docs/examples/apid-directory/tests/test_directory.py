@@ -6,11 +6,11 @@ import json
 from importlib import resources
 
 import pytest
+from apid_directory.company import CompanyController
+from apid_directory.department import DepartmentController
 from sqlalchemy import text
 
 from apid.testing import InMemoryApid
-from apid_directory.company import CompanyController
-from apid_directory.department import DepartmentController
 
 CONTROLLERS = [CompanyController, DepartmentController]
 
@@ -53,8 +53,11 @@ def test_a_company_links_to_its_departments_and_a_department_to_its_company(apid
     user = apid.caller("ROLE_USER")
 
     company = apid.get("/v0.1/company/show/1", caller=user, links=True)
-    assert {"href": "/v0.1/department/list?companyId=1", "rel": "urn:apid:rel:department/list",
-            "method": "GET"} in company.links
+    assert {
+        "href": "/v0.1/department/list?companyId=1",
+        "rel": "urn:apid:rel:department/list",
+        "method": "GET",
+    } in company.links
     department = apid.get("/v0.1/department/show/1", caller=user, links=True)
     assert {"href": "/v0.1/company/show/1", "rel": "urn:apid:rel:company/show", "method": "GET"} in department.links
 
@@ -77,11 +80,17 @@ def test_a_chain_goes_from_a_company_to_its_departments(apid):
     admin = apid.caller("ROLE_ADMIN")
     for name in ("Acme", "Globex"):
         apid.post("/v0.1/company/create", {"name": name}, caller=admin)
-    apid.batch("department/create", [{"companyId": 1, "name": "Sales"}, {"companyId": 2, "name": "Labs"},
-                                     {"companyId": 1, "name": "Ops"}], caller=admin)
-    reply = apid.chain("GET", "company/show/1", {"key": "id", "order": {"company/show": "id",
-                                                                         "department/list": "return"}},
-                       caller=apid.caller("ROLE_USER"))
+    apid.batch(
+        "department/create",
+        [{"companyId": 1, "name": "Sales"}, {"companyId": 2, "name": "Labs"}, {"companyId": 1, "name": "Ops"}],
+        caller=admin,
+    )
+    reply = apid.chain(
+        "GET",
+        "company/show/1",
+        {"key": "id", "order": {"company/show": "id", "department/list": "return"}},
+        caller=apid.caller("ROLE_USER"),
+    )
     assert reply.status == 200, reply.problem
     assert [d["name"] for d in reply.json] == ["Sales", "Ops"]  # company 1's, handed on as companyId
 

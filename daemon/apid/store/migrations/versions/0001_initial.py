@@ -43,7 +43,9 @@ def upgrade() -> None:
         "person_role",
         sa.Column("person_id", sa.Integer, nullable=False),
         sa.Column("role_id", sa.Integer, nullable=False),
-        sa.ForeignKeyConstraint(["person_id"], ["person.id"], name="fk_person_role_person_id_person", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["person_id"], ["person.id"], name="fk_person_role_person_id_person", ondelete="CASCADE"
+        ),
         sa.ForeignKeyConstraint(["role_id"], ["role.id"], name="fk_person_role_role_id_role", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("person_id", "role_id", name="pk_person_role"),
     )

@@ -26,7 +26,9 @@ def upgrade() -> None:
         sa.Column("date_created", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["person_id"], ["person.id"], name="fk_account_token_person_id_person", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["person_id"], ["person.id"], name="fk_account_token_person_id_person", ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name="pk_account_token"),
         sa.UniqueConstraint("token_hash", name="uq_account_token_token_hash"),
     )
@@ -41,7 +43,9 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("rotated_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["person_id"], ["person.id"], name="fk_refresh_token_person_id_person", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["person_id"], ["person.id"], name="fk_refresh_token_person_id_person", ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name="pk_refresh_token"),
         sa.UniqueConstraint("token_hash", name="uq_refresh_token_token_hash"),
     )

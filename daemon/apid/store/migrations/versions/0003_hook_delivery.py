@@ -46,8 +46,9 @@ def upgrade() -> None:
         sa.Column("status_code", sa.Integer, nullable=True),
         sa.Column("duration_ms", sa.Float, nullable=False),
         sa.Column("error", sa.Text, nullable=True),
-        sa.ForeignKeyConstraint(["message_id"], ["hook_message.id"], name="fk_hook_attempt_message_id_hook_message",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["message_id"], ["hook_message.id"], name="fk_hook_attempt_message_id_hook_message", ondelete="CASCADE"
+        ),
         sa.ForeignKeyConstraint(["hook_id"], ["hook.id"], name="fk_hook_attempt_hook_id_hook", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name="pk_hook_attempt"),
     )

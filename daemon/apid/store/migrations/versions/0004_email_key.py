@@ -25,12 +25,18 @@ depends_on = None
 def _shown(address: str) -> str:
     """The address quoted, and escaped too when it is decomposed (e + U+0301 looks like é)."""
     quoted = repr(address)
-    return quoted if unicodedata.is_normalized("NFC", address) else f"{quoted} ({ascii(address)})"
+    return quoted if unicodedata.is_normalized("NFC", address) else f"{quoted} ({address!a})"
 
 
 EMAIL_KEY = FoldedKey(
-    revision, "person", "email", "email_key", 384, email_key,
-    clash="e-mail addresses are one address in another letter case or Unicode form", change="Change or delete",
+    revision,
+    "person",
+    "email",
+    "email_key",
+    384,
+    email_key,
+    clash="e-mail addresses are one address in another letter case or Unicode form",
+    change="Change or delete",
     shown=_shown,
 )
 

@@ -21,8 +21,14 @@ branch_labels = None
 depends_on = None
 
 USERNAME_KEY = FoldedKey(
-    revision, "person", "username", "username_key", 64, username_key,
-    clash="usernames are one name in another letter case", change="Rename or delete",
+    revision,
+    "person",
+    "username",
+    "username_key",
+    64,
+    username_key,
+    clash="usernames are one name in another letter case",
+    change="Rename or delete",
 )
 
 

@@ -24,8 +24,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_directory_company"),
         sa.UniqueConstraint("name", name="uq_directory_company_name"),
         # apid's tables are migrated first, so a plugin's may reference them
-        sa.ForeignKeyConstraint(["created_by"], ["person.id"], name="fk_directory_company_created_by",
-                                ondelete="SET NULL"),
+        sa.ForeignKeyConstraint(
+            ["created_by"], ["person.id"], name="fk_directory_company_created_by", ondelete="SET NULL"
+        ),
     )
     op.create_table(
         "directory_department",
@@ -34,8 +35,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(200), nullable=False),
         sa.Column("version", sa.Integer, nullable=False, server_default=sa.text("0")),
         sa.PrimaryKeyConstraint("id", name="pk_directory_department"),
-        sa.ForeignKeyConstraint(["company_id"], ["directory_company.id"], name="fk_directory_department_company_id",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["company_id"], ["directory_company.id"], name="fk_directory_department_company_id", ondelete="CASCADE"
+        ),
     )
     op.create_index("ix_directory_department_company_id", "directory_department", ["company_id"])
 
