@@ -7,12 +7,12 @@ INSTALLED := $(VENV)/.installed
 ASYNCIO_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test_chain.py test_sessions.py \
 	test_webhooks.py test_ping.py test_throttle.py test_lifecycle.py test_reload.py test_postgresql.py)
 
-.PHONY: run test system-deps clean
+.PHONY: run test check system-deps clean
 
 $(INSTALLED): pyproject.toml tests/sample_plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,postgresql,asyncio]' -e tests/sample_plugin
+	$(BIN)/pip install --quiet -e '.[test,check,postgresql,asyncio]' -e tests/sample_plugin
 	touch $@
 
 run: $(INSTALLED)
@@ -22,6 +22,12 @@ run: $(INSTALLED)
 	@echo "  $(BIN)/apid user add admin --email admin@example.com --role ROLE_ADMIN"
 	@echo
 	$(BIN)/apid serve
+
+# the gates before the tests: lint, formatting, types (pyproject.toml configures each)
+check: $(INSTALLED)
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy
 
 system-deps:
 	scripts/system-deps

@@ -106,7 +106,7 @@ def prepare(daemon: Daemon, out: Path) -> FuzzWorld:
         )["id"]
         for n in range(VICTIMS)
     ]
-    leaver = post("person/create", dict(zip(("username", "password", "email"), LEAVER)), admin)["id"]
+    leaver = post("person/create", dict(zip(("username", "password", "email"), LEAVER, strict=True)), admin)["id"]
     post("hook/create", {"url": "http://localhost:3000/fuzz", "service": "person"}, admin)
     post("team/create", {"name": "Fuzz", "leaderId": 1, "budget": 10.5}, admin)
     people = {person["username"]: person for person in everyone(daemon, admin)}

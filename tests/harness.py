@@ -129,26 +129,25 @@ class Daemon:
         self.stderr_path = deployment.root / "daemon.stderr"
 
     def start(self, timeout: float = 30) -> Daemon:
-        stderr = open(self.stderr_path, "ab")
-        self.process = subprocess.Popen(
-            [
-                self.python,
-                "-m",
-                "apid",
-                "serve",
-                "--config-dir",
-                str(self.deployment.config_dir),
-                "--env",
-                self.deployment.environment,
-                "--listen",
-                "tcp:0:interface=127.0.0.1",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, **self.env},
-        )
-        stderr.close()
+        with open(self.stderr_path, "ab") as stderr:  # the daemon holds its own copy
+            self.process = subprocess.Popen(
+                [
+                    self.python,
+                    "-m",
+                    "apid",
+                    "serve",
+                    "--config-dir",
+                    str(self.deployment.config_dir),
+                    "--env",
+                    self.deployment.environment,
+                    "--listen",
+                    "tcp:0:interface=127.0.0.1",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env={**os.environ, **self.env},
+            )
         line = self._read_line(timeout)
         match = READY.search(line or "")
         if not match:
@@ -238,9 +237,12 @@ def deployment_with_accounts(
 
 
 @contextmanager
-def running_daemon(deployment: Deployment) -> Iterator[Daemon]:
-    """The daemon started on the deployment, stopped on leaving the block."""
-    daemon = Daemon(deployment).start()
+def running_daemon(
+    deployment: Deployment, *, env: dict | None = None, python: str = sys.executable
+) -> Iterator[Daemon]:
+    """The daemon started on the deployment, stopped on leaving the block (`env` and `python`
+    as for `Daemon`)."""
+    daemon = Daemon(deployment, env=env, python=python).start()
     try:
         yield daemon
     finally:

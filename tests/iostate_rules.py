@@ -40,6 +40,12 @@ def read_states(*folders_or_files: Path) -> list[dict]:
     return states
 
 
+def open_fields(entry: dict, member: str, roles: set[str]) -> frozenset[str]:
+    """The fields of an action's REQUEST or RESPONSE (`member`) open to any of `roles`."""
+    lists = entry.get(member, {})
+    return frozenset(lists.get("permitAll", [])).union(*(lists.get(role, []) for role in roles))
+
+
 def expected_calls(
     states: list[dict], roles: set[str], groups: dict[str, list[str]]
 ) -> dict[tuple[str, str, str], Expected]:
@@ -53,15 +59,10 @@ def expected_calls(
                 admitted = set(declared.get("DEFAULT") or groups[state["NETWORKGRP"]]) & roles
                 if not admitted:
                     continue
-
-                def fields(member: str) -> frozenset[str]:
-                    lists = entry.get(member, {})
-                    return frozenset(lists.get("permitAll", [])).union(*(lists.get(role, []) for role in admitted))
-
                 calls[(state["NAME"], str(version), action)] = Expected(
                     method=entry["METHOD"].upper(),
-                    request=fields("REQUEST"),
-                    response=fields("RESPONSE"),
+                    request=open_fields(entry, "REQUEST", admitted),
+                    response=open_fields(entry, "RESPONSE", admitted),
                     batch=bool(set(declared.get("BATCH", [])) & roles),
                     hook=bool(set(declared.get("HOOK", [])) & roles),
                 )

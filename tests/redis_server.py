@@ -63,8 +63,7 @@ class RedisServer:
             raise RuntimeError(f"{self.executable} is not installed (Debian package redis-server)")
         self.folder = Path(tempfile.mkdtemp(prefix="apid-redis-"))
         self.port = free_port()
-        log = open(self.folder / "redis.log", "ab")
-        try:
+        with open(self.folder / "redis.log", "ab") as log:  # the server holds its own copy
             self.process = subprocess.Popen(
                 [
                     self.executable,
@@ -83,8 +82,6 @@ class RedisServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        finally:
-            log.close()
         deadline = time.monotonic() + timeout
         while not answers_ping(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:

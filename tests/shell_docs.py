@@ -81,7 +81,7 @@ def section(markdown: str, heading: str) -> str:
         (
             i
             for i in range(start + 1, len(lines))
-            if re.match(r"#{1,%d} " % len(level), lines[i]) and not _in_fence(lines, i)
+            if re.match(rf"#{{1,{len(level)}}} ", lines[i]) and not _in_fence(lines, i)
         ),
         len(lines),
     )

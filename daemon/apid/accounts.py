@@ -24,7 +24,7 @@ from apid.auth.sessions import Revocations, revoke_person
 from apid.auth.standing import note_change
 from apid.problems import Conflict, Forbidden, InvalidFields, NotFound
 from apid.store.coalesce import Coalescer
-from apid.store.database import Database
+from apid.store.database import Database, inserted_id
 from apid.store.tables import person, person_role, role
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def _set_roles(connection: Connection, person_id: int, roles: Iterable[str]) -> 
     for authority in sorted(set(roles)):
         role_id = connection.execute(select(role.c.id).where(role.c.authority == authority)).scalar()
         if role_id is None:
-            role_id = connection.execute(insert(role).values(authority=authority)).inserted_primary_key[0]
+            role_id = inserted_id(connection, insert(role).values(authority=authority))
         connection.execute(insert(person_role).values(person_id=person_id, role_id=role_id))
 
 
@@ -250,6 +250,14 @@ def get_account(connection: Connection, account_id: int) -> Account | None:
     return get_accounts(connection, [account_id]).get(account_id)
 
 
+def _written(connection: Connection, account_id: int) -> Account:
+    """The account this transaction just wrote, as it stands now."""
+    account = get_account(connection, account_id)
+    if account is None:  # cannot be within the transaction that wrote it
+        raise NotFound(f"no person with id {account_id}")
+    return account
+
+
 def get_accounts(connection: Connection, account_ids: list[int]) -> dict[int, Account]:
     if len(account_ids) == 1:
         return _accounts_with_roles(connection.execute(_PERSON_WITH_ROLES_BY_ID, {"id": account_ids[0]}))
@@ -277,7 +285,7 @@ def find_login(connection: Connection, username: str) -> tuple[Account, str] | N
 
 
 def list_accounts(connection: Connection, offset: int, limit: int) -> list[Account]:
-    rows = connection.execute(select(person).order_by(person.c.id).offset(offset).limit(limit)).all()
+    rows = list(connection.execute(select(person).order_by(person.c.id).offset(offset).limit(limit)))
     return _accounts(connection, rows)
 
 
@@ -292,7 +300,8 @@ def insert_account(
     taken(connection, username, email, None)
     now = _now()
     try:
-        person_id = connection.execute(
+        person_id = inserted_id(
+            connection,
             insert(person).values(
                 username=username,
                 username_key=username_key(username),
@@ -302,13 +311,13 @@ def insert_account(
                 enabled=enabled,
                 date_created=now,
                 last_updated=now,
-            )
-        ).inserted_primary_key[0]
+            ),
+        )
     except IntegrityError as error:
         raise _duplicate(error) from None
     _set_roles(connection, person_id, roles)
     note_change(connection, person_id)  # the id may be one a deleted account held
-    return get_account(connection, person_id)
+    return _written(connection, person_id)
 
 
 def update_account(
@@ -349,7 +358,7 @@ def update_account(
         revoke_person(connection, account_id, keep_session)
     else:
         note_change(connection, account_id)
-    return get_account(connection, account_id)
+    return _written(connection, account_id)
 
 
 def change_account(connection: Connection, person_id: int, events: AccountEvents | None, **values: Any) -> Account:
@@ -362,7 +371,7 @@ def change_account(connection: Connection, person_id: int, events: AccountEvents
         .values(version=person.c.version + 1, last_updated=_now(), **values)
     )
     note_change(connection, person_id)
-    account = get_account(connection, person_id)
+    account = _written(connection, person_id)
     if events is not None:
         events.record(connection, "update", account)
     return account
@@ -407,7 +416,7 @@ class Accounts:
         """One account; gets made together are served by one query."""
         return self._by_id.get(account_id)
 
-    def _fetch(self, ids: list[int]) -> Deferred[dict[int, Account]]:
+    def _fetch(self, ids: list[int]) -> Deferred[Mapping[int, Account]]:
         """One id (a single call, a chain link) is the common case and the one prepared read;
         the ids of a batch are one query."""
         if len(ids) == 1:

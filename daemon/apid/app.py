@@ -1,4 +1,5 @@
-"""The Klein application: URL routes, authentication at the edge, and error rendering.
+"""The application: API calls (routed by `apid.dispatch`) and the Klein routes of every other
+path (`apid.routes`), with authentication at the edge.
 
 Public routes answer without a token only when their path is in `reservedUris`; every other
 route (API calls `/v`, `/b`, `/c`, and plugins' `@route` paths) is authenticated against the
@@ -6,7 +7,7 @@ account's current standing and charged to the caller's rate limit, then handled.
 without an Authorization header is made as the anonymous role (`security.anonymousRole`), and
 only an endpoint whose IO State roles include it answers one; any other answers 401. A GET
 call's answer carries its ETag and comes from the cache when its action declares one
-(`apid.caching`). Every error, Klein's own 404 and 405 included, leaves as an RFC 9457 problem.
+(`apid.caching`). Every error leaves as an RFC 9457 problem (`apid.routes.answer_failure`).
 Each request is named for the metrics and the access log by what it reached (`name`): its IO
 State endpoint and API version, `batch` or `chain`, or the route's pattern.
 """
@@ -15,18 +16,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
-from klein import Klein
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
-from twisted.web.http import Request
 from twisted.web.resource import IResource
-from werkzeug.exceptions import HTTPException
-from werkzeug.exceptions import MethodNotAllowed as RoutingMethodNotAllowed
-from werkzeug.exceptions import NotFound as RoutingNotFound
-from werkzeug.routing import RequestRedirect
 
 from apid.auth.endpoints import PublicRoute, client_address
 from apid.auth.sessions import Revocations
@@ -38,14 +33,15 @@ from apid.chain import ChainRunner
 from apid.coroutines import started
 from apid.deprecation import announce
 from apid.dispatch import ApiDispatch
-from apid.http import bearer_token, query_fields, read_json_body, write_json, write_problem
+from apid.http import ApidRequest, bearer_token, query_fields, read_json_body, write_json
 from apid.iostate import Endpoint
 from apid.links import add_links, link_header, page_links
 from apid.links import wanted as wanted_links
 from apid.openapi import OPENAPI_PATH
 from apid.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.plugin import Caller, Controller, RouteCall
-from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem, Unauthorized
+from apid.problems import NotFound, Problem, Unauthorized
+from apid.routes import answer_failure, klein_routes
 from apid.routing import Target, parse_target
 from apid.throttle import RateLimiter
 
@@ -53,11 +49,6 @@ log = Logger(namespace="apid.app")
 
 API_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 KIND_NAMES = {"b": "batch", "c": "chain"}  # what metrics name a batch and a chain by (a call: its endpoint)
-API_RULES = (
-    "/<prefix>/<controller>",
-    "/<prefix>/<controller>/<action>",
-    "/<prefix>/<controller>/<action>/<id>",
-)
 
 
 class Application:
@@ -92,16 +83,16 @@ class Application:
         self._openapi = openapi
         self._anonymous = anonymous_caller(anonymous_role)
         self._cache = cache
-        self.klein = Klein()
+        self.klein = klein_routes()
         self._public_routes = list(public_routes)
         self._add_routes(self._public_routes)
 
     def resource(self) -> IResource:
         """API calls routed by their own grammar (`apid.dispatch`), every other path by Klein."""
         claimed = {route.path.strip("/").partition("/")[0].encode() for route in self._public_routes}
-        return ApiDispatch(self._api, self._failed, API_METHODS, self.klein.resource(), claimed)
+        return ApiDispatch(self._api, answer_failure, API_METHODS, self.klein.resource(), claimed)
 
-    async def authenticate(self, request: Request) -> Principal:
+    async def authenticate(self, request: ApidRequest) -> Principal:
         return await self._authenticated(bearer_token(request))
 
     async def _authenticated(self, token: str | None) -> Principal:
@@ -127,23 +118,16 @@ class Application:
             app.route(
                 route.path, methods=[route.method], endpoint=f"public {route.method} {route.path}", strict_slashes=False
             )(self._public(route))
-        for rule in API_RULES:
-            app.route(rule, methods=API_METHODS, endpoint="api", strict_slashes=False)(self._api)
         if self._openapi is not None:
             if ("GET", OPENAPI_PATH) in seen:
                 raise ValueError(f"two endpoints answer GET {OPENAPI_PATH}")
-            app.route(OPENAPI_PATH, methods=["GET"], endpoint="openapi")(self._openapi_document)
+            app.route(OPENAPI_PATH, methods=["GET"], endpoint="openapi")(self._openapi_route(self._openapi))
         app.route("/", methods=API_METHODS, endpoint="root")(self._nothing)
-        app.handle_errors(Problem)(self._problem)
-        app.handle_errors(RoutingMethodNotAllowed)(self._wrong_method)
-        app.handle_errors(RoutingNotFound)(self._not_found)
-        app.handle_errors(HTTPException)(self._routing_error)
-        app.handle_errors(Exception)(self._unexpected)
 
     def _public(self, route: PublicRoute) -> Callable[..., Any]:
         path = route.reserved_as
 
-        async def handle(request: Request, **_: Any) -> bytes:
+        async def handle(request: ApidRequest, **_: Any) -> bytes:
             request.endpoint_name = route.path
             if path in self._reserved:
                 return await route.handler(request, None)
@@ -154,14 +138,14 @@ class Application:
         return handle
 
     async def _api(
-        self, request: Request, prefix: str, controller: str, action: str | None = None, id: str | None = None
+        self, request: ApidRequest, prefix: str, controller: str, action: str | None = None, id: str | None = None
     ) -> bytes:
         target = parse_target(self.version, prefix, controller, action, id)
         try:
             return await self._call(request, target)
         except Exception:
             # perhaps refused before its endpoint was known: named now, on this slower path only
-            try:
+            with suppress(Problem):  # no such endpoint: `other`
                 name(
                     request,
                     self._pipeline.endpoint(
@@ -174,11 +158,9 @@ class Application:
                     ),
                     target.kind,
                 )
-            except Problem:
-                pass  # no such endpoint: `other`
             raise
 
-    async def _call(self, request: Request, target: Target) -> bytes:
+    async def _call(self, request: ApidRequest, target: Target) -> bytes:
         token = bearer_token(request)
         if token is None:
             # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
@@ -211,11 +193,11 @@ class Application:
         if target.id is not None:
             text["id"] = [target.id]
         if batch is not None:
-            outcome = await self._batch.run(
+            outcome, batched = await self._batch.run(
                 principal, target, batch, request.path.decode("utf-8", "replace"), client_address(request)
             )
-            name(request, outcome.endpoint, target.kind)
-            self._set_links(request, principal, outcome.endpoint, None, target.api_version)
+            name(request, batched, target.kind)
+            self._set_links(request, principal, batched, None, target.api_version)
             return write_json(request, outcome.body, outcome.status)
         if chain is not None:
             chained = await self._chain.run(principal, target, chain, method, text, client_address(request))
@@ -239,7 +221,7 @@ class Application:
         return await self._read(request, principal, admitted, call, target)
 
     async def _read(
-        self, request: Request, principal: Principal, admitted: Admission, call: CallRequest, target: Target
+        self, request: ApidRequest, principal: Principal, admitted: Admission, call: CallRequest, target: Target
     ) -> bytes:
         """A GET call: from the cache when its action declares one and holds the answer, with
         its ETag, answering 304 to a client that holds it already."""
@@ -256,12 +238,12 @@ class Application:
         result = await self._pipeline.execute(admitted, call)
         body = write_json(request, result.data)
         tag = entity_tag(body)
-        if key is not None:
+        if key is not None and self._cache is not None:
             self._cache.put(key, result, body, tag, generation)
         self._set_call_links(request, principal, result, target)
         return answer(request, body, tag, endpoint)
 
-    def _set_call_links(self, request: Request, principal: Principal, result: CallResult, target: Target) -> None:
+    def _set_call_links(self, request: ApidRequest, principal: Principal, result: CallResult, target: Target) -> None:
         self._set_links(
             request,
             principal,
@@ -275,7 +257,7 @@ class Application:
 
     def _set_links(
         self,
-        request: Request,
+        request: ApidRequest,
         principal: Principal,
         endpoint: Endpoint,
         data: Any,
@@ -304,7 +286,7 @@ class Application:
 
     async def _charge(
         self,
-        request: Request,
+        request: ApidRequest,
         principal: Principal,
         cost: int,
         calls: Callable[[], Sequence[tuple[Endpoint, int]]] = tuple,
@@ -318,51 +300,24 @@ class Application:
         for name, value in charged.items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
 
-    async def _openapi_document(self, request: Request) -> bytes:
-        """The OpenAPI document of the caller's roles; without an Authorization header (and
-        with /openapi.json in reservedUris), the one of the endpoints that need no token."""
-        request.endpoint_name = OPENAPI_PATH
-        if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
-            return write_json(request, self._openapi(None))
-        principal = await self.authenticate(request)
-        await self._charge(request, principal, 1)
-        return write_json(request, self._openapi(principal.roles))
+    def _openapi_route(self, document: Callable[[frozenset[str] | None], Any]) -> Callable[..., Any]:
+        async def serve(request: ApidRequest) -> bytes:
+            """The OpenAPI document of the caller's roles; without an Authorization header (and
+            with /openapi.json in reservedUris), the one of the endpoints that need no token."""
+            request.endpoint_name = OPENAPI_PATH
+            if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
+                return write_json(request, document(None))
+            principal = await self.authenticate(request)
+            await self._charge(request, principal, 1)
+            return write_json(request, document(principal.roles))
 
-    def _nothing(self, request: Request) -> bytes:
+        return serve
+
+    def _nothing(self, request: ApidRequest) -> bytes:
         raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
 
-    def _problem(self, request: Request, failure: Failure) -> bytes:
-        return write_problem(request, failure.value)
 
-    def _failed(self, request: Request, failure: Failure) -> bytes:
-        """The answer to an API call that raised: its problem, or a logged 500."""
-        if failure.check(Problem):
-            return self._problem(request, failure)
-        return self._unexpected(request, failure)
-
-    def _wrong_method(self, request: Request, failure: Failure) -> bytes:
-        allow = sorted(failure.value.valid_methods or [])
-        return write_problem(
-            request,
-            MethodNotAllowed(f"{request.path.decode()} is not called with {request.method.decode()}", allow=allow),
-        )
-
-    def _not_found(self, request: Request, failure: Failure) -> bytes:
-        return write_problem(request, NotFound(f"no resource at {request.path.decode('utf-8', 'replace')}"))
-
-    def _routing_error(self, request: Request, failure: Failure) -> bytes:
-        if isinstance(failure.value, RequestRedirect):
-            # werkzeug would redirect `//v0.1//person` to its tidy form, naming the URL built
-            # from the client's Host header: a path apid does not serve is simply not found
-            return self._not_found(request, failure)
-        return write_problem(request, BadRequest(failure.value.description or "the request could not be routed"))
-
-    def _unexpected(self, request: Request, failure: Failure) -> bytes:
-        log.failure("unexpected error answering {path}", failure=failure, path=request.path.decode("utf-8", "replace"))
-        return write_problem(request, InternalError("the request failed; the error was logged"))
-
-
-def name(request: Request, endpoint: Endpoint, kind: str) -> None:
+def name(request: ApidRequest, endpoint: Endpoint, kind: str) -> None:
     """Name the request by the endpoint it reached, for the metrics and the access log: a
     call by the endpoint's path, a batch or chain by its kind; each with the API version."""
     request.endpoint_name = KIND_NAMES.get(kind, endpoint.path)
@@ -415,7 +370,7 @@ def plugin_routes(controllers: Mapping[str, Controller], superuser_role: str) ->
 
 
 def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> Callable[..., Any]:
-    async def handle(request: Request, principal: Principal | None) -> bytes:
+    async def handle(request: ApidRequest, principal: Principal | None) -> bytes:
         caller = (
             None
             if principal is None

@@ -10,7 +10,7 @@ started here; the caller starts the pools and `revocations`, and listens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from apid.accounts import Accounts
 from apid.app import Application, plugin_routes
 from apid.auth.address_change import AddressChanges
 from apid.auth.endpoints import ServiceEndpoints
-from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
+from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows, WindowStore
 from apid.auth.login import SessionEndpoints
 from apid.auth.passwords import Passwords
 from apid.auth.registration import AccountEndpoints
@@ -35,15 +35,17 @@ from apid.cors import Cors
 from apid.docspage import DocsPage
 from apid.hooks.events import AccountEvents, EventRecorder
 from apid.hooks.service import Hooks
+from apid.http import TextPaths
 from apid.mail import Outbox, make_mailer
-from apid.openapi import OpenApiDocuments, document_settings
+from apid.openapi.document import OpenApiDocuments, document_settings
 from apid.ping import PeerPinger
 from apid.pipeline import Events, Pipeline, filter_output
 from apid.plugin import Services
 from apid.plugins import Bound, RuleBook
+from apid.reactors import Reactor
 from apid.store.database import Database
 from apid.store.redis import redis_pool
-from apid.throttle import MemoryCounters, RateLimiter, RedisCounters
+from apid.throttle import CounterStore, MemoryCounters, RateLimiter, RedisCounters
 
 if TYPE_CHECKING:
     import txredisapi
@@ -57,7 +59,7 @@ class Assembly:
     that are started, stopped or asked for later (by the daemon, or by the testing kit)."""
 
     application: Application
-    resource: IResource  # the application behind CORS: what the daemon's site serves
+    resource: IResource  # what the daemon's site serves: `serving_stack`
     rule_book: RuleBook
     accounts: Accounts
     tokens: TokenService
@@ -68,7 +70,7 @@ class Assembly:
 
 
 def assemble(
-    reactor,
+    reactor: Reactor,
     config: Config,
     *,
     secret: bytes,
@@ -168,7 +170,7 @@ def assemble(
     )
     return Assembly(
         application=application,
-        resource=Cors(application.resource(), api.allowed_origins),
+        resource=serving_stack(application, api.allowed_origins),
         rule_book=rule_book,
         accounts=accounts,
         tokens=tokens,
@@ -179,13 +181,22 @@ def assemble(
     )
 
 
+def serving_stack(application: Application, allowed_origins: Iterable[str]) -> IResource:
+    """Every layer a request passes before its handler, outermost first: paths that are not
+    text are refused (`TextPaths`), CORS answers preflights and marks answers to allowed
+    origins (`Cors`), API calls go to their handler by apid's grammar and every other path to
+    the Klein routes (`ApiDispatch`, `Application.resource`)."""
+    return TextPaths(Cors(application.resource(), allowed_origins))
+
+
 def rate_limiting(
-    reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
+    reactor: Reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
 ) -> RateLimiter | None:
     """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set, else
     in the parent of the worker processes, else in this process."""
     if not config.server.api_throttle:
         return None
+    store: CounterStore
     if redis is not None:
         store = RedisCounters(redis, reactor)
     else:
@@ -195,11 +206,12 @@ def rate_limiting(
 
 
 def abuse_limiting(
-    reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
+    reactor: Reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
 ) -> AbuseLimiter:
     """The limits on logins, registrations and reset requests: counting in Redis when
     redis.url is set (whatever apiThrottle says), so that every daemon shares them, else as
     the rate limits are."""
+    store: WindowStore
     if redis is not None:
         store = RedisWindows(redis, reactor)
     else:

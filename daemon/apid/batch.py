@@ -1,18 +1,19 @@
 """Batch calls: one request, the same endpoint called once per element of `batch`.
 
-The endpoint is resolved and the caller's roles checked against its BATCH list once, before
-any element runs (the answer is the same for every element: one caller, one endpoint); then
-each element goes through the rest of the single-call pipeline on its own: its fields are
-admitted and typed for the caller's roles, the action runs, its output is filtered. Elements of a non-safe endpoint run strictly
-one after another, in order; elements of a safe (GET) endpoint cannot affect each other and
-run together, which lets the storage serve them with fewer round trips. Either way the
-outputs keep the order of the elements, and every failed element is reported.
+The endpoint is resolved and the caller's roles checked against its BATCH list once, before any
+element runs (the answer is the same for every element: one caller, one endpoint); then each
+element goes through the rest of the single-call pipeline on its own: its fields are admitted
+and typed for the caller's roles, the action runs, its output is filtered. Elements of a non-
+safe endpoint run strictly one after another, in order; elements of a safe (GET) endpoint
+cannot affect each other and run together, which lets the storage serve them with fewer round
+trips. Either way the outputs keep the order of the elements, and every failed element is
+reported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -70,7 +71,6 @@ def parse_batch(body: Mapping[str, Any], limit: int) -> BatchRequest:
 class BatchOutcome:
     status: int
     body: Any
-    endpoint: Endpoint | None = None  # the target, whose links the answer carries (set by run)
 
 
 class BatchRunner:
@@ -87,7 +87,8 @@ class BatchRunner:
 
     async def run(
         self, principal: Principal, target: Target, batch: BatchRequest, instance: str, address: str = ""
-    ) -> BatchOutcome:
+    ) -> tuple[BatchOutcome, Endpoint]:
+        """The batch's outcome, and the endpoint it called (whose links the answer carries)."""
         metrics.batch_run(len(batch.elements))
         calls = [
             CallRequest(
@@ -107,7 +108,7 @@ class BatchRunner:
             )
         else:
             outcomes = [await self._pipeline.execute(admitted, call).addCallbacks(_data, _problem) for call in calls]
-        return replace(summarise(outcomes, batch.combine, instance), endpoint=admitted.endpoint)
+        return summarise(outcomes, batch.combine, instance), admitted.endpoint
 
 
 def _settled(running: list[Deferred[Any]]) -> Deferred[list[Any]]:
@@ -116,7 +117,12 @@ def _settled(running: list[Deferred[Any]]) -> Deferred[list[Any]]:
     it (the client went away) stops every element still running."""
     outcomes: list[Any] = [None] * len(running)
     left = len(running)
-    settled: Deferred[list[Any]] = Deferred(lambda _: [element.cancel() for element in running])
+
+    def cancel(_: Deferred[list[Any]]) -> None:
+        for element in running:
+            element.cancel()
+
+    settled: Deferred[list[Any]] = Deferred(cancel)
 
     def settle(outcome: Any, index: int) -> None:
         nonlocal left
@@ -139,8 +145,10 @@ def _data(result: CallResult) -> Any:
 
 def _problem(failure: Failure) -> Problem:
     """The problem that stopped an element, as its outcome; any other failure stops the batch."""
-    failure.trap(Problem)
-    return failure.value
+    problem = failure.value
+    if not isinstance(problem, Problem):
+        return failure.raiseException()
+    return problem
 
 
 def summarise(outcomes: list[Any], combine: bool, instance: str) -> BatchOutcome:

@@ -8,13 +8,14 @@ HTTP caches: ASVS 8.2.1) unless the action declares a cache: then `private, max-
 operator's choice. Never `public`: an answer depends on the caller's roles, and on the caller.
 
 `AnswerCache` keeps the answers of cached actions in process, bounded (least recently used
-first out) and for the action's maxAge on the reactor's clock, under a key of the endpoint,
-the caller's granted roles, the request's fields and, unless the action says `shared`, the
-caller (IO State may say so only of an action whose plugin declares it caller-independent: a
-hit skips the action and any check it makes of who calls). Each controller has a generation: a writing call of the controller moves it here at
-once and in the `cache_change` table, which every daemon reads at most once a second before
-answering from its cache, so an answer cached before a write anywhere is never served more than
-a second after it. Batches and chains neither read nor fill the cache.
+first out) and for the action's maxAge on the reactor's clock, under a key of the endpoint, the
+caller's granted roles, the request's fields and, unless the action says `shared`, the caller
+(IO State may say so only of an action whose plugin declares it caller-independent: a hit skips
+the action and any check it makes of who calls). Each controller has a generation: a writing
+call of the controller moves it here at once and in the `cache_change` table, which every
+daemon reads at most once a second before answering from its cache, so an answer cached before
+a write anywhere is never served more than a second after it. Batches and chains neither read
+nor fill the cache.
 """
 
 from __future__ import annotations

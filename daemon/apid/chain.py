@@ -243,7 +243,7 @@ class ChainRunner:
     ) -> ChainOutcome:
         endpoints = []
         requests = [self._request(link, target) for link in chain.links]
-        for link, request in zip(chain.links, requests):
+        for link, request in zip(chain.links, requests, strict=True):
             self._pipeline.check_anonymous(principal, request)
             try:
                 endpoints.append(self._pipeline.endpoint(request))
@@ -261,13 +261,15 @@ class ChainRunner:
             handoff_field(
                 source.state.name, link.passes, following.state, following.endpoint.request_fields(following.granted)
             )
-            for link, source, following in zip(chain.links, admitted, admitted[1:])
+            for link, source, following in zip(
+                chain.links, admitted, admitted[1:], strict=False
+            )  # the last passes nothing
         ]
 
         outputs: list[Any] = []
         passed: dict[str, list[str]] = {}
         non_safe_done = False
-        for link, admission in zip(chain.links, admitted):
+        for link, admission in zip(chain.links, admitted, strict=True):
             endpoint = admission.endpoint
             call_text = dict(text) if link.position == 0 else dict(passed)
             # the key handed on by the previous link names the record; the body cannot override it

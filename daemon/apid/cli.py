@@ -237,9 +237,9 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
 def cmd_hook_add(args: argparse.Namespace) -> int:
     from apid.accounts import find_login
+    from apid.hooks.registry import insert_hook
     from apid.hooks.service import check_hook
     from apid.hooks.signing import new_secret
-    from apid.hooks.store import insert_hook
     from apid.store.database import run_read, run_write
 
     config = _load(args)
@@ -259,7 +259,7 @@ def cmd_hook_add(args: argparse.Namespace) -> int:
 
 
 def cmd_hook_list(args: argparse.Namespace) -> int:
-    from apid.hooks.store import list_hooks
+    from apid.hooks.registry import list_hooks
     from apid.store.database import run_read
 
     engine = _engine(_load(args))
@@ -278,7 +278,7 @@ def cmd_hook_list(args: argparse.Namespace) -> int:
 def cmd_hook_switch(args: argparse.Namespace) -> int:
     """`hook enable` and `hook disable`: the daemons deliver a re-enabled hook's waiting
     messages, oldest first, at their next poll."""
-    from apid.hooks.store import change_hook, enable_values
+    from apid.hooks.registry import change_hook, enable_values
     from apid.store.database import run_write
 
     run_write(_engine(_load(args)), change_hook, args.id, None, enable_values(args.enable), None)
@@ -384,7 +384,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     import json
 
     from apid.apidoc import api_view
-    from apid.openapi import anonymous_view, build, document_settings
+    from apid.openapi.document import anonymous_view, build, document_settings
 
     config = _load(args)
     roles = frozenset(args.role or ())

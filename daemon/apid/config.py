@@ -1,8 +1,10 @@
 """The two configuration files, read once at start into frozen typed values.
 
 `service_server.yml` holds one section per environment; `service_api.yml` holds what every
-environment shares. Every key is checked: an unknown key, a wrong type or a missing value
-stops the daemon with a `ConfigError` naming the file and the key.
+environment shares. Each setting is declared once, below, as a field of the class that holds
+it: key, type, default, bounds and the description docs/configuration.md shows (apid.settings
+says how, and reads them all). Every key is checked: an unknown key, a wrong type or a missing
+value stops the daemon with a `ConfigError` naming the file, the line and the key.
 Relative paths are resolved against the deployment root, the parent of the config folder,
 so `etc/` beside `iostate/` and `var/` works from any working directory.
 """
@@ -11,288 +13,39 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import yaml
+from apid.settings import (
+    STRING,
+    ConfigError,
+    Derived,
+    Invalid,
+    Kind,
+    Node,
+    Reading,
+    choice,
+    describe,
+    list_of,
+    per_kind,
+    read_file,
+    read_section,
+    section,
+    setting,
+    settings,
+    under_root,
+)
 
 SERVER_FILE = "service_server.yml"
 API_FILE = "service_api.yml"
 ENVIRONMENTS = ("development", "test", "production")
-
-T = TypeVar("T")
-
-
-class ConfigError(Exception):
-    """A configuration file is missing, unreadable or holds a value that is not allowed."""
-
-
-@dataclass(frozen=True)
-class PeerServer:
-    url: str
-    timeout: float
-
-
-@dataclass(frozen=True)
-class MailConfig:
-    backend: str
-    outbox: Path
-    sender: str
-    smtp_host: str
-    smtp_port: int
-    smtp_username: str | None
-    smtp_password: str | None
-    smtp_starttls: bool
-
-
-@dataclass(frozen=True)
-class JwtConfig:
-    secret: bytes | None
-    secret_file: Path
-    issuer: str
-    audience: str
-    access_lifetime: int
-    leeway: int
-    refresh_lifetime: int
-    refresh_grace: int
-
-
-@dataclass(frozen=True)
-class AccountsConfig:
-    """Lifetimes of the emailed links, where the reset link lands, and whether an owner's new
-    e-mail address must confirm before it takes effect (docs/accounts.md)."""
-
-    validation_lifetime: int
-    reset_lifetime: int
-    reset_url: str
-    confirm_email_change: bool = False
-    revert_lifetime: int = 7 * 86400
-
-
-@dataclass(frozen=True)
-class WebhooksConfig:
-    """How hooks are delivered: `timeout` bounds a whole delivery, `per_host` the deliveries
-    in flight to one host, `retry_base` x `retry_factor`^n up to `retry_max` the backoff after
-    a failure, `lease`
-    how long a claimed delivery is this daemon's before another may take it over."""
-
-    timeout: float
-    per_host: int
-    retry_base: float
-    retry_factor: float
-    retry_max: float
-    lease: float
-    poll: float
-    retention_days: int
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    """How long a client may take to send one request, and how many connections one client
-    address may hold open in one process (`connections` in service_server.yml; the defaults
-    and why: docs/configuration.md). Slow clients must not hold sockets for free."""
-
-    header_timeout: float = 10.0  # seconds from a request's first byte to the end of its headers
-    body_timeout: float = 10.0  # seconds from the end of the headers for any body...
-    body_rate: int = 65536  # ...plus one second per this many bytes of it (declared, or received if chunked)
-    per_address: int = 128
-
-    def body_seconds(self, size: int) -> float:
-        """How long a body of `size` bytes may take to arrive."""
-        return self.body_timeout + size / self.body_rate
-
-
-@dataclass(frozen=True)
-class MetricsConfig:
-    """Where the metrics are read: `listen`, a port of their own without a token (None: no
-    such port), and `role`, whose tokens read them at /metrics on the API's port (None: not there)."""
-
-    listen: str | None
-    role: str | None
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    environment: str
-    webhook_active: bool
-    webhooks: WebhooksConfig
-    api_throttle: bool
-    listen: str
-    base_url: str
-    home_url: str
-    accounts: AccountsConfig
-    secure_cookies: bool
-    database_url: str
-    database_pool_size: int
-    migrate_on_start: bool
-    redis_url: str | None
-    redis_fail_open: bool
-    mail: MailConfig
-    jwt: JwtConfig
-    servers: tuple[PeerServer, ...]
-    ping_timeout: float
-    access_log: bool
-    reactor: str  # one of REACTORS (apid.reactors)
-    metrics: MetricsConfig
-    log_format: str  # one of LOG_FORMATS
-    connections: ConnectionLimits
-
-
-@dataclass(frozen=True)
-class ThrottleConfig:
-    rate_limit: Mapping[str, int]
-    data_limit: Mapping[str, int]
-    expires: int
-
-
-@dataclass(frozen=True)
-class SecurityConfig:
-    superuser_role: str
-    user_role: str
-    network_groups: tuple[str, ...]
-    network_roles: Mapping[str, frozenset[str]]
-    # the role of a caller without a token: endpoints whose roles include it answer anonymously
-    anonymous_role: str = "ROLE_ANONYMOUS"
-
-    @property
-    def all_roles(self) -> frozenset[str]:
-        return frozenset().union(*self.network_roles.values())
-
-
-@dataclass(frozen=True)
-class AbuseLimit:
-    """At most `per_address` attempts from one client address, `per_account` for one account
-    name and, where set (logins), `per_account_address` for one account name from one
-    address, within `window` seconds."""
-
-    per_address: int
-    per_account: int
-    window: int
-    per_account_address: int | None = None
-
-
-@dataclass(frozen=True)
-class ApiConfig:
-    reserved_uris: frozenset[str]
-    throttle: ThrottleConfig
-    attempts: int
-    proc_cores: int
-    iostate_dir: Path
-    batch_limit: int
-    chain_limit: int
-    max_body_bytes: int
-    security: SecurityConfig
-    allowed_origins: tuple[str, ...]
-    version: str
-    abuse: Mapping[str, AbuseLimit]
-
-
-@dataclass(frozen=True)
-class Config:
-    server: ServerConfig
-    api: ApiConfig
-    root: Path = field(compare=False)
-
-
-class _Node:
-    """A value read from a YAML file, with the path that names it in error messages."""
-
-    def __init__(self, value: Any, file: str, path: str) -> None:
-        self.value = value
-        self.file = file
-        self.path = path
-
-    def fail(self, message: str) -> ConfigError:
-        return ConfigError(f"{self.file}: {self.path or '(top level)'}: {message}")
-
-    def child(self, key: str, value: Any) -> _Node:
-        joined = f"{self.path}{key}" if key.startswith("[") else f"{self.path}.{key}" if self.path else key
-        return _Node(value, self.file, joined)
-
-    def mapping(self, allowed: tuple[str, ...] | None = None) -> dict[str, _Node]:
-        if self.value is None:
-            return {}
-        if not isinstance(self.value, dict):
-            raise self.fail(f"expected a mapping, got {_kind(self.value)}")
-        out = {}
-        for key, value in self.value.items():
-            if not isinstance(key, str):
-                raise self.fail(f"keys must be strings, got {key!r}")
-            if allowed is not None and key not in allowed:
-                raise self.child(key, value).fail(f"unknown key; allowed here: {', '.join(allowed)}")
-            out[key] = self.child(key, value)
-        return out
-
-    def string(self) -> str:
-        if not isinstance(self.value, str) or not self.value:
-            raise self.fail(f"expected a non-empty string, got {_kind(self.value)}")
-        return self.value
-
-    def boolean(self) -> bool:
-        if not isinstance(self.value, bool):
-            raise self.fail(f"expected true or false, got {_kind(self.value)}")
-        return self.value
-
-    def integer(self, minimum: int = 0) -> int:
-        if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.fail(f"expected a whole number, got {_kind(self.value)}")
-        if self.value < minimum:
-            raise self.fail(f"must be at least {minimum}, got {self.value}")
-        return self.value
-
-    def number(self, minimum: float = 0.0) -> float:
-        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
-            raise self.fail(f"expected a number, got {_kind(self.value)}")
-        if self.value <= minimum:
-            raise self.fail(f"must be greater than {minimum}, got {self.value}")
-        return float(self.value)
-
-    def strings(self) -> tuple[str, ...]:
-        if not isinstance(self.value, list):
-            raise self.fail(f"expected a list of strings, got {_kind(self.value)}")
-        return tuple(self.child(f"[{i}]", v).string() for i, v in enumerate(self.value))
-
-    def url(self) -> str:
-        """An absolute http(s) URL: a bare host (`api.example.com`) would make every link
-        built on it relative, and so broken, in a mail or a redirect."""
-        try:
-            return http_url(self.string())
-        except ValueError as exc:
-            raise self.fail(str(exc)) from None
-
-    def listen(self) -> str:
-        """A `listen` value; YAML reads a bare port (`listen: 8080`) as a number."""
-        if isinstance(self.value, int) and not isinstance(self.value, bool):
-            text = str(self.value)
-        else:
-            text = self.string()
-        try:
-            return listen_endpoint(text)
-        except ValueError as exc:
-            raise self.fail(str(exc)) from None
-
-    def endpoint(self) -> str:
-        """A `listen` value Twisted can build a server endpoint from, checked now (without a
-        reactor): the ports apid opens besides its own must not fail it once it started."""
-        from twisted.internet.endpoints import serverFromString
-
-        text = self.listen()
-        if text.startswith("systemd:"):
-            raise self.fail("systemd sockets are for the API's listen; give tcp:PORT:interface=ADDR")
-        try:
-            serverFromString(None, text)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
-            raise self.fail(
-                f"{exc}; give a port (9464 means tcp:9464:interface=127.0.0.1) "
-                "or an endpoint such as tcp:PORT:interface=ADDR"
-            ) from None
-        return text
-
-
+# The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
+REACTORS = ("default", "asyncio")
+DEFAULT_REACTOR = "default"
+LOG_FORMATS = ("text", "json")  # apid.logs
 LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"
 
 
@@ -313,7 +66,7 @@ def http_url(value: str) -> str:
     """`value` if it is an absolute http:// or https:// URL with a host and a valid port."""
     try:
         parts = urlsplit(value)
-        parts.port  # reading it raises ValueError for a port that is not a number or out of range
+        _ = parts.port  # reading it raises ValueError for a port that is not a number or out of range
     except ValueError:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -321,400 +74,695 @@ def http_url(value: str) -> str:
     return value
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return f"{type(value).__name__} {value!r}"
+# --- the kinds of value that are apid's own (apid.settings has the plain ones) ------------------------
 
 
-def _get(section: dict[str, _Node], key: str, read: Callable[[_Node], T], default: T) -> T:
-    node = section.get(key)
-    return default if node is None else read(node)
-
-
-def _require(section: dict[str, _Node], owner: _Node, key: str, read: Callable[[_Node], T]) -> T:
-    node = section.get(key)
-    if node is None:
-        raise owner.child(key, None).fail("is required")
-    return read(node)
-
-
-def _overridden(env: Mapping[str, str], name: str, value: T) -> T | str:
-    """The environment variable if set (and not empty), else the file's already-checked value."""
-    return env.get(name) or value
-
-
-def _path(root: Path, value: str) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else root / path
-
-
-def _read_yaml(path: Path) -> _Node:
+def _url(node: Node, _: Reading) -> str:
+    """An absolute http(s) URL: a bare host (`api.example.com`) would make every link built on
+    it relative, and so broken, in a mail or a redirect."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from exc
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    return _Node(value, str(path), "")
+        return http_url(node.string())
+    except ValueError as exc:
+        raise node.fail(str(exc)) from None
 
 
-def _sqlite_url(root: Path, url: str) -> str:
-    """Anchor a relative SQLite file path at the deployment root."""
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
-        return prefix + str(_path(root, url[len(prefix) :]))
+def _base_url(node: Node, reading: Reading) -> str:
+    url = _url(node, reading).rstrip("/")
+    if "?" in url or "#" in url:
+        raise node.fail(f"must have no query or fragment (links are built on it), got {url!r}")
     return url
 
 
-def _peer(node: _Node, default_timeout: float) -> PeerServer:
-    if isinstance(node.value, str):
-        return PeerServer(url=node.url().rstrip("/"), timeout=default_timeout)
-    section = node.mapping(("url", "timeout"))
-    url = _require(section, node, "url", _Node.url).rstrip("/")
-    return PeerServer(url=url, timeout=_get(section, "timeout", _Node.number, default_timeout))
+def _listen(node: Node, _: Reading) -> str:
+    """A `listen` value; YAML reads a bare port (`listen: 8080`) as a number."""
+    text = str(node.value) if isinstance(node.value, int) and not isinstance(node.value, bool) else node.string()
+    try:
+        return listen_endpoint(text)
+    except ValueError as exc:
+        raise node.fail(str(exc)) from None
 
 
-def _mail(node: _Node | None, root: Path) -> MailConfig:
-    section = node.mapping(("backend", "outbox", "from", "smtp")) if node else {}
-    backend = _get(section, "backend", _Node.string, "file")
-    if backend not in ("file", "smtp"):
-        raise section["backend"].fail(f"must be file or smtp, got {backend!r}")
-    smtp_node = section.get("smtp")
-    smtp = smtp_node.mapping(("host", "port", "username", "password", "starttls")) if smtp_node else {}
-    return MailConfig(
-        backend=backend,
-        outbox=_path(root, _get(section, "outbox", _Node.string, "var/outbox")),
-        sender=_get(section, "from", _Node.string, "apid <apid@localhost>"),
-        smtp_host=_get(smtp, "host", _Node.string, "localhost"),
-        smtp_port=_get(smtp, "port", _Node.integer, 587),
-        smtp_username=_get(smtp, "username", _Node.string, None),
-        smtp_password=_get(smtp, "password", _Node.string, None),
-        smtp_starttls=_get(smtp, "starttls", _Node.boolean, True),
+def _endpoint(node: Node, reading: Reading) -> str:
+    """A `listen` value Twisted can build a server endpoint from, checked now (without a
+    reactor): the ports apid opens besides its own must not fail it once it started."""
+    from twisted.internet.endpoints import serverFromString
+
+    text = _listen(node, reading)
+    if text.startswith("systemd:"):
+        raise node.fail("systemd sockets are for the API's listen; give tcp:PORT:interface=ADDR")
+    try:
+        serverFromString(None, text)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
+        raise node.fail(
+            f"{exc}; give a port (9464 means tcp:9464:interface=127.0.0.1) "
+            "or an endpoint such as tcp:PORT:interface=ADDR"
+        ) from None
+    return text
+
+
+def _sqlite_at_root(url: str, reading: Reading) -> str:
+    """Anchor a relative SQLite file path at the deployment root."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
+        return prefix + str(under_root(url[len(prefix) :], reading))
+    return url
+
+
+def _secret(node: Node, _: Reading) -> bytes:
+    secret = node.string().encode()
+    if len(secret) < 32:
+        raise node.fail("must be at least 32 bytes long")
+    return secret
+
+
+def _reserved_uris(node: Node, _: Reading) -> frozenset[str]:
+    uris = node.strings()
+    for index, uri in enumerate(uris):
+        if not uri.startswith("/"):
+            raise node.child(index, uri).fail("must start with /")
+    return frozenset(uri.rstrip("/") or "/" for uri in uris)
+
+
+def _role_numbers(node: Node, _: Reading) -> dict[str, int]:
+    """Each role's number; that each role is a declared one, ApiConfig.conflicts checks."""
+    return {role: value.integer(minimum=1) for role, value in node.mapping().items()}
+
+
+def _network_roles(node: Node, _: Reading) -> dict[str, frozenset[str]]:
+    return {group: frozenset(roles.strings()) for group, roles in node.mapping().items()}
+
+
+def _major_minor(raw: str) -> str | None:
+    parts = raw.split(".")
+    if len(parts) < 2 or not all(re.fullmatch(r"[0-9]+", part) for part in parts[:2]):
+        return None
+    return f"{parts[0]}.{parts[1]}"
+
+
+def _version(node: Node, _: Reading) -> str:
+    if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        raise node.fail(f'must be a quoted string such as "1.10" (YAML read {node.value!r} as a number)')
+    if not isinstance(node.value, str):
+        raise node.fail(f'must be a quoted string such as "1.10", got {describe(node.value)}')
+    version = _major_minor(node.value)
+    if version is None:
+        raise node.fail(f"must look like MAJOR.MINOR, got {node.value!r}")
+    return version
+
+
+def _installed_version(_: Reading) -> str:
+    raw = metadata.version("apid")
+    version = _major_minor(raw)
+    if version is None:
+        raise ConfigError(f"installed apid version: must look like MAJOR.MINOR, got {raw!r}")
+    return version
+
+
+URL = Kind("URL", _url)
+BASE_URL = Kind("URL", _base_url)
+PEER_URL = Kind("URL", lambda node, reading: _url(node, reading).rstrip("/"))
+LISTEN = Kind("port or string", _listen)
+ENDPOINT = Kind("port or string", _endpoint)
+DATABASE_URL = Kind("string", STRING.read, finish=_sqlite_at_root)
+SECRET = Kind("string, at least 32 bytes", _secret)
+ROLE = Kind("role", STRING.read)
+ROLE_MAP = Kind("role map", _role_numbers)
+ORIGINS = Kind("list of strings", lambda node, _: tuple(origin.rstrip("/") for origin in node.strings()))
+RESERVED_URIS = Kind("list of strings", _reserved_uris)
+NETWORK_ROLES = Kind("mapping group -> list of strings", _network_roles)
+VERSION = Kind("quoted string `MAJOR.MINOR`", _version)
+
+
+# --- service_server.yml, per environment --------------------------------------------------------------
+
+
+@settings
+class PeerServer:
+    url: str = setting("url", kind=PEER_URL, doc="Base URL of a peer (trailing `/` removed).")
+    timeout: float = setting(
+        "timeout",
+        derived=Derived("`pingTimeout`", lambda reading: reading.value("pingTimeout")),
+        doc="Seconds this peer's whole answer (connect, headers, body) may take.",
     )
 
 
-def _jwt(node: _Node | None, root: Path) -> JwtConfig:
-    section = (
-        node.mapping(
-            (
-                "secret",
-                "secretFile",
-                "issuer",
-                "audience",
-                "accessLifetime",
-                "leeway",
-                "refreshLifetime",
-                "refreshGrace",
+@settings
+class MailConfig:
+    backend: str = setting(
+        "backend",
+        default="file",
+        kind=choice(("file", "smtp")),
+        doc="`file` writes one message per file into `outbox`; `smtp` sends through `mail.smtp`.",
+    )
+    outbox: Path = setting("outbox", default=Path("var/outbox"), doc="Folder for the `file` backend.")
+    sender: str = setting(
+        "from", default="apid <apid@localhost>", doc="Sender address (an ASCII address, optionally with a name)."
+    )
+    smtp_host: str = setting("smtp.host", default="localhost", doc="SMTP server.")
+    smtp_port: int = setting("smtp.port", default=587, doc="SMTP port.")
+    smtp_username: str | None = setting("smtp.username", default=None, doc="SMTP login.")
+    smtp_password: str | None = setting("smtp.password", default=None, doc="SMTP password.")
+    smtp_starttls: bool = setting("smtp.starttls", default=True, doc="Use STARTTLS.")
+
+
+@settings
+class JwtConfig:
+    secret: bytes | None = setting(
+        "secret", default=None, kind=SECRET, doc="HS256 signing secret. When set, `secretFile` is not read."
+    )
+    secret_file: Path = setting(
+        "secretFile",
+        default=Path("var/jwt.secret"),
+        doc="File holding the secret. Created once (mode 0600, 64 random characters) if missing, never "
+        "regenerated; must hold at least 32 bytes.",
+    )
+    issuer: str = setting("issuer", default="apid", doc="`iss` claim written and required.")
+    audience: str = setting("audience", default="apid", doc="`aud` claim written and required.")
+    access_lifetime: int = setting("accessLifetime", default=900, at_least=1, doc="Seconds an access token is valid.")
+    leeway: int = setting(
+        "leeway", default=30, doc="Seconds of clock skew tolerated when checking the token's times (`exp`, `iat`)."
+    )
+    refresh_lifetime: int = setting(
+        "refreshLifetime",
+        default=14 * 86400,
+        at_least=60,
+        doc="Seconds a refresh cookie works (its `Max-Age`): 14 days by default.",
+    )
+    refresh_grace: int = setting(
+        "refreshGrace",
+        default=10,
+        doc="Seconds a rotated refresh cookie still works (for a client that lost an answer); presented "
+        "later it revokes the whole login.",
+    )
+
+
+@settings
+class AccountsConfig:
+    """Lifetimes of the emailed links, where the reset link lands, and whether an owner's new
+    e-mail address must confirm before it takes effect (docs/accounts.md)."""
+
+    validation_lifetime: int = setting(
+        "validationLifetime", default=86400, at_least=60, doc="Seconds an account validation link works."
+    )
+    reset_lifetime: int = setting(
+        "resetLifetime", default=3600, at_least=60, doc="Seconds a password reset link works."
+    )
+    reset_url: str = setting(
+        "resetUrl",
+        kind=URL,
+        derived=Derived("`{baseUrl}/reset-password`", lambda reading: reading.value("baseUrl") + "/reset-password"),
+        doc="The site's page for choosing a new password: `/validate` redirects a reset link there with "
+        "`?id=<id>`. An absolute `http://` or `https://` URL. See [accounts.md](accounts.md).",
+    )
+    confirm_email_change: bool = setting(
+        "confirmEmailChange",
+        default=False,
+        doc="When `true`, an owner's new e-mail address takes effect only once it confirms by an emailed link "
+        "(which works `validationLifetime` seconds). See "
+        "[accounts.md](accounts.md#changing-a-password-or-e-mail-address).",
+    )
+    revert_lifetime: int = setting(
+        "revertLifetime",
+        default=7 * 86400,
+        at_least=60,
+        doc="Seconds the link mailed to the old address after an owner's address change works: it puts that "
+        "address back, ends every login and leads to the reset page.",
+    )
+
+
+@settings
+class WebhooksConfig:
+    """How hooks are delivered (docs/webhooks.md)."""
+
+    timeout: float = setting(
+        "timeout", default=10.0, doc="Seconds for a whole delivery: connecting, sending, the answer and its body."
+    )
+    per_host: int = setting(
+        "perHost", default=8, at_least=1, doc="Deliveries in flight to one host (scheme, host, port)."
+    )
+    retry_base: float = setting("retryBase", default=5.0, doc="Seconds before the first retry of a failing hook.")
+    retry_factor: float = setting(
+        "retryFactor",
+        default=6.0,
+        above=1,
+        doc="Each further failed round multiplies the wait by this (5 s, 30 s, 3 min, 18 min, then `retryMax`), "
+        "with jitter.",
+    )
+    retry_max: float = setting(
+        "retryMax", default=3600.0, also="≥ `retryBase`", doc="The longest wait between retries."
+    )
+    lease: float = setting(
+        "lease",
+        default=60.0,
+        also="≥ 3 × `timeout`",
+        doc="Seconds a daemon holds a message it delivers; a crashed daemon's messages are taken over after it.",
+    )
+    poll: float = setting(
+        "poll",
+        default=1.0,
+        doc="Seconds between looks for due messages (retries, leases run out, other daemons' events).",
+    )
+    retention_days: int = setting(
+        "retentionDays",
+        default=30,
+        at_least=1,
+        doc="Days messages and their delivery log are kept: a delivered one counted from its delivery, a "
+        "pending one (a hook disabled or down that long) from when it was recorded.",
+    )
+
+    def conflicts(self, given: frozenset[str]) -> Iterator[Invalid]:
+        if self.lease < 3 * self.timeout:
+            # a delivery may wait for its host's slot behind others: the lease must outlast that
+            yield Invalid(
+                f"webhooks.lease ({self.lease:g} s) must be at least three times webhooks.timeout ({self.timeout:g} s)",
+                "lease",
+                "timeout",
             )
-        )
-        if node
-        else {}
+        if self.retry_max < self.retry_base and "retryMax" in given:
+            yield Invalid(f"must be at least retryBase ({self.retry_base:g} s)", "retryMax")
+        elif self.retry_max < self.retry_base:
+            yield Invalid(f"must be at most retryMax ({self.retry_max:g} s, its default)", "retryBase")
+
+
+@settings
+class ConnectionLimits:
+    """How long a client may take to send one request, and how many connections one client
+    address may hold open in one process (docs/configuration.md says why these numbers). Slow
+    clients must not hold sockets for free."""
+
+    header_timeout: float = setting(
+        "headerTimeout",
+        default=10.0,
+        doc="Seconds from a request's first byte until its headers must all be in.",
     )
-    secret = _get(section, "secret", _Node.string, None)
-    if secret is not None and len(secret.encode()) < 32:
-        raise section["secret"].fail("must be at least 32 bytes long")
-    return JwtConfig(
-        secret=secret.encode() if secret is not None else None,
-        secret_file=_path(root, _get(section, "secretFile", _Node.string, "var/jwt.secret")),
-        issuer=_get(section, "issuer", _Node.string, "apid"),
-        audience=_get(section, "audience", _Node.string, "apid"),
-        access_lifetime=_get(section, "accessLifetime", lambda n: n.integer(minimum=1), 900),
-        leeway=_get(section, "leeway", _Node.integer, 30),
-        refresh_lifetime=_get(section, "refreshLifetime", lambda n: n.integer(minimum=60), 14 * 86400),
-        refresh_grace=_get(section, "refreshGrace", _Node.integer, 10),
+    body_timeout: float = setting(
+        "bodyTimeout",
+        default=10.0,
+        doc="Seconds a request body may take from the end of its headers, whatever its size...",
     )
-
-
-def _accounts(node: _Node | None, base_url: str) -> AccountsConfig:
-    keys = ("validationLifetime", "resetLifetime", "resetUrl", "confirmEmailChange", "revertLifetime")
-    section = node.mapping(keys) if node else {}
-    return AccountsConfig(
-        validation_lifetime=_get(section, "validationLifetime", lambda n: n.integer(minimum=60), 86400),
-        reset_lifetime=_get(section, "resetLifetime", lambda n: n.integer(minimum=60), 3600),
-        reset_url=_get(section, "resetUrl", _Node.url, base_url + "/reset-password"),
-        confirm_email_change=_get(section, "confirmEmailChange", _Node.boolean, False),
-        revert_lifetime=_get(section, "revertLifetime", lambda n: n.integer(minimum=60), 7 * 86400),
+    body_rate: int = setting(
+        "bodyRate",
+        default=65536,
+        at_least=1024,
+        doc="...plus one second per this many bytes of it: of its `Content-Length`, or, for a chunked body, of "
+        "what has arrived (a chunked body earns its time as it comes).",
     )
-
-
-def _webhooks(node: _Node | None) -> WebhooksConfig:
-    keys = ("timeout", "perHost", "retryBase", "retryFactor", "retryMax", "lease", "poll", "retentionDays")
-    section = node.mapping(keys) if node else {}
-    timeout = _get(section, "timeout", _Node.number, 10.0)
-    lease = _get(section, "lease", _Node.number, 60.0)
-    if lease < 3 * timeout:
-        # a delivery may wait for its host's slot behind others: the lease must outlast that
-        raise (section.get("lease") or section["timeout"]).fail(
-            f"webhooks.lease ({lease:g} s) must be at least three times webhooks.timeout ({timeout:g} s)"
-        )
-    retry_base = _get(section, "retryBase", _Node.number, 5.0)
-    retry_max = _get(section, "retryMax", _Node.number, 3600.0)
-    if retry_max < retry_base:
-        raise section["retryMax"].fail(f"must be at least retryBase ({retry_base:g} s)")
-    return WebhooksConfig(
-        timeout=timeout,
-        per_host=_get(section, "perHost", lambda n: n.integer(minimum=1), 8),
-        retry_base=retry_base,
-        retry_factor=_get(section, "retryFactor", lambda n: n.number(minimum=1.0), 6.0),
-        retry_max=retry_max,
-        lease=lease,
-        poll=_get(section, "poll", _Node.number, 1.0),
-        retention_days=_get(section, "retentionDays", lambda n: n.integer(minimum=1), 30),
+    per_address: int = setting(
+        "perAddress",
+        default=128,
+        at_least=1,
+        doc="Connections one client address may hold open **in one process**; one more is closed as soon as it "
+        "is accepted, before a byte of it is read, and the first refusal is logged (a warning from `apid.http` "
+        "naming the address, once until all its connections have closed). With `procCores` above 1, each worker "
+        "counts its own connections, so one address may hold up to `procCores` × `perAddress` in all, depending "
+        "on which worker the kernel gives each connection.",
     )
 
+    def body_seconds(self, size: int) -> float:
+        """How long a body of `size` bytes may take to arrive."""
+        return self.body_timeout + size / self.body_rate
 
-def _connections(node: _Node | None) -> ConnectionLimits:
-    section = node.mapping(("headerTimeout", "bodyTimeout", "bodyRate", "perAddress")) if node else {}
-    defaults = ConnectionLimits()
-    return ConnectionLimits(
-        header_timeout=_get(section, "headerTimeout", _Node.number, defaults.header_timeout),
-        body_timeout=_get(section, "bodyTimeout", _Node.number, defaults.body_timeout),
-        body_rate=_get(section, "bodyRate", lambda n: n.integer(minimum=1024), defaults.body_rate),
-        per_address=_get(section, "perAddress", lambda n: n.integer(minimum=1), defaults.per_address),
+
+@settings
+class MetricsConfig:
+    """Where the metrics are read: `listen`, a port of their own without a token (None: no
+    such port), and `role`, whose tokens read them at /metrics on the API's port (None: not there)."""
+
+    listen: str | None = setting(
+        "listen",
+        default=None,
+        kind=ENDPOINT,
+        doc="A port of its own answering `GET /metrics` (and 404 to any other path) without a token: whoever "
+        "reaches it reads the metrics, so keep it on loopback or a private network. A bare port (`9464`) means "
+        "`tcp:9464:interface=127.0.0.1`; anything else is a Twisted server endpoint string, checked when the file "
+        "is read (one Twisted cannot use, or a `systemd:` socket, is a configuration error, exit status 2). With "
+        "worker processes the parent listens here and answers for all of them.",
+    )
+    role: str | None = setting(
+        "role",
+        default=None,
+        kind=ROLE,
+        doc="A role of `security.networkRoles` whose tokens may read `GET /metrics` on the API's own port: "
+        "without a token 401, with a token of other roles 403 (problems). It counts against the caller's rate "
+        "limit like any call. Unset, the API's port has no `/metrics`.",
     )
 
 
-SERVER_KEYS = (
-    "webhookActive",
-    "webhooks",
-    "apiThrottle",
-    "listen",
-    "baseUrl",
-    "homeUrl",
-    "accounts",
-    "secureCookies",
-    "database",
-    "redis",
-    "mail",
-    "jwt",
-    "servers",
-    "pingTimeout",
-    "accessLog",
-    "reactor",
-    "metrics",
-    "logFormat",
-    "connections",
-)
-# The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
-REACTORS = ("default", "asyncio")
-DEFAULT_REACTOR = "default"
-LOG_FORMATS = ("text", "json")  # apid.logs
+@settings
+class ServerConfig:
+    environment: str
+    webhook_active: bool = setting(
+        "webhookActive",
+        default=False,
+        doc="Record and deliver webhook events; see [webhooks.md](webhooks.md). Off, nothing is recorded or sent.",
+    )
+    webhooks: WebhooksConfig = section("webhooks")
+    api_throttle: bool = setting(
+        "apiThrottle",
+        default=False,
+        doc="Turns per-role rate limiting on; see [rate-limiting.md](rate-limiting.md).",
+    )
+    listen: str = setting(
+        "listen",
+        default=LOOPBACK_LISTEN.format(port=8080),
+        kind=LISTEN,
+        env="APID_LISTEN",
+        option="--listen",
+        doc="Where apid listens. A bare port (`8081`, here or in `APID_LISTEN` or `--listen`) is that port on "
+        "loopback only, `tcp:8081:interface=127.0.0.1`: exposing apid to the network is a decision to write out "
+        "(`tcp:8080:interface=0.0.0.0`, or a reverse proxy in front). Anything else is a Twisted server endpoint "
+        "string, checked by `apid serve` before anything starts (one Twisted cannot use stops it with exit status "
+        "2). For `tcp:` and `tcp6:`, `:backlog=1024` is added unless a backlog is given. Use "
+        "`systemd:domain=INET:name=http` with `etc/apid.socket` ([operations.md](operations.md#socket-activation)).",
+    )
+    base_url: str = setting(
+        "baseUrl",
+        default="http://127.0.0.1:8080",
+        kind=BASE_URL,
+        doc="Trailing `/` removed. The public address of the API: the links in validation and reset emails are "
+        "`{baseUrl}/validate?id=...`. An absolute `http://` or `https://` URL with a host (`api.example.com` alone "
+        "is refused: every mailed link would be broken), without a query or fragment.",
+    )
+    home_url: str = setting(
+        "homeUrl",
+        kind=URL,
+        derived=Derived("`baseUrl` + `/`", lambda reading: reading.value("baseUrl") + "/"),
+        doc="Where `/validate` redirects once an account is validated. An absolute `http://` or `https://` URL.",
+    )
+    accounts: AccountsConfig = section("accounts")
+    secure_cookies: bool = setting(
+        "secureCookies",
+        derived=Derived("`false` in `development`, else `true`", lambda reading: reading.environment != "development"),
+        doc="Mark the refresh cookie `Secure` (sent over HTTPS only).",
+    )
+    database_url: str = setting(
+        "database.url",
+        default="sqlite:///var/apid.db",
+        kind=DATABASE_URL,
+        env="APID_DATABASE_URL",
+        doc="SQLAlchemy URL. A relative SQLite path resolves against the deployment root. PostgreSQL: "
+        "`postgresql+psycopg://user:pass@host/db` (install `apid[postgresql]`).",
+    )
+    database_pool_size: int = setting(
+        "database.poolSize", default=4, at_least=1, doc="Connection pool size and number of database threads."
+    )
+    migrate_on_start: bool = setting(
+        "database.migrate",
+        default=True,
+        doc="`apid serve` brings the schema up to date before listening: apid's, then every installed plugin's "
+        "([plugins.md](plugins.md#tables-and-migrations)). With `false`, run `apid migrate` yourself: `serve` "
+        "then refuses to start (exit status 1) while any migration is pending, naming the schemas behind and the "
+        "command to run.",
+    )
+    redis_url: str | None = setting(
+        "redis.url",
+        default=None,
+        env="APID_REDIS_URL",
+        doc="`redis://host:port/db`; none keeps the counts in each process. When set, the rate-limit counts "
+        "(with `apiThrottle`) and the abuse-limit counts of logins, registrations and reset requests (always) "
+        "live there, shared by every daemon; one connection pool serves both. Revoked tokens are shared through "
+        "the database.",
+    )
+    redis_fail_open: bool = setting(
+        "redis.onFailure",
+        default=True,
+        kind=choice({"open": True, "closed": False}),
+        doc="When Redis cannot be reached (no answer within 2 s): `open` lets calls and logins through uncounted "
+        "(and logs an error), `closed` answers 503 with `Retry-After: 5`, logins, registrations and reset "
+        "requests included.",
+    )
+    mail: MailConfig = section("mail")
+    jwt: JwtConfig = section("jwt")
+    servers: tuple[PeerServer, ...] = setting(
+        "servers",
+        default=(),
+        kind=list_of(PeerServer, "peers", shorthand="url"),
+        doc="Peer API servers, asked by `GET /v{app}/server/pingServers/` "
+        "([operations.md](operations.md#server-ping)); see [servers](#servers).",
+    )
+    ping_timeout: float = setting("pingTimeout", default=2.0, doc="Seconds; default timeout of each `servers` entry.")
+    access_log: bool = setting(
+        "accessLog",
+        default=True,
+        doc="Log one `apid.access` event per request (client, method, URI, status, bytes, request id; in JSON "
+        "also path, endpoint and duration).",
+    )
+    reactor: str = setting(
+        "reactor",
+        default=DEFAULT_REACTOR,
+        kind=choice(REACTORS),
+        option="--reactor",
+        doc="The Twisted reactor. `default` is Twisted's for the platform (epoll on Linux). `asyncio` is Twisted's "
+        "AsyncioSelectorReactor, on [uvloop](https://github.com/MagicStack/uvloop) when it is installed "
+        "(`pip install 'apid[asyncio]'`) and on Python's standard event loop otherwise: plugin actions may then "
+        "await asyncio libraries (httpx, aiohttp, asyncpg, redis.asyncio, `asyncio.sleep`) beside apid's own "
+        "services ([plugins.md](plugins.md#awaiting-asyncio-libraries)). Under `default`, an action that awaits "
+        "asyncio answers a 500 problem naming this setting, logged once per action. The ready line says which "
+        "runs (`apid ready on ... (..., reactor asyncio on uvloop)`). See [why `default` is the "
+        "default](#the-reactor).",
+    )
+    metrics: MetricsConfig = section("metrics")
+    log_format: str = setting(
+        "logFormat",
+        default="text",
+        kind=choice(LOG_FORMATS),
+        doc="How the log on standard error is written: text lines, or one JSON object per line per event "
+        "(`level`, `time`, `namespace`, `message` and the event's fields) for journald, Loki or Elasticsearch; see "
+        "[operations.md](operations.md#metrics-and-logs).",
+    )
+    connections: ConnectionLimits = section("connections")
+
+
+# --- service_api.yml, shared ----------------------------------------------------------------------------
+
+
+@settings
+class ThrottleConfig:
+    rate_limit: Mapping[str, int] = setting(
+        "rateLimit",
+        default={},
+        kind=ROLE_MAP,
+        doc="Requests per user per day, by role (the largest of the user's ruled roles applies).",
+    )
+    data_limit: Mapping[str, int] = setting(
+        "dataLimit",
+        default={},
+        kind=ROLE_MAP,
+        doc="MB per role. Accepted and validated; has no effect, as the specification says.",
+    )
+    expires: int = setting(
+        "expires", default=3600, at_least=1, doc="Seconds a user stays locked once the limit is reached."
+    )
+
+
+@settings
+class SecurityConfig:
+    superuser_role: str = setting(
+        "superuserRole",
+        doc="The role that marks a caller as superuser (`Caller.is_superuser` for plugins; `person` lets a "
+        "superuser reach any record). Must be in some group.",
+    )
+    user_role: str = setting(
+        "userRole",
+        doc="The role `person/create` gives a new account when no `roles` are sent. Must be in some group.",
+    )
+    # the role of a caller without a token: endpoints whose roles include it answer anonymously
+    anonymous_role: str = setting(
+        "anonymousRole",
+        default="ROLE_ANONYMOUS",
+        doc="The role of a request without a token (the original framework's `anonRole`): an endpoint whose IO "
+        "State roles include it answers such requests with that role's fields; every other endpoint answers them "
+        "401 ([iostate.md](iostate.md#calls-without-a-token-the-anonymous-role)). Its `throttle.rateLimit` entry "
+        "limits each client address. When set, it must be in some group; it may not be `superuserRole` or "
+        "`userRole`.",
+    )
+    network_groups: tuple[str, ...] = setting(
+        "networkGroups", doc="The network groups an IO State file may name in `NETWORKGRP`."
+    )
+    network_roles: Mapping[str, frozenset[str]] = setting(
+        "networkRoles",
+        kind=NETWORK_ROLES,
+        doc="The roles of each group. Every group here must be in `networkGroups`, and every group of "
+        "`networkGroups` needs a list here. The union of all lists is the set of known roles (checked by "
+        "`apid user add --role`, by `throttle` and by the `person` controller). Every role an IO State file names "
+        "must be in its group's list.",
+    )
+
+    @property
+    def all_roles(self) -> frozenset[str]:
+        return frozenset().union(*self.network_roles.values())
+
+    def conflicts(self, given: frozenset[str]) -> Iterator[Invalid]:
+        for group in self.network_roles:
+            if group not in self.network_groups:
+                yield Invalid(f"group {group!r} is not listed in security.networkGroups", ("networkRoles", group))
+        for group in self.network_groups:
+            if group not in self.network_roles:
+                yield Invalid(f"group {group!r} has no role list", "networkRoles")
+        for key, role in (("superuserRole", self.superuser_role), ("userRole", self.user_role)):
+            if role not in self.all_roles:
+                yield Invalid(f"role {role!r} is in no group of networkRoles", key)
+            if role == self.anonymous_role:
+                yield Invalid(f"role {role!r} is the anonymous role: every caller without a token would hold it", key)
+        if "anonymousRole" in given and self.anonymous_role not in self.all_roles:
+            yield Invalid(f"role {self.anonymous_role!r} is in no group of networkRoles", "anonymousRole")
+
+
+@settings
+class AbuseLimit:
+    """At most `per_address` attempts from one client address, `per_account` for one account
+    name and, where set (logins), `per_account_address` for one account name from one
+    address, within `window` seconds."""
+
+    per_address: int = setting(
+        "perAddress",
+        at_least=1,
+        doc="Attempts allowed from one client address per window, for all names together.",
+    )
+    per_account: int = setting(
+        "perAccount",
+        at_least=1,
+        doc="Attempts allowed for one account name (username, or the email for `register` and `reset`) per "
+        "window, from all addresses together.",
+    )
+    window: int = setting("window", at_least=1, doc="Seconds of a window; it starts with the first attempt it counts.")
+    per_account_address: int | None = setting(
+        "perAccountAddress",
+        default=None,
+        at_least=1,
+        doc="Failed logins allowed for one username from one client address per window.",
+    )
+
+
+@settings
+class ApiConfig:
+    reserved_uris: frozenset[str] = setting(
+        "reservedUris",
+        default=frozenset(),
+        kind=RESERVED_URIS,
+        doc="Public paths: a public route (the account endpoints of [accounts.md](accounts.md), `/health`, "
+        "`/error`, and a plugin's `@route` paths) whose path is listed answers without a token; one not listed "
+        "needs `Authorization: Bearer`. Each must start with `/`; a trailing `/` is ignored. API calls (`/v`, "
+        "`/b`, `/c`) always need a token, listed or not. Keep `/authenticate` listed, or nobody can log in. "
+        "`/openapi.json` listed answers a caller without a token the OpenAPI document of the public endpoints; "
+        "not listed, it needs a token ([api-docs.md](api-docs.md#openapijson)). A route whose path ends in a "
+        "variable part is public when the fixed part before it is listed: `/docs/assets` covers every file of "
+        "the docs page ([api-docs.md](api-docs.md#the-docs-page)).",
+    )
+    throttle: ThrottleConfig = section("throttle")
+    attempts: int = setting(
+        "attempts",
+        default=5,
+        at_least=1,
+        doc="Consecutive failed retry rounds after which a hook is disabled (deliveries in flight together fail "
+        "as one round; with the default retries, 11 to 22 minutes of failures); see [webhooks.md](webhooks.md).",
+    )
+    proc_cores: int = setting(
+        "procCores",
+        default=8,
+        at_least=1,
+        doc="Worker processes serving the one listening socket, capped at the CPUs apid may run on (`nproc`: "
+        "taskset and cgroup limits count); `1` is a single process. Above 1, `apid serve` is a parent that "
+        "migrates, binds the socket and starts the workers; see [operations.md](operations.md#worker-processes).",
+    )
+    iostate_dir: Path = setting(
+        "iostateDir",
+        default=Path("iostate"),
+        doc="Folder of IO State files that override the ones plugins ship; see [iostate.md](iostate.md). A "
+        "missing folder counts as empty.",
+    )
+    batch_limit: int = setting(
+        "batchLimit",
+        default=100,
+        at_least=1,
+        doc="Most elements in one batch call (`/b...`); more is a 413, refused before anything is charged to the "
+        "rate limit. See [batch-and-chain.md](batch-and-chain.md).",
+    )
+    chain_limit: int = setting(
+        "chainLimit",
+        default=10,
+        at_least=2,
+        doc="Most links in one chain call (`/c...`), the path's endpoint included; more is a 422 "
+        "(`rule: chain-limit`), refused before anything is charged.",
+    )
+    max_body_bytes: int = setting(
+        "maxBodyBytes",
+        default=1048576,
+        at_least=1024,
+        doc="Largest request body in bytes; a bigger one is answered 413 as soon as its headers say so, or a "
+        "chunked one passes the limit, before it is read (see [errors.md](errors.md#the-http-layer)).",
+    )
+    security: SecurityConfig = section("security", required=True)
+    allowed_origins: tuple[str, ...] = setting(
+        "cors.allowedOrigins",
+        default=(),
+        kind=ORIGINS,
+        doc="Origins (trailing `/` removed) whose browsers may call apid; see "
+        "[links-and-cors.md](links-and-cors.md). A webhook's URL must be on one of these origins, checked when "
+        "the hook is saved and before every delivery.",
+    )
+    version: str = setting(
+        "api.version",
+        kind=VERSION,
+        derived=Derived("`MAJOR.MINOR` of the installed `apid` distribution (`0.1` for 0.1.0)", _installed_version),
+        doc="The application version every API path carries (`/v0.1/...`, `/b0.1/...`, `/c0.1/...`). Parts after "
+        'the second are dropped (`"1.2.3"` gives `1.2`). It must be quoted: an unquoted `1.10` is refused with '
+        '`api.version: must be a quoted string such as "1.10" (YAML read 1.1 as a number)`.',
+    )
+    # A login is limited hardest per (account, address), so that guessing from one address locks
+    # only that pair and not the account's owner elsewhere; the whole account and the address
+    # get the wider limits that a distributed guess or a credential-stuffing run would cross
+    # (docs/accounts.md says why these numbers).
+    abuse: Mapping[str, AbuseLimit] = section(
+        "abuseLimits",
+        kind=per_kind(
+            AbuseLimit,
+            login={"perAccountAddress": 5, "perAccount": 100, "perAddress": 50, "window": 900},
+            register={"perAddress": 20, "perAccount": 5, "window": 900},
+            reset={"perAddress": 20, "perAccount": 5, "window": 900},
+        ),
+        doc="Limits on failed logins, registrations and reset requests; see [abuseLimits](#abuselimits).",
+    )
+
+    def conflicts(self, given: frozenset[str]) -> Iterator[Invalid]:
+        for key, numbers in (("rateLimit", self.throttle.rate_limit), ("dataLimit", self.throttle.data_limit)):
+            for role in numbers:
+                if role not in self.security.all_roles:
+                    yield Invalid(f"role {role!r} is not in security.networkRoles", ("throttle", key, role))
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    api: ApiConfig
+    root: Path = field(compare=False)
+
+
+# Each file's settings, as docs/configuration.md's tables show them (scripts/sync-settings).
+DOCUMENTED: Mapping[str, type] = {SERVER_FILE: ServerConfig, API_FILE: ApiConfig}
+
+
+# --- reading ---------------------------------------------------------------------------------------------
 
 
 def load_server(path: Path, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
     """The chosen environment's settings; every section is validated, so a typo in
     `production` stops a development start too instead of waiting for the deploy."""
-    top = _read_yaml(path)
+    top = read_file(path)
     if environment not in ENVIRONMENTS:
         raise top.fail(f"unknown environment {environment!r}; choose one of {', '.join(ENVIRONMENTS)}")
     sections = top.mapping(ENVIRONMENTS)
     configs = {
-        name: _server_section(sections.get(name) or top.child(name, {}), name, root, env) for name in ENVIRONMENTS
+        name: read_section(
+            ServerConfig, sections.get(name) or top.child(name, {}), Reading(root, env, name), environment=name
+        )
+        for name in ENVIRONMENTS
     }
     return configs[environment]
 
 
-def _server_section(node: _Node, environment: str, root: Path, env: Mapping[str, str]) -> ServerConfig:
-    section = node.mapping(SERVER_KEYS)
-    database = section["database"].mapping(("url", "poolSize", "migrate")) if "database" in section else {}
-    redis = section["redis"].mapping(("url", "onFailure")) if "redis" in section else {}
-    on_failure = _get(redis, "onFailure", _Node.string, "open")
-    if on_failure not in ("open", "closed"):
-        raise redis["onFailure"].fail(f"must be open or closed, got {on_failure!r}")
-    ping_timeout = _get(section, "pingTimeout", _Node.number, 2.0)
-    reactor = _get(section, "reactor", _Node.string, DEFAULT_REACTOR)
-    if reactor not in REACTORS:
-        raise section["reactor"].fail(f"must be {' or '.join(REACTORS)}, got {reactor!r}")
-    log_format = _get(section, "logFormat", _Node.string, "text")
-    if log_format not in LOG_FORMATS:
-        raise section["logFormat"].fail(f"must be {' or '.join(LOG_FORMATS)}, got {log_format!r}")
-    metrics = section["metrics"].mapping(("listen", "role")) if "metrics" in section else {}
-    servers = section["servers"] if "servers" in section else None
-    if servers is not None and not isinstance(servers.value, list):
-        raise servers.fail(f"expected a list of peers, got {_kind(servers.value)}")
-    base_url = _get(section, "baseUrl", _Node.url, "http://127.0.0.1:8080").rstrip("/")
-    if "?" in base_url or "#" in base_url:
-        raise section["baseUrl"].fail(f"must have no query or fragment (links are built on it), got {base_url!r}")
-    listen = _get(section, "listen", _Node.listen, LOOPBACK_LISTEN.format(port=8080))
-    if env.get("APID_LISTEN"):
-        try:
-            listen = listen_endpoint(env["APID_LISTEN"])
-        except ValueError as exc:
-            raise ConfigError(f"APID_LISTEN (or --listen): {exc}") from None
-
-    return ServerConfig(
-        environment=environment,
-        webhook_active=_get(section, "webhookActive", _Node.boolean, False),
-        webhooks=_webhooks(section.get("webhooks")),
-        api_throttle=_get(section, "apiThrottle", _Node.boolean, False),
-        listen=listen,
-        base_url=base_url,
-        home_url=_get(section, "homeUrl", _Node.url, base_url + "/"),
-        accounts=_accounts(section.get("accounts"), base_url),
-        secure_cookies=_get(section, "secureCookies", _Node.boolean, environment != "development"),
-        database_url=_sqlite_url(
-            root, _overridden(env, "APID_DATABASE_URL", _get(database, "url", _Node.string, "sqlite:///var/apid.db"))
-        ),
-        database_pool_size=_get(database, "poolSize", lambda n: n.integer(minimum=1), 4),
-        migrate_on_start=_get(database, "migrate", _Node.boolean, True),
-        redis_url=_overridden(env, "APID_REDIS_URL", _get(redis, "url", _Node.string, None)),
-        redis_fail_open=on_failure == "open",
-        mail=_mail(section.get("mail"), root),
-        jwt=_jwt(section.get("jwt"), root),
-        servers=tuple(
-            _peer(servers.child(f"[{i}]", v), ping_timeout) for i, v in enumerate(servers.value if servers else ())
-        ),
-        ping_timeout=ping_timeout,
-        access_log=_get(section, "accessLog", _Node.boolean, True),
-        reactor=reactor,
-        metrics=MetricsConfig(
-            listen=_get(metrics, "listen", _Node.endpoint, None),
-            role=_get(metrics, "role", _Node.string, None),
-        ),
-        log_format=log_format,
-        connections=_connections(section.get("connections")),
-    )
-
-
-API_KEYS = (
-    "reservedUris",
-    "throttle",
-    "attempts",
-    "procCores",
-    "iostateDir",
-    "batchLimit",
-    "chainLimit",
-    "maxBodyBytes",
-    "security",
-    "cors",
-    "api",
-    "abuseLimits",
-)
-ABUSE_KINDS = ("login", "register", "reset")
-# Per kind, the keys it accepts and their defaults (docs/accounts.md says why these numbers).
-# A login is limited hardest per (account, address), so that guessing from one address locks
-# only that pair and not the account's owner elsewhere; the whole account and the address
-# get the wider limits that a distributed guess or a credential-stuffing run would cross.
-ABUSE_DEFAULTS = {
-    "login": {"perAccountAddress": 5, "perAccount": 100, "perAddress": 50, "window": 900},
-    "register": {"perAddress": 20, "perAccount": 5, "window": 900},
-    "reset": {"perAddress": 20, "perAccount": 5, "window": 900},
-}
-
-
-def _abuse(node: _Node | None) -> dict[str, AbuseLimit]:
-    """Limits on logins, registrations and reset requests (each kind on its own)."""
-    kinds = node.mapping(ABUSE_KINDS) if node else {}
-    limits = {}
-    for kind, defaults in ABUSE_DEFAULTS.items():
-        section = kinds[kind].mapping(tuple(defaults)) if kind in kinds else {}
-
-        def count(key: str) -> int | None:
-            return _get(section, key, lambda n: n.integer(minimum=1), defaults.get(key))
-
-        limits[kind] = AbuseLimit(
-            per_address=count("perAddress"),
-            per_account=count("perAccount"),
-            window=count("window"),
-            per_account_address=count("perAccountAddress"),
-        )
-    return limits
-
-
-def _role_numbers(node: _Node | None, roles: frozenset[str]) -> dict[str, int]:
-    if node is None:
-        return {}
-    out = {}
-    for role, value in node.mapping().items():
-        if role not in roles:
-            raise value.fail(f"role {role!r} is not in security.networkRoles")
-        out[role] = value.integer(minimum=1)
-    return out
-
-
-def _security(node: _Node) -> SecurityConfig:
-    section = node.mapping(("superuserRole", "userRole", "anonymousRole", "networkGroups", "networkRoles"))
-    groups = _require(section, node, "networkGroups", _Node.strings)
-    roles_node = _require(section, node, "networkRoles", lambda n: n)
-    network_roles = {}
-    for group, roles in roles_node.mapping().items():
-        if group not in groups:
-            raise roles.fail(f"group {group!r} is not listed in security.networkGroups")
-        network_roles[group] = frozenset(roles.strings())
-    for group in groups:
-        if group not in network_roles:
-            raise roles_node.fail(f"group {group!r} has no role list")
-    security = SecurityConfig(
-        superuser_role=_require(section, node, "superuserRole", _Node.string),
-        user_role=_require(section, node, "userRole", _Node.string),
-        network_groups=groups,
-        network_roles=network_roles,
-        anonymous_role=_get(section, "anonymousRole", _Node.string, "ROLE_ANONYMOUS"),
-    )
-    for key, role in (("superuserRole", security.superuser_role), ("userRole", security.user_role)):
-        if role not in security.all_roles:
-            raise section[key].fail(f"role {role!r} is in no group of networkRoles")
-        if role == security.anonymous_role:
-            raise section[key].fail(f"role {role!r} is the anonymous role: every caller without a token would hold it")
-    if "anonymousRole" in section and security.anonymous_role not in security.all_roles:
-        raise section["anonymousRole"].fail(f"role {security.anonymous_role!r} is in no group of networkRoles")
-    return security
-
-
-def _app_version(configured: str | None, node: _Node | None) -> str:
-    """`major.minor` of the application: the configured one, else the installed build's."""
-    raw = configured if configured is not None else metadata.version("apid")
-    parts = raw.split(".")
-    if len(parts) < 2 or not all(re.fullmatch(r"[0-9]+", p) for p in parts[:2]):
-        message = f"must look like MAJOR.MINOR, got {raw!r}"
-        raise node.fail(message) if node else ConfigError(f"installed apid version: {message}")
-    return f"{parts[0]}.{parts[1]}"
-
-
 def load_api(path: Path, root: Path) -> ApiConfig:
-    top = _read_yaml(path)
-    section = top.mapping(API_KEYS)
-    security = _security(_require(section, top, "security", lambda n: n))
-    roles = security.all_roles
-
-    throttle_node = section.get("throttle")
-    throttle = throttle_node.mapping(("rateLimit", "dataLimit", "expires")) if throttle_node else {}
-    cors = section["cors"].mapping(("allowedOrigins",)) if "cors" in section else {}
-    api = section["api"].mapping(("version",)) if "api" in section else {}
-    version_node = api.get("version")
-    if version_node is not None and not isinstance(version_node.value, str):
-        raise version_node.fail(
-            f'must be a quoted string such as "1.10" (YAML read {version_node.value!r} as a number)'
-        )
-
-    reserved = _get(section, "reservedUris", _Node.strings, ())
-    for index, uri in enumerate(reserved):
-        if not uri.startswith("/"):
-            raise section["reservedUris"].child(f"[{index}]", uri).fail("must start with /")
-
-    return ApiConfig(
-        reserved_uris=frozenset(uri.rstrip("/") or "/" for uri in reserved),
-        throttle=ThrottleConfig(
-            rate_limit=_role_numbers(throttle.get("rateLimit"), roles),
-            data_limit=_role_numbers(throttle.get("dataLimit"), roles),
-            expires=_get(throttle, "expires", lambda n: n.integer(minimum=1), 3600),
-        ),
-        attempts=_get(section, "attempts", lambda n: n.integer(minimum=1), 5),
-        proc_cores=_get(section, "procCores", lambda n: n.integer(minimum=1), 8),
-        iostate_dir=_path(root, _get(section, "iostateDir", _Node.string, "iostate")),
-        batch_limit=_get(section, "batchLimit", lambda n: n.integer(minimum=1), 100),
-        chain_limit=_get(section, "chainLimit", lambda n: n.integer(minimum=2), 10),
-        max_body_bytes=_get(section, "maxBodyBytes", lambda n: n.integer(minimum=1024), 1048576),
-        security=security,
-        allowed_origins=tuple(o.rstrip("/") for o in _get(cors, "allowedOrigins", _Node.strings, ())),
-        version=_app_version(version_node.value if version_node else None, version_node),
-        abuse=_abuse(section.get("abuseLimits")),
-    )
+    return read_section(ApiConfig, read_file(path), Reading(root, {}))
 
 
 def load(
@@ -732,7 +780,8 @@ def load(
             # The usual cause: apid run outside the deployment (or checkout) whose etc/ it needs.
             raise ConfigError(
                 f"{config_dir / name}: cannot read: No such file or directory; name the folder holding "
-                f"{SERVER_FILE} and {API_FILE} with --config-dir or APID_CONFIG_DIR (default: etc in the current directory)"
+                f"{SERVER_FILE} and {API_FILE} with --config-dir or APID_CONFIG_DIR "
+                "(default: etc in the current directory)"
             )
     server = load_server(config_dir / SERVER_FILE, environment, root, env)
     api = load_api(config_dir / API_FILE, root)

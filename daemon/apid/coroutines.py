@@ -2,7 +2,8 @@
 
 Under the default reactor Twisted's driver steps an action's coroutine: it awaits Deferreds
 and apid's own coroutines, and nothing of asyncio, for no asyncio loop runs (`needs_asyncio`
-recognises the error that awaiting one raises). Under the asyncio reactor an action's
+recognises the error that awaiting one raises). Whether a loop runs is asked of CPython's
+`_get_running_loop`, through `apid.private_apis`. Under the asyncio reactor an action's
 coroutine runs as an asyncio task (`started`), so asyncio libraries find the loop and the
 task they look for; and every task of that loop steps its coroutine through `_stepped`
 (`bridge_tasks`), which waits for an awaited Deferred through a future: apid's Deferreds are
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import types
-from asyncio import _get_running_loop
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, TypeVar
 
@@ -27,15 +27,16 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from apid.private_apis import asyncio_without_loop_messages, running_loop
 from apid.problems import InternalError
 
 log = Logger(namespace="apid.coroutines")
 
 T = TypeVar("T")
 
-# What awaiting asyncio raises where no asyncio loop runs: asyncio.get_running_loop() (sleep,
-# locks, aiohttp, asyncpg...), a future handed to Twisted's driver, and sniffio (httpx, anyio).
-_NO_LOOP_MESSAGES = frozenset({"no running event loop", "await wasn't used with future"})
+# What sniffio raises where it finds no async library running (httpx, anyio), by the name of
+# its type, as apid does not depend on sniffio; CPython's errors are recognised by
+# `asyncio_without_loop_messages`.
 _NO_LOOP_TYPES = frozenset({"AsyncLibraryNotFoundError"})
 
 
@@ -101,7 +102,7 @@ def started(awaitable: Awaitable[T]) -> Awaitable[T]:
     (the default reactor) the awaitable itself; under the asyncio reactor a coroutine runs as
     an asyncio task, awaited through a Deferred whose cancelling (the client gone, shutdown)
     cancels the task: the action sees asyncio's CancelledError."""
-    loop = _get_running_loop()
+    loop = running_loop()
     if loop is None or not asyncio.iscoroutine(awaitable):
         return awaitable
 
@@ -136,7 +137,7 @@ async def end_tasks(clock: IReactorTime, grace: float = 2.0) -> None:
     up to `grace` seconds for the loop's tasks to end (the calls whose connections closed are
     being cancelled), then cancel what still runs and wait as long again, so that no task's
     cleanup dies with the loop. Nothing to do under the default reactor."""
-    loop = _get_running_loop()
+    loop = running_loop()
     if loop is None:
         return
     pending = asyncio.all_tasks(loop) - {asyncio.current_task(loop)}
@@ -152,14 +153,15 @@ async def end_tasks(clock: IReactorTime, grace: float = 2.0) -> None:
 def needs_asyncio(error: BaseException) -> bool:
     """Whether `error` (or one it arose from) is what awaiting an asyncio object raises where
     no asyncio loop runs, that is under the default reactor."""
-    if _get_running_loop() is not None:
+    if running_loop() is not None:
         return False
+    # What awaiting asyncio raises: asyncio.get_running_loop() (sleep, locks, aiohttp, asyncpg...),
+    # a future handed to Twisted's driver, and sniffio
+    messages = asyncio_without_loop_messages()
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, RuntimeError) and (
-            str(cause) in _NO_LOOP_MESSAGES or type(cause).__name__ in _NO_LOOP_TYPES
-        ):
+        if isinstance(cause, RuntimeError) and (str(cause) in messages or type(cause).__name__ in _NO_LOOP_TYPES):
             return True
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__

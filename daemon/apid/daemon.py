@@ -17,10 +17,12 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twisted.internet import defer
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.task import deferLater
@@ -39,6 +41,7 @@ from apid.http import ApidSite, OpenConnections
 from apid.mail import Outbox
 from apid.ping import PeerPinger
 from apid.plugins import RuleBook, load_all
+from apid.reactors import Reactor, installed
 from apid.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
 from apid.store.database import Database, make_engine, run_read
 from apid.store.migration_child import MigrationChild
@@ -61,7 +64,7 @@ def with_backlog(listen: str) -> str:
     return listen
 
 
-def server_endpoint(reactor, listen: str) -> IStreamServerEndpoint:
+def server_endpoint(reactor: Reactor, listen: str) -> IStreamServerEndpoint:
     """The endpoint `listen` describes, built before anything starts: a description Twisted
     cannot use, or a systemd socket that was not passed, is a configuration error (exit 2)."""
     try:
@@ -112,14 +115,14 @@ class Running:
 
 def describe(port: IListeningPort) -> str:
     host = port.getHost()
-    if hasattr(host, "port"):
+    if isinstance(host, IPv4Address | IPv6Address):
         name = f"[{host.host}]" if ":" in host.host else host.host
         return f"http://{name}:{host.port}"
     return str(getattr(host, "name", host))
 
 
 async def start(
-    reactor,
+    reactor: Reactor,
     config: Config,
     endpoint: IStreamServerEndpoint,
     worker: WorkerLink | None = None,
@@ -201,7 +204,7 @@ async def start(
     )
 
 
-def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | None:
+def webhook_delivery(reactor: Reactor, config: Config, db: Database) -> DeliveryWorker | None:
     """The delivery worker when webhookActive is on; without it nothing is recorded or sent."""
     if not config.server.webhook_active:
         return None
@@ -214,7 +217,7 @@ def webhook_delivery(reactor, config: Config, db: Database) -> DeliveryWorker | 
     return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
 
 
-async def reload_everywhere(reactor, running: Running) -> None:
+async def reload_everywhere(reactor: Reactor, running: Running) -> None:
     """SIGHUP: once the IO State files load here, every daemon process on the database reloads
     them (`apid.reloading`), this one at once; a broken file is refused and changes nothing."""
     notify_systemd("RELOADING=1")
@@ -229,7 +232,7 @@ async def reload_everywhere(reactor, running: Running) -> None:
     notify_systemd("READY=1")
 
 
-async def stop(reactor, running: Running) -> None:
+async def stop(reactor: Reactor, running: Running) -> None:
     """Stop listening, let in-flight requests finish, close the connections once their
     answers are written, then close the pools; all within DRAIN_SECONDS."""
     notify_systemd("STOPPING=1")
@@ -237,7 +240,7 @@ async def stop(reactor, running: Running) -> None:
     await defer.maybeDeferred(running.port.stopListening)
     deadline = reactor.seconds() + DRAIN_SECONDS
 
-    async def until(done) -> None:
+    async def until(done: Callable[[], object]) -> None:
         while not done() and reactor.seconds() < deadline:
             await deferLater(reactor, 0.05, lambda: None)
 
@@ -249,7 +252,9 @@ async def stop(reactor, running: Running) -> None:
     if running.deliveries is not None:
         await running.deliveries.stop(deadline)
     if running.metrics_port is not None:
-        await running.metrics_port.stopListening()  # scraped until the last request was answered
+        stopping = running.metrics_port.stopListening()  # scraped until the last request was answered
+        if stopping is not None:
+            await stopping
     running.revocations.stop()
     await running.rules_watcher.stop()
     await running.pinger.close()
@@ -264,7 +269,7 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
     """Run the daemon until SIGTERM or SIGINT; the exit status tells whether it started.
     `reactor_name` says which reactor `apid.reactors.install` installed, for the ready line.
     A worker serves its parent's socket and tells its parent, not systemd, that it serves."""
-    from twisted.internet import reactor
+    reactor = installed()
 
     outcome = {"status": 0}
 

@@ -17,20 +17,23 @@ import re
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import unquote_to_bytes
 
 import orjson
 from twisted.internet.interfaces import IAddress, IDelayedCall
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
-from twisted.web.http import HTTPChannel, Request, datetimeToString
+from twisted.python.failure import Failure
+from twisted.web.http import Request, datetimeToString
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request as SiteRequest
 from twisted.web.server import Site
 
 from apid.config import ConnectionLimits
 from apid.jsonbody import parse_json_object
+from apid.private_apis import HTTPChannelHooks
 from apid.problems import (
     MEDIA_TYPE,
     BadRequest,
@@ -104,11 +107,13 @@ def request_id(request: Request) -> str:
     """The request's id, chosen at first use: the client's X-Request-ID when it is 1 to 128
     visible ASCII characters (a proxy's, so one request is followed through its logs and
     apid's), else 32 hex characters unique to it. Answers, problems and the access log all carry it."""
-    chosen = getattr(request, "request_id", None)
+    chosen: str | None = getattr(request, "request_id", None)
     if chosen is None:
         sent = request.getHeader(b"x-request-id")
-        usable = sent is not None and CLIENT_REQUEST_ID.fullmatch(sent)
-        chosen = request.request_id = sent.decode("ascii") if usable else next(_MADE_IDS)
+        chosen = sent.decode("ascii") if sent is not None and CLIENT_REQUEST_ID.fullmatch(sent) else next(_MADE_IDS)
+        # An ApidRequest declares the attribute; twisted.web's Request, which the metrics port
+        # answers with, does not and takes it as any instance does
+        request.request_id = chosen  # type: ignore[attr-defined]
     return chosen
 
 
@@ -162,6 +167,8 @@ class ApidRequest(SiteRequest):
     """A request that counts itself in flight, stops its body at the limit, and is answered
     with `early_answer` when its channel could not let it reach the application."""
 
+    channel: ApidChannel
+    content: BoundedBody | None  # made by ApidSite.getContentFile once the headers are in
     early_answer: Problem | None = None
     request_id: str | None = None  # see `request_id`
     # What metrics and the access log name the request by, set by the application once the
@@ -179,8 +186,9 @@ class ApidRequest(SiteRequest):
         if self.early_answer is not None:
             return  # the rest of a body answered already: dropped
         super().handleContentChunk(data)
-        if self.content.overflowed:
-            self.channel.answer_early(too_large(self.content.limit))
+        body = self.content
+        if body is not None and body.overflowed:
+            self.channel.answer_early(too_large(body.limit))
 
     def process(self) -> None:
         if self.path == b"*" and self.method != b"OPTIONS":
@@ -205,7 +213,22 @@ class ApidRequest(SiteRequest):
         super().write(data)
 
 
-class ApidChannel(HTTPChannel):
+class _ConnectionTransport(Protocol):
+    """What ApidChannel asks of its transport, a TCP or TLS connection (the cap of connections
+    per address wraps it and passes each on). Twisted types a protocol's transport as an
+    optional ITransport, which has no half close and no abort, and `disconnecting`, which every
+    Twisted transport has, is in no interface."""
+
+    disconnecting: bool
+
+    def loseConnection(self) -> None: ...
+
+    def loseWriteConnection(self) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+
+class ApidChannel(HTTPChannelHooks):
     """An HTTP/1.1 connection that answers, with a problem, a request it must refuse before it
     is whole (a body declared or grown over the limit, headers too long, bytes that are not
     HTTP, a request not whole by its deadline), then drops the rest of the request and closes.
@@ -216,6 +239,7 @@ class ApidChannel(HTTPChannel):
     One timer per connection does it, started only when a chunk leaves a request unfinished
     (a request arriving whole costs none) and cancelled once the request is whole."""
 
+    site: ApidSite  # set by the site that built it
     _answered_early = False
     _linger: IDelayedCall | None = None
     _host: Any = None
@@ -228,17 +252,14 @@ class ApidChannel(HTTPChannel):
             self._host = super().getHost()
         return self._host
 
-    def dataReceived(self, data: bytes) -> None:
-        super().dataReceived(data)
-        # A request has begun and is not whole (a partial line in LineReceiver's buffer, or a
-        # request whose headers or body are arriving) while none is being answered: its clock runs.
-        if (
-            self._deadline is None
-            and not self._handlingRequest
-            and (self._buffer or self.requests)
-            and not self._answered_early
-        ):
+    def request_unfinished(self) -> None:
+        # A chunk left a request begun and not whole while none is being answered: its clock runs.
+        if self._deadline is None and not self._answered_early:
             self._start_deadline()
+
+    def _connection(self) -> _ConnectionTransport:
+        # see _ConnectionTransport: a connected channel's transport is one
+        return cast(_ConnectionTransport, self.transport)
 
     def _body_arriving(self) -> BoundedBody | None:
         """The body of the request being received, once its headers are in (twisted.web makes
@@ -275,8 +296,9 @@ class ApidChannel(HTTPChannel):
             self._deadline = self.callLater((received - self._credited) / limits.body_rate, self._request_overdue)
             self._credited = received
             return
-        if self._waitingForTransport or self.transport.disconnecting:
-            self.transport.abortConnection()
+        connection = self._connection()
+        if self.writes_paused() or connection.disconnecting:
+            connection.abortConnection()
         elif body is None:
             self.answer_early(
                 RequestTimeout(
@@ -325,9 +347,8 @@ class ApidChannel(HTTPChannel):
         if request.content is None:
             request.gotLength(0)
         # A request line that could not be parsed leaves no method or path to answer for.
-        request.requestReceived(
-            getattr(self, "_command", b"-"), getattr(self, "_path", b""), getattr(self, "_version", b"HTTP/1.1")
-        )
+        method, path, version = self.request_line() or (b"-", b"", b"HTTP/1.1")
+        request.requestReceived(method, path, version)
 
     def lineReceived(self, line: bytes) -> None:
         if not self._answered_early:
@@ -350,10 +371,9 @@ class ApidChannel(HTTPChannel):
         else:
             self.answer_early(UriTooLong(f"the request line is longer than {self.MAX_LENGTH} bytes"))
 
-    def _respondToBadRequestAndDisconnect(self) -> None:
-        """twisted.web's answer to a request it cannot parse: a bare 400 without headers or body.
-        This private hook is the one place it gives it; answer a problem instead."""
-        if self._receivedHeaderCount > self.maxHeaders or self._receivedHeaderSize > self.totalHeadersSize:
+    def unparseable_request(self, headers_over_limits: bool) -> None:
+        """Answer a problem where twisted.web would answer a bare 400 without headers or body."""
+        if headers_over_limits:
             self.answer_early(
                 HeadersTooLarge(
                     f"the request has more than {self.maxHeaders} headers or {self.totalHeadersSize} bytes of them"
@@ -368,11 +388,12 @@ class ApidChannel(HTTPChannel):
         if not self._answered_early:
             super().loseConnection()
             return
-        self._networkProducer.unregisterProducer()
-        self.transport.loseWriteConnection()
-        self._linger = self.callLater(LINGER_SECONDS, self.transport.loseConnection)
+        self.unregister_from_transport()
+        connection = self._connection()
+        connection.loseWriteConnection()
+        self._linger = self.callLater(LINGER_SECONDS, connection.loseConnection)
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
         self._stop_deadline()
@@ -407,7 +428,9 @@ class ApidSite(Site):
 
     displayTracebacks = False
     noisy = False
-    protocol = ApidChannel
+    # Twisted types a site's `protocol` as the factory of its HTTP/2-negotiating wrapper; Site
+    # builds and sets up whatever HTTPChannel it is given
+    protocol = ApidChannel  # type: ignore[assignment]
     requestFactory = ApidRequest
 
     def __init__(
@@ -420,7 +443,7 @@ class ApidSite(Site):
     ) -> None:
         # A body is JSON or refused (`read_json_body`); parsing form bodies into `args` would
         # only cost time, a MIME parse of every POST's Content-Type (a twentieth of a batch).
-        super().__init__(TextPaths(resource), parsePOSTFormSubmission=False)
+        super().__init__(resource, parsePOSTFormSubmission=False)
         self.max_body_bytes = max_body_bytes
         self.limits = limits or ConnectionLimits()
         self.access_log_enabled = access_log_enabled
@@ -430,7 +453,8 @@ class ApidSite(Site):
     def getContentFile(self, length: int | None) -> BoundedBody:
         return BoundedBody(self.max_body_bytes)
 
-    def log(self, request: ApidRequest) -> None:
+    # Twisted's Site is not typed by the requests its `requestFactory` makes: ApidRequests here
+    def log(self, request: ApidRequest) -> None:  # type: ignore[override]
         seconds = time.monotonic() - request.began
         if self._observe is not None:
             self._observe(request.endpoint_name, request.api_version, request.method, request.code, seconds)
@@ -462,7 +486,14 @@ class CountedConnection(ProtocolWrapper):
     counted_as: str | None = None
 
 
-class OpenConnections(WrappingFactory[CountedConnection]):
+# Twisted's factories are generic from 26.4 on; before, WrappingFactory[...] fails at run time
+if TYPE_CHECKING:
+    _CountingFactory = WrappingFactory[CountedConnection]
+else:
+    _CountingFactory = WrappingFactory
+
+
+class OpenConnections(_CountingFactory):
     """The site's open connections, for shutdown to close, and at most `per_address` of them
     from one client (`connection_client`) in this process. One more is closed as soon as it is
     accepted, before a byte of it is read: answering it (a 503) would hold the very socket the
@@ -519,6 +550,8 @@ def read_json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object body ({} when there is none); 415 or 400 otherwise. (A body
     over `maxBodyBytes` never gets here: `ApidChannel` answers 413 before it is read.)"""
     content = request.content
+    if content is None:  # twisted.web makes it before the request reaches a resource
+        return {}
     content.seek(0)
     raw = content.read()
     if not raw.strip():

@@ -18,7 +18,8 @@ A list answer (an array from an action that paged with `Call.page`, for roles th
 `offset` and `max`) also gets `next`, `prev` and `first` (`page_links`), with or without the
 request header: they follow from the page alone, and a client pages by them without knowing
 the header. The daemon cannot know the total, so `next` comes when the page came back full,
-`prev` and `first` when it did not start at 0. A batch's or chain's `self` is the batch or chain call itself, with its method.
+`prev` and `first` when it did not start at 0. A batch's or chain's `self` is the batch or
+chain call itself, with its method.
 """
 
 from __future__ import annotations

@@ -20,23 +20,18 @@ every recorder below does nothing and prometheus_client is never imported.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from klein import Klein
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from twisted.web.http import Request
-from twisted.web.iweb import IRequest
 from twisted.web.server import Site
-from werkzeug.exceptions import HTTPException
-from werkzeug.exceptions import MethodNotAllowed as RoutingMethodNotAllowed
 
 from apid.config import MetricsConfig
-from apid.http import write_problem
-from apid.problems import InternalError, MethodNotAllowed, NotFound, Problem
+from apid.routes import klein_routes
 
 log = Logger(namespace="apid.metrics")
 
@@ -231,24 +226,8 @@ class MetricsSite(Site):
 
 
 def _metrics_only() -> Klein:
-    app = Klein()
+    app = klein_routes()
     app.route("/metrics", methods=["GET", "HEAD"], strict_slashes=False)(scrape)
-
-    def answer(request: IRequest, problem: Problem) -> bytes:
-        # Klein types the request it hands an error handler as an IRequest: it is the site's Request
-        return write_problem(cast(Request, request), problem)
-
-    @app.handle_errors(HTTPException)
-    def refused(request: IRequest, failure: Failure) -> bytes:
-        if isinstance(failure.value, RoutingMethodNotAllowed):
-            return answer(request, MethodNotAllowed("/metrics is read with GET", allow=["GET", "HEAD"]))
-        return answer(request, NotFound("only /metrics is served here"))
-
-    @app.handle_errors(Exception)
-    def failed(request: IRequest, failure: Failure) -> bytes:
-        log.failure("rendering the metrics failed", failure=failure)
-        return answer(request, InternalError("rendering the metrics failed; the error was logged"))
-
     return app
 
 

@@ -18,9 +18,8 @@ from typing import cast
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.error import ConnectionAborted, ConnectionClosed
-from twisted.internet.interfaces import IAddress, IConsumer, IReactorTime, IStreamClientEndpoint
+from twisted.internet.interfaces import IConsumer, IReactorTime, IStreamClientEndpoint
 from twisted.python.failure import Failure
-from twisted.web._newclient import HTTP11ClientProtocol, Request
 from twisted.web.client import (
     URI,
     Agent,
@@ -29,10 +28,17 @@ from twisted.web.client import (
     RequestNotSent,
     RequestTransmissionFailed,
     ResponseNeverReceived,
-    _HTTP11ClientFactory,
 )
 from twisted.web.iweb import IAgentEndpointFactory, IBodyProducer, IResponse
 from zope.interface import implementer
+
+from apid.private_apis.client import (
+    ClientConnectionFactory,
+    ClientProtocolHooks,
+    ClientRequest,
+    ConnectionPoolHooks,
+    HTTP11ClientProtocol,
+)
 
 
 def keeps_connection(version: tuple[bytes, int, int], connection: Sequence[bytes]) -> bool:
@@ -45,38 +51,25 @@ def keeps_connection(version: tuple[bytes, int, int], connection: Sequence[bytes
     return version[1:] >= (1, 1) or b"keep-alive" in options
 
 
-class _HTTP11Client(HTTP11ClientProtocol):
+class _HTTP11Client(ClientProtocolHooks):
     """Twisted's client protocol, but the answer's version counts when deciding whether the
     connection outlives the exchange. Twisted closes it only for a `Connection: close` value
-    (`_finishResponse_WAITING`) and otherwise hands it back to the pool, also after an HTTP/1.0
-    answer, whose server then closes it: the next request written on it gets no answer."""
+    and otherwise hands it back to the pool, also after an HTTP/1.0 answer, whose server then
+    closes it: the next request written on it gets no answer."""
 
     exchanges = 0  # requests sent on this connection: one handed out with any came from the pool
 
-    def request(self, request: Request) -> Deferred[IResponse]:
+    def request(self, request: ClientRequest) -> Deferred[IResponse]:
         self.exchanges += 1
         return super().request(request)
 
-    def _finishResponse_WAITING(self, rest: bytes) -> None:
-        parser = self._parser
-        if (
-            parser is not None
-            and self._currentRequest is not None
-            and not keeps_connection(parser.response.version, parser.connHeaders.getRawHeaders(b"connection", ()))
-        ):
-            # Twisted closes the connection after an exchange whose request was not persistent,
-            # exactly as for `Connection: close`; this one turned out not to be
-            self._currentRequest.persistent = False
-        super()._finishResponse_WAITING(rest)
-
-    _finishResponse_TRANSMITTING = _finishResponse_WAITING
+    def answer_keeps_connection(self, version: tuple[bytes, int, int], connection: Sequence[bytes]) -> bool:
+        return keeps_connection(version, connection)
 
 
-class _QuietFactory(_HTTP11ClientFactory):
+class _QuietFactory(ClientConnectionFactory):
     noisy = False  # no "Starting factory" log line for every new connection
-
-    def buildProtocol(self, addr: IAddress | None) -> HTTP11ClientProtocol:
-        return _HTTP11Client(self._quiescentCallback)
+    client_protocol = _HTTP11Client
 
 
 @implementer(IBodyProducer)
@@ -129,7 +122,7 @@ class _PooledConnection:
         self._connection = connection
         self._fresh = fresh
 
-    def request(self, request: Request) -> Deferred[IResponse]:
+    def request(self, request: ClientRequest) -> Deferred[IResponse]:
         def closed_before_answering(failure: Failure) -> Deferred[IResponse] | Failure:
             replayable = request.bodyProducer is None or isinstance(request.bodyProducer, BytesBody)
             if not (replayable and _never_answered(failure)):
@@ -142,8 +135,8 @@ class _PooledConnection:
         return cast("Deferred[IResponse]", self._connection.request(request).addErrback(closed_before_answering))
 
 
-class _ConnectionPool(HTTPConnectionPool):
-    _factory = _QuietFactory
+class _ConnectionPool(ConnectionPoolHooks):
+    connection_factory = _QuietFactory
     retryAutomatically = False  # replaced by _PooledConnection, which covers POSTs too
 
     # Twisted types what the pool hands out as its protocol class, but its Agent only calls
@@ -154,7 +147,7 @@ class _ConnectionPool(HTTPConnectionPool):
         def second_chance_if_pooled(connection: HTTP11ClientProtocol) -> HTTP11ClientProtocol | _PooledConnection:
             # every connection is an _HTTP11Client (_QuietFactory builds them)
             if isinstance(connection, _HTTP11Client) and connection.exchanges > 0:
-                return _PooledConnection(connection, lambda: self._newConnection(key, endpoint))
+                return _PooledConnection(connection, lambda: self.new_connection(key, endpoint))
             return connection
 
         return super().getConnection(key, endpoint).addCallback(second_chance_if_pooled)

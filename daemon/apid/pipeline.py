@@ -145,12 +145,15 @@ def authorize(endpoint: Endpoint, principal: Principal, purpose: Purpose) -> fro
     return granted
 
 
+NO_RULES = ActionRules()  # a bare `@action`
+
+
 def admit_fields(
     state: ControllerState,
     endpoint: Endpoint,
     granted: frozenset[str],
     request: CallRequest,
-    declared: ActionRules = ActionRules(),
+    declared: ActionRules = NO_RULES,
 ) -> dict[str, Any]:
     """The request fields, typed. One 400 lists every field the role may not send, every bad
     value, every field the action requires that is missing, and what the action's own
@@ -341,12 +344,8 @@ class Pipeline:
         endpoint = admitted.endpoint
         try:
             fields = admit_fields(admitted.state, endpoint, admitted.granted, request, admitted.action_rules)
-            call = Call(
-                endpoint=endpoint,
-                fields=fields,
-                caller=admitted.caller,
-                unit=CallUnit(self._db, self._events, endpoint),
-            )
+            unit = CallUnit(self._db, self._events, endpoint)
+            call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit)
             output = admitted.action(call)
         except Exception:
             return fail().addErrback(self._action_failed, endpoint)
@@ -357,19 +356,22 @@ class Pipeline:
         else:
             running = succeed(output)
         return running.addCallbacks(
-            self._answered, self._action_failed, callbackArgs=(admitted, call), errbackArgs=(endpoint,)
+            self._answered, self._action_failed, callbackArgs=(admitted, call, unit), errbackArgs=(endpoint,)
         )
 
     def _action_failed(self, failure: Failure, endpoint: Endpoint) -> Failure:
         """A problem or a cancelling as it is; any other error of the plugin's a logged 500."""
         if failure.check(Problem, CancelledError):
             return failure
-        if needs_asyncio(failure.value):
-            raise self._asyncio_required(endpoint.path, failure.value)
+        error = failure.value
+        if isinstance(error, Exception) and needs_asyncio(error):
+            raise self._asyncio_required(endpoint.path, error)
         log.failure("controller {endpoint} raised", failure=failure, endpoint=endpoint.path)
         raise InternalError(f"{endpoint.path} failed; the error was logged")
 
-    def _answered(self, output: Any, admitted: Admission, call: Call) -> CallResult | Deferred[CallResult]:
+    def _answered(
+        self, output: Any, admitted: Admission, call: Call, unit: CallUnit
+    ) -> CallResult | Deferred[CallResult]:
         endpoint, granted = admitted.endpoint, admitted.granted
         result = CallResult(
             endpoint=endpoint,
@@ -377,7 +379,7 @@ class Pipeline:
             page=call.paged,
             data=filter_output(output, endpoint.response_fields(granted)),
         )
-        events = self._events is not None and endpoint.emits_events and not call.unit.recorded
+        events = self._events is not None and endpoint.emits_events and not unit.recorded
         changed = self._changed is not None and not endpoint.is_safe and admitted.state.caches
         if events or changed:
             return Deferred.fromCoroutine(self._told(endpoint, output, result, events, changed))
@@ -387,9 +389,9 @@ class Pipeline:
         self, endpoint: Endpoint, output: Any, result: CallResult, events: bool, changed: bool
     ) -> CallResult:
         """A write's answer once its events are recorded and its cached answers dropped."""
-        if events:
+        if events and self._events is not None:
             await self._events.record(endpoint, output)
-        if changed:
+        if changed and self._changed is not None:
             await self._changed([endpoint.controller])
         return result
 

@@ -13,7 +13,7 @@ the daemon's inner modules depend on it, never the other way round.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
@@ -124,7 +124,8 @@ def action(
 
 def action_rules(handler: Callable[..., Any]) -> ActionRules:
     """The rules an `@action` declared (none for a bare `@action`)."""
-    return getattr(handler, _ACTION_MARK)
+    rules: ActionRules = getattr(handler, _ACTION_MARK)
+    return rules
 
 
 def route(path: str, method: str = "GET") -> Callable[[F], F]:
@@ -240,7 +241,7 @@ class Accounts(Protocol):
 
     def get(self, account_id: int) -> Awaitable[Account | None]: ...
 
-    def list(self, offset: int, limit: int) -> Awaitable[list[Account]]: ...
+    def list(self, offset: int, limit: int) -> Awaitable[Sequence[Account]]: ...
 
     async def create(
         self,

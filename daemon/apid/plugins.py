@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Any, Protocol
 
 from apid.config import SecurityConfig
 from apid.iostate import (
@@ -44,11 +45,21 @@ class PluginError(Exception):
     """A plugin could not be loaded or bound; the message names its distribution."""
 
 
+class Loadable(Protocol):
+    """What loading needs of an entry point: its `module:attr` text, and the object it names
+    (`apid.testing` gives a class it was handed this way)."""
+
+    @property
+    def value(self) -> str: ...
+
+    def load(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class FoundPlugin:
     name: str
     distribution: str
-    entry_point: metadata.EntryPoint
+    entry_point: Loadable
 
     @property
     def label(self) -> str:
@@ -120,18 +131,20 @@ def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
     return f"{package}:iostate/{controller.cls.name}.json", resource.read_text(encoding="utf-8")
 
 
-def bind(controllers: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig) -> Bound:
+def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig) -> Bound:
     """Attach every controller to its IO State and check that each action exists, and that
     only the actions declared caller-independent share cached answers."""
-    controllers = {c.cls.name: c for c in controllers}
+    controllers = {c.cls.name: c for c in loaded}
     overrides = read_dir(iostate_dir, security)
     for name, state in overrides.items():
         if name not in controllers:
             raise IOStateError(f"{state.source}: no installed plugin provides controller {name!r}")
     states: dict[str, ControllerState] = {}
     for name, controller in sorted(controllers.items()):
-        state = overrides.get(name)
-        if state is None:
+        overridden = overrides.get(name)
+        if overridden is not None:
+            state = overridden
+        else:
             shipped = packaged_iostate(controller)
             if shipped is None:
                 raise PluginError(

@@ -154,11 +154,12 @@ def endpoint_rule(endpoint: Endpoint, roles: frozenset[str]) -> Rule | None:
     most calls) among the roles that have one; None when none has, or one has `"*"`."""
     if not endpoint.rate_limits:  # most endpoints: asked on every call
         return None
-    ruled = [(role, limit) for role, limit in endpoint.rate_limits.items() if role in roles]
-    if not ruled or any(limit.calls is None for _, limit in ruled):
+    ruled = [(role, limit.calls, limit.window) for role, limit in endpoint.rate_limits.items() if role in roles]
+    counted = [(role, calls, window) for role, calls, window in ruled if calls is not None]
+    if not counted or len(counted) < len(ruled):
         return None
-    _, limit = max(ruled, key=lambda item: (Fraction(item[1].calls, item[1].window), item[1].calls, item[0]))
-    return Rule(policy=endpoint.path, limit=limit.calls, window=limit.window)
+    _, calls, window = max(counted, key=lambda item: (Fraction(item[1], item[2]), item[1], item[0]))
+    return Rule(policy=endpoint.path, limit=calls, window=window)
 
 
 class RateLimiter:

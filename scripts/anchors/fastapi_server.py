@@ -23,7 +23,8 @@ import uvicorn
 from fastapi import FastAPI, Header, HTTPException
 
 PUBLIC = ("id", "version", "username", "email")
-ADMIN = PUBLIC + (
+ADMIN = (
+    *PUBLIC,
     "enabled",
     "accountLocked",
     "accountExpired",

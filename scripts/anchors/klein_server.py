@@ -25,7 +25,8 @@ from twisted.internet.threads import deferToThread
 from twisted.web.server import Site
 
 PUBLIC = ("id", "version", "username", "email")
-ADMIN = PUBLIC + (
+ADMIN = (
+    *PUBLIC,
     "enabled",
     "accountLocked",
     "accountExpired",

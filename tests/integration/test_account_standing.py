@@ -18,7 +18,7 @@ import pytest
 
 from assertions import assert_problem, error_fields
 from harness import ADMIN, Daemon, V, deployment_with_accounts, running_daemon, wait_for
-from integration.test_sessions import claims_of, log_in, log_out, refresh
+from sessions import claims_of, log_in, log_out, refresh
 
 B = "/b0.1"
 C = "/c0.1"
@@ -67,26 +67,10 @@ def all_refused(daemon: Daemon, token: str, person_id: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_deployment(tmp_path_factory):
-    return deployment_with_accounts(tmp_path_factory.mktemp("standing"))
-
-
-@pytest.fixture(scope="module")
-def daemon(shared_deployment):
-    with running_daemon(shared_deployment) as running:
+def other(deployment, daemon):
+    """A second daemon on the module daemon's deployment: the same database."""
+    with running_daemon(deployment) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def other(shared_deployment, daemon):
-    """A second daemon on the same database."""
-    with running_daemon(shared_deployment) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def admin_token(daemon) -> str:
-    return daemon.login(*ADMIN[:2])
 
 
 # --- the account's standing ---------------------------------------------------------------------
@@ -163,12 +147,12 @@ def test_a_change_on_one_daemon_holds_on_another_within_a_second(daemon, other, 
     )
 
 
-def test_a_change_made_by_the_command_line_is_seen_by_the_daemon(daemon, admin_token, shared_deployment):
+def test_a_change_made_by_the_command_line_is_seen_by_the_daemon(daemon, admin_token, deployment):
     """`apid user add` runs in its own process: the daemon learns of the new account (whose
     id may be one a deleted account held) through the change log."""
     person_id, name, password = account(daemon, admin_token, "ROLE_USER")
     token = daemon.login(name, password)
-    done = shared_deployment.cli(
+    done = deployment.cli(
         "user",
         "add",
         f"cli-{uuid.uuid4().hex[:6]}",

@@ -12,7 +12,7 @@ import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from assertions import assert_problem
-from harness import ADMIN, USER, Daemon, V, deployment_with_accounts, running_daemon, wait_for
+from harness import ADMIN, USER, Daemon, V, wait_for
 from iostate_rules import (
     SAMPLE_TEAM,
     documented_calls,
@@ -171,12 +171,6 @@ def test_apid_routes_lists_the_apidoc_endpoint(deployment):
 
 
 # --- after a reload ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def reloading(tmp_path):
-    with running_daemon(deployment_with_accounts(tmp_path)) as daemon:
-        yield daemon
 
 
 def test_after_a_reload_the_docs_follow_the_new_rules(reloading):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import http.client
 import itertools
+import json
 
 import pytest
 
 from assertions import assert_json, assert_problem
-from harness import Daemon, V, create_team, deployment_with_accounts, wait_for, without_uvloop
+from harness import Daemon, Deployment, V, create_team, deployment_with_accounts, wait_for, without_uvloop
 from receiver import Answer, Receiver
 
 RETRY_PAUSE = 0.1  # the action's asyncio.sleep between a 503 and its second try
@@ -25,19 +26,15 @@ _names = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
-def audits():
-    """The audit service the action posts to."""
-    receiver = Receiver()
-    yield receiver
-    receiver.close()
+def audits(receiver) -> Receiver:
+    """The audit service the action posts to: the module's receiver."""
+    return receiver
 
 
 @pytest.fixture
-def own_audits():
+def own_audits(own_receiver) -> Receiver:
     """An audit service for a test's own daemon, whose team ids start at 1 again."""
-    receiver = Receiver()
-    yield receiver
-    receiver.close()
+    return own_receiver
 
 
 def start(root, audits: Receiver, reactor: str, env: dict | None = None) -> Daemon:
@@ -46,11 +43,15 @@ def start(root, audits: Receiver, reactor: str, env: dict | None = None) -> Daem
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory, audits):
-    """The module's daemon (conftest's tokens log in to it): the asyncio reactor."""
-    running = start(tmp_path_factory.mktemp("apid-asyncio"), audits, "asyncio")
-    yield running
-    running.stop()
+def deployment(tmp_path_factory) -> Deployment:
+    """The module's daemon runs on the asyncio reactor."""
+    return deployment_with_accounts(tmp_path_factory.mktemp("apid-asyncio"), server={"reactor": "asyncio"})
+
+
+@pytest.fixture(scope="module")
+def daemon_options(audits) -> dict:
+    """The sample plugin's action posts to `audits`."""
+    return {"env": {"APID_SAMPLE_AUDIT_URL": audits.origin}}
 
 
 def new_team(daemon, admin_token, leader_id: int) -> dict:
@@ -151,7 +152,7 @@ def test_a_client_that_goes_away_cancels_every_running_element_of_a_batch(
     for team in teams:
         audits.scripts[f"/audit/{team['id']}"] = [Answer(hang=True)]
     before = cancelled_audits(daemon, user_token)
-    body = ('{"batch": [%s]}' % ", ".join(f'{{"id": {t["id"]}}}' for t in teams)).encode()
+    body = json.dumps({"batch": [{"id": t["id"]} for t in teams]}).encode()
     leave_during(
         daemon, user_token, "POST", "/b0.1/team/audit", body, lambda: all(posts(audits, team) for team in teams)
     )

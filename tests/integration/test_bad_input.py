@@ -4,19 +4,18 @@ status, and nothing stored changes (checked by listing every account before and 
 
 from __future__ import annotations
 
-import base64
 import http.client
 import io
 import json
 import socket
 import sqlite3
 import time
-import uuid
 
 import jwt
 import pytest
 
 from assertions import assert_json, assert_problem, error_fields
+from forged_tokens import forge, tampered
 from harness import (
     ADMIN,
     ADMIN_ACCOUNT,
@@ -77,41 +76,6 @@ def assert_answer_headers(reply: Response) -> None:
         assert reply.headers.get_all(name) == [value], (name, reply.headers.items())
 
 
-def secret_of(deployment: Deployment) -> bytes:
-    return (deployment.root / "var" / "jwt.secret").read_text(encoding="utf-8").strip().encode()
-
-
-def forge(
-    deployment: Deployment,
-    key: bytes | None = None,
-    algorithm: str = "HS256",
-    header: dict | None = None,
-    drop: tuple[str, ...] = (),
-    **claims,
-) -> str:
-    """A token with chosen claims, signed with the deployment's secret unless told otherwise."""
-    now = int(time.time())
-    payload = {
-        "iss": "apid",
-        "aud": "apid",
-        "sub": "1",
-        "name": ADMIN[0],
-        "roles": ["ROLE_ADMIN"],
-        "iat": now,
-        "exp": now + 600,
-        "jti": uuid.uuid4().hex,
-        **claims,
-    }
-    for name in drop:
-        payload.pop(name)
-    return jwt.encode(
-        payload,
-        secret_of(deployment) if key is None else key,
-        algorithm=algorithm,
-        headers={"typ": "at+jwt", **(header or {})},
-    )
-
-
 # --- sanity: the forging helper makes tokens the daemon accepts, so the 401s below mean something
 
 
@@ -162,7 +126,7 @@ def test_a_bad_body_on_create_creates_nothing(daemon, admin_token, unchanged):
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_not_json(daemon, admin_token, constant):
     before = daemon.request("GET", f"{V}/team/list", token=admin_token).json
-    body = ('{"name": "Nan", "leaderId": 1, "budget": %s}' % constant).encode()
+    body = f'{{"name": "Nan", "leaderId": 1, "budget": {constant}}}'.encode()
     reply = daemon.request(
         "POST", f"{V}/team/create", token=admin_token, body=body, headers={"Content-Type": "application/json"}
     )
@@ -758,7 +722,8 @@ def _bad_authorization(deployment: Deployment, case: str) -> dict[str, str]:
         "no-expiry": lambda: forge(deployment, drop=("exp",)),
         "no-jti": lambda: forge(deployment, drop=("jti",)),
         "roles-not-a-list": lambda: forge(deployment, roles="ROLE_ADMIN"),
-        "tampered": lambda: _tampered(deployment),
+        # a user's token whose payload was edited to claim ROLE_ADMIN, signature left as it was
+        "tampered": lambda: tampered(forge(deployment, sub="2", name=USER[0], roles=["ROLE_USER"])),
     }
     if case == "missing":
         return {}
@@ -768,16 +733,6 @@ def _bad_authorization(deployment: Deployment, case: str) -> dict[str, str]:
         return {"Authorization": "Bearer "}
     token = tokens[case]
     return {"Authorization": f"Bearer {token() if callable(token) else token}"}
-
-
-def _tampered(deployment: Deployment) -> str:
-    """A user's token whose payload was edited to claim ROLE_ADMIN, signature left as it was."""
-    token = forge(deployment, sub="2", name=USER[0], roles=["ROLE_USER"])
-    header, _, signature = token.split(".")
-    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
-    claims["roles"] = ["ROLE_ADMIN"]
-    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
-    return f"{header}.{payload}.{signature}"
 
 
 BAD_AUTH = [

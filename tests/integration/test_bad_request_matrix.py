@@ -22,6 +22,7 @@ Run it alone: `.venv/bin/pytest -q tests/integration/test_bad_request_matrix.py`
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -32,17 +33,16 @@ import sqlite3
 import string
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jwt
 import pytest
 import yaml
 
 from assertions import PROBLEM_MEMBERS, assert_problem
+from forged_tokens import admin_claims, b64, forge, tampered
 from harness import (
     ADMIN,
     REPO,
@@ -241,66 +241,16 @@ class World:
     admin_token: str = ""
 
 
-def _secret(deployment: Deployment) -> bytes:
-    return (deployment.root / "var" / "jwt.secret").read_text(encoding="utf-8").strip().encode()
-
-
-def _b64(data: dict) -> str:
-    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
-
-
-def _claims(**claims: Any) -> dict[str, Any]:
-    now = int(time.time())
-    return {
-        "iss": "apid",
-        "aud": "apid",
-        "sub": "1",
-        "name": ADMIN[0],
-        "roles": ["ROLE_ADMIN"],
-        "iat": now,
-        "exp": now + 600,
-        "jti": uuid.uuid4().hex,
-        **claims,
-    }
-
-
-def forge(
-    deployment: Deployment,
-    key: bytes | None = None,
-    algorithm: str = "HS256",
-    header: dict | None = None,
-    drop: tuple[str, ...] = (),
-    **claims: Any,
-) -> str:
-    """An administrator's token with chosen claims, signed with the deployment's secret unless
-    told otherwise (the same idea as test_bad_input.forge)."""
-    payload = _claims(**claims)
-    for name in drop:
-        payload.pop(name)
-    headers = {"typ": "at+jwt", **(header or {})}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # short HMAC keys only warn
-        return jwt.encode(payload, _secret(deployment) if key is None else key, algorithm=algorithm, headers=headers)
-
-
 def _unsigned(alg: str, **claims: Any) -> str:
     """A token with `alg` in its header and no signature at all."""
-    return f"{_b64({'alg': alg, 'typ': 'at+jwt'})}.{_b64(_claims(**claims))}."
+    return f"{b64({'alg': alg, 'typ': 'at+jwt'})}.{b64(admin_claims(**claims))}."
 
 
 def _hs256_by_hand(key: bytes, header: dict, **claims: Any) -> str:
     """A token HMAC-signed by hand (PyJWT refuses an empty key, which is the point here)."""
-    signing_input = f"{_b64(header)}.{_b64(_claims(**claims))}"
+    signing_input = f"{b64(header)}.{b64(admin_claims(**claims))}"
     signature = hmac.new(key, signing_input.encode(), hashlib.sha256).digest()
     return f"{signing_input}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
-
-
-def _tampered(token: str) -> str:
-    """A genuine token whose payload now claims ROLE_ADMIN, its signature left as it was."""
-    header, payload, signature = token.split(".")
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=="))
-    claims["roles"] = ["ROLE_ADMIN"]
-    return f"{header}.{_b64(claims)}.{signature}"
 
 
 def _ok(reply: Response, what: str) -> Response:
@@ -326,7 +276,7 @@ def world(daemon: Daemon, deployment: Deployment, admin_token: str, user_token: 
     # Every account is made (and logged in) first and changed afterwards, so that the deleted
     # account's id lies below the highest and is never given again (SQLite reuses only the top id).
     victim, victim_token = account("victim")
-    revoked, revoked_token = account("revoked")
+    _, revoked_token = account("revoked")
     deleted, deleted_token = account("deleted")
     disabled, disabled_token = account("disabled")
     locked, locked_token = account("locked")
@@ -394,7 +344,7 @@ def world(daemon: Daemon, deployment: Deployment, admin_token: str, user_token: 
         "sub_not_a_number": forge(deployment, sub="1 OR 1=1"),
         "roles_not_a_list": forge(deployment, roles="ROLE_ADMIN"),
         "unknown_account": forge(deployment, sub="999999", name="ghost"),
-        "tampered": _tampered(user_token),
+        "tampered": tampered(user_token),
         "garbage": "x" * 40,
         "malformed": "not.a.token",
         "huge": "a" * 10000,
@@ -554,10 +504,9 @@ class NoAnswer(Exception):
 def exchange(port: int, data: bytes, timeout: float) -> Response | None:
     """Send the bytes, read one answer. None: the daemon closed the connection without one."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        try:
+        # the daemon may answer (and close) before taking the whole body: then read the answer
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the daemon answered (and closed) before taking the whole body: read the answer
         reply = http.client.HTTPResponse(sock)
         try:
             reply.begin()

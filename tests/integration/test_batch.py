@@ -126,7 +126,7 @@ def test_a_batch_create_stores_every_element_in_order(daemon, admin_token):
     assert all(set(out) == {"id", "version"} and out["version"] == 0 for out in body)
     ids = [out["id"] for out in body]
     assert ids == sorted(ids) and len(set(ids)) == 3  # created one after another, in element order
-    for out, sent in zip(body, elements):
+    for out, sent in zip(body, elements, strict=True):
         stored = show_person(daemon, admin_token, out["id"])
         assert stored["username"] == sent["username"]
         assert stored["email"] == sent["email"]
@@ -337,7 +337,7 @@ def test_an_element_with_a_field_the_role_may_not_send_fails_alone(daemon, admin
     )
     body = assert_json(reply, 207)
     assert [e["index"] for e in body["errors"]] == [1, 2]
-    for error, field in zip(body["errors"], ["accountLocked", "nickname"]):
+    for error, field in zip(body["errors"], ["accountLocked", "nickname"], strict=True):
         assert_element_problem(error, 400, error["index"], f"{B}/person/create")
         assert error["type"] == "urn:apid:problem:invalid-fields"
         assert {e["field"] for e in error["errors"]} == {field}
@@ -571,7 +571,7 @@ def test_exactly_batch_limit_elements_run(limited, limited_admin):
     reply = limited.request("POST", f"{B}/person/create", {"batch": elements, "combine": True}, token=limited_admin)
     body = assert_json(reply, 200)
     assert len(body) == 3
-    for out, sent in zip(body, elements):
+    for out, sent in zip(body, elements, strict=True):
         assert show_person(limited, limited_admin, out["id"])["username"] == sent["username"]
 
 

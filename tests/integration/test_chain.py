@@ -385,7 +385,7 @@ def test_a_prechain_with_a_second_non_safe_call_is_422_and_creates_nothing(daemo
 
 
 def test_a_postchain_whose_non_safe_call_is_not_last_is_422(daemon, admin_token, led):
-    leader, team = led
+    leader, _ = led
     body = {
         "email": "first@example.com",
         "chain": {"key": "id", "type": "postchain", "order": {"person/show": "return"}},
@@ -443,7 +443,7 @@ def test_a_prechain_called_with_another_method_is_405_and_creates_nothing(daemon
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
 def test_a_blankchain_not_called_with_get_is_422(daemon, admin_token, led, nothing_changes, method):
-    leader, team = led
+    _, team = led
     reply = daemon.request(method, f"{C}/team/show/{team['id']}", leader_chain(type="blankchain"), token=admin_token)
     assert "GET" in assert_rule(reply, "request-method")["detail"]
 
@@ -461,13 +461,13 @@ def test_a_blankchain_with_a_non_safe_call_is_422_and_changes_nothing(daemon, ad
 
 @pytest.mark.parametrize("chain_type, method", [("postchain", "PUT"), ("prechain", "POST")])
 def test_a_postchain_or_prechain_without_a_non_safe_call_is_422(daemon, admin_token, led, chain_type, method):
-    leader, team = led
+    _, team = led
     reply = daemon.request(method, f"{C}/team/show/{team['id']}", leader_chain(type=chain_type), token=admin_token)
     assert_rule(reply, "non-safe-method-required")
 
 
 def test_an_unknown_link_is_422_naming_it(daemon, admin_token, led):
-    leader, team = led
+    _, team = led
     body = {"chain": {"key": "leaderId", "order": {"person/show": "id", "person/nope": "return"}}}
     reply = daemon.request("GET", f"{C}/team/show/{team['id']}", body, token=admin_token)
     problem = assert_rule(reply, "unknown-link")
@@ -567,7 +567,7 @@ def test_return_not_exactly_on_the_last_link_is_400_and_changes_nothing(daemon, 
 
 
 def test_return_not_on_the_last_link_names_the_field_in_errors(daemon, admin_token, led):
-    leader, team = led
+    _, team = led
     body = {
         "email": "return@example.com",
         "chain": {

@@ -15,7 +15,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from harness import ADMIN, REPO, USER, create_team, deployment_with_accounts, running_daemon
+from harness import REPO, create_team, deployment_with_accounts
 
 SAMPLE_TEAM = REPO / "tests/sample_plugin/apid_sample/iostate/team.json"
 V2_SINCE = datetime(2025, 1, 15, tzinfo=UTC)
@@ -35,7 +35,7 @@ def http_date(moment: datetime) -> str:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
+def deployment(tmp_path_factory):
     deployment = deployment_with_accounts(tmp_path_factory.mktemp("apid"))
     team = json.loads(SAMPLE_TEAM.read_text())
     versions = team["VERSION"]
@@ -50,18 +50,7 @@ def daemon(tmp_path_factory):
     person = json.loads(person_path.read_text())
     person["IOSTATE"]["VERSION"]["1"]["DEPRECATED"] = "2099-01-01"
     person_path.write_text(json.dumps(person))
-    with running_daemon(deployment) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def admin_token(daemon) -> str:
-    return daemon.login(*ADMIN[:2])
-
-
-@pytest.fixture(scope="module")
-def user_token(daemon) -> str:
-    return daemon.login(*USER[:2])
+    return deployment
 
 
 @pytest.fixture(scope="module")

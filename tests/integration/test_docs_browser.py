@@ -127,7 +127,7 @@ def try_it_out(driver, action: str) -> str:
     )
     block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
     for button in (".try-out__btn", ".execute"):
-        WebDriverWait(driver, WAIT_SECONDS).until(lambda d: block.find_elements(By.CSS_SELECTOR, button))
+        WebDriverWait(driver, WAIT_SECONDS).until(lambda d, button=button: block.find_elements(By.CSS_SELECTOR, button))
         block.find_element(By.CSS_SELECTOR, button).click()
     status = WebDriverWait(driver, WAIT_SECONDS).until(
         lambda d: block.find_elements(By.CSS_SELECTOR, ".live-responses-table tbody .response-col_status")

@@ -171,7 +171,7 @@ def test_socket_activation_without_systemd_works_as_documented(tmp_path, workers
         ready = process.stdout.readline()
     finally:
         os.killpg(process.pid, signal.SIGTERM)
-        out, err = process.communicate(timeout=30)
+        _, err = process.communicate(timeout=30)
     assert ready.startswith(f"apid ready on http://127.0.0.1:{port} "), (ready, err)
     assert ready.rstrip().endswith("2 workers)") == (workers == 2), ready
 

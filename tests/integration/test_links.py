@@ -177,7 +177,7 @@ def test_a_chain_carries_the_links_of_its_last_link_for_its_record(daemon, admin
     reply = daemon.request("GET", f"{C}/person/show/{leader['id']}", chain, token=admin_token, headers=WANT)
     assert reply.json[1]["id"] == team["id"]
     found = links(reply)
-    assert list(found)[0] == "self" and found["self"] == (f"{C}/person/show/{leader['id']}", "GET")
+    assert next(iter(found)) == "self" and found["self"] == (f"{C}/person/show/{leader['id']}", "GET")
     assert found[f"{REL}team/show"] == (f"{V}/team/show/{team['id']}", "GET")
     assert found[f"{REL}team/summary"] == (f"{V}/team/summary/{team['id']}", "GET")
     assert found[f"{REL}person/show"] == (f"{V}/person/show/{leader['id']}", "GET")  # the team's leaderId

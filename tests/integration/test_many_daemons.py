@@ -24,7 +24,6 @@ from apid.store.tables import person
 from assertions import assert_problem
 from harness import ADMIN, REPO, Daemon, V, burst, deployment_with_accounts, new_person, show_person, wait_for
 from logins import GUESSES, PAIR_LIMIT, guess_at_once
-from receiver import Receiver
 from redis_server import running_redis
 
 pytestmark = [
@@ -35,13 +34,6 @@ pytestmark = [
 RATE_LIMIT = 50
 CHARGES = 200
 SOON = 1.0  # seconds: how soon a change on one daemon reaches every worker of the other
-
-
-@pytest.fixture(scope="module")
-def receiver():
-    server = Receiver()
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +133,7 @@ def test_a_reload_reaches_every_worker_of_both_daemons(daemons):
 
 
 def test_each_webhook_event_is_delivered_once(daemons, receiver, postgres):
-    first, second = daemons
+    first, _ = daemons
     engine = create_engine(first.deployment.server["database"]["url"])
     try:
         with engine.begin() as connection:

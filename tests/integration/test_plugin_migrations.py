@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from harness import ADMIN, ADMIN_ACCOUNT, REPO, USER, Daemon, Deployment, V, deployment_with_accounts, new_person
+from harness import ADMIN, ADMIN_ACCOUNT, REPO, Daemon, Deployment, V, deployment_with_accounts, new_person
 from shell_docs import OFFLINE_PIP, layered_venv
 
 EXAMPLE = REPO / "docs" / "examples" / "apid-directory"
@@ -129,26 +129,9 @@ def test_a_daemon_that_may_not_migrate_refuses_a_database_behind_its_plugins_unt
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory) -> Deployment:
-    return deployment_with_accounts(tmp_path_factory.mktemp("directory"))
-
-
-@pytest.fixture(scope="module")
-def daemon(python, deployment):
-    """The daemon of the plugin's venv; it migrates the plugin's schema as it starts."""
-    daemon = Daemon(deployment, python=python).start()
-    yield daemon
-    daemon.stop()
-
-
-@pytest.fixture(scope="module")
-def admin_token(daemon) -> str:
-    return daemon.login(*ADMIN[:2])
-
-
-@pytest.fixture(scope="module")
-def user_token(daemon) -> str:
-    return daemon.login(*USER[:2])
+def daemon_options(python) -> dict:
+    """The module's daemon runs in the plugin's venv; it migrates the plugin's schema as it starts."""
+    return {"python": python}
 
 
 def create(daemon: Daemon, token: str, controller: str, fields: dict) -> dict:

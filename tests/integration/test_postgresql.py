@@ -14,24 +14,18 @@ from apid.accounts import insert_account
 from apid.store.tables import metadata, person, person_role, role
 from assertions import assert_problem
 from harness import ADMIN, Deployment, burst, deployment_with_accounts, running_daemon, wait_for
-from receiver import Receiver
 
 pytestmark = pytest.mark.postgresql
 
 
 @pytest.fixture(scope="module")
-def pg_deployment(tmp_path_factory, postgres) -> Deployment:
+def deployment(tmp_path_factory, postgres) -> Deployment:
+    """The module's deployment, its database the PostgreSQL server's."""
     return deployment_with_accounts(tmp_path_factory.mktemp("apid-pg"), server={"database": {"url": postgres.url}})
 
 
-@pytest.fixture(scope="module")
-def pg_daemon(pg_deployment):
-    with running_daemon(pg_deployment) as running:
-        yield running
-
-
-def test_migrate_creates_the_schema_and_is_idempotent(pg_deployment, postgres):
-    again = pg_deployment.cli("migrate")
+def test_migrate_creates_the_schema_and_is_idempotent(deployment, postgres):
+    again = deployment.cli("migrate")
     assert again.returncode == 0, again.stderr
     tables = set(inspect(create_engine(postgres.url)).get_table_names())
     assert {"person", "role", "person_role", "hook", "alembic_version"} <= tables
@@ -50,13 +44,12 @@ def test_migrate_creates_the_schema_and_is_idempotent(pg_deployment, postgres):
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
 
 
-def test_person_crud_is_stored_in_postgresql(pg_daemon, postgres):
-    token = pg_daemon.login(*ADMIN[:2])
-    created = pg_daemon.request(
+def test_person_crud_is_stored_in_postgresql(daemon, admin_token, postgres):
+    created = daemon.request(
         "POST",
         "/v0.1/person/create",
         {"username": "pgperson", "password": "pg-password-1", "email": "pg@example.com"},
-        token=token,
+        token=admin_token,
     )
     assert created.status == 200, created.body
     person_id = created.json["id"]
@@ -76,45 +69,44 @@ def test_person_crud_is_stored_in_postgresql(pg_daemon, postgres):
     assert row.password.startswith("$argon2id$")
     assert roles == ["ROLE_USER"]
 
-    updated = pg_daemon.request(
-        "PUT", f"/v0.1/person/update/{person_id}", {"email": "pg2@example.com", "version": 0}, token=token
+    updated = daemon.request(
+        "PUT", f"/v0.1/person/update/{person_id}", {"email": "pg2@example.com", "version": 0}, token=admin_token
     )
     assert updated.json == {"id": person_id, "version": 1}
-    shown = pg_daemon.request("GET", f"/v0.1/person/show/{person_id}", token=token)
+    shown = daemon.request("GET", f"/v0.1/person/show/{person_id}", token=admin_token)
     assert shown.json["email"] == "pg2@example.com"
 
-    duplicate = pg_daemon.request(
+    duplicate = daemon.request(
         "POST",
         "/v0.1/person/create",
         {"username": "pgperson", "password": "pg-password-1", "email": "other@example.com"},
-        token=token,
+        token=admin_token,
     )
     assert duplicate.status == 409
 
-    deleted = pg_daemon.request("DELETE", f"/v0.1/person/delete/{person_id}", token=token)
+    deleted = daemon.request("DELETE", f"/v0.1/person/delete/{person_id}", token=admin_token)
     assert deleted.json == {"id": person_id}
     with engine.connect() as connection:
         assert connection.execute(select(person).where(person.c.id == person_id)).first() is None
         assert connection.execute(select(person_role).where(person_role.c.person_id == person_id)).first() is None
 
 
-def test_two_concurrent_creates_of_one_name_in_two_letter_cases_make_one_account(pg_daemon, postgres):
+def test_two_concurrent_creates_of_one_name_in_two_letter_cases_make_one_account(daemon, admin_token, postgres):
     """`Bob` (apid's insert_account, as `apid user add` runs it) and `bob` (person/create on
     the daemon) made at once: the daemon's check for a taken name runs while Bob's transaction
     is still open, so it sees nothing, and its insert waits on the unique index of
     person.username_key until Bob commits; then it is refused with the check's own 409."""
-    token = pg_daemon.login(*ADMIN[:2])
     engine = create_engine(postgres.url)
     try:
         with engine.connect() as first, ThreadPoolExecutor(1) as client:
             first.begin()
             insert_account(first, "Bob", "bob.upper@example.com", "not-a-real-hash", ["ROLE_USER"])
             second = client.submit(
-                pg_daemon.request,
+                daemon.request,
                 "POST",
                 "/v0.1/person/create",
                 {"username": "bob", "password": "bob-password-1", "email": "bob.lower@example.com"},
-                token=token,
+                token=admin_token,
             )
 
             def waiting_on_bob() -> bool:
@@ -142,39 +134,38 @@ def test_two_concurrent_creates_of_one_name_in_two_letter_cases_make_one_account
         engine.dispose()
 
 
-def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres, pg_deployment):
-    receiver = Receiver()
-    deployment = Deployment(
+def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres, deployment, own_receiver):
+    """Two daemons of another deployment on the module's database (its accounts), with webhooks on."""
+    hooked = Deployment(
         tmp_path,
         server={
             "database": {"url": postgres.url},
             "webhookActive": True,
             "webhooks": {"timeout": 1, "lease": 3, "poll": 0.2},
         },
-        api={"cors": {"allowedOrigins": [receiver.origin]}},
+        api={"cors": {"allowedOrigins": [own_receiver.origin]}},
     )
-    deployment.write()
+    hooked.write()
     engine = create_engine(postgres.url)
     with engine.begin() as connection:
         admin_id = connection.execute(select(person.c.id).where(person.c.username == ADMIN[0])).scalar_one()
         connection.exec_driver_sql(  # the specification's insert
             "insert into hook (attempts, date_created, format, last_modified, user_id, is_enabled, url, service) "
-            f"values (0, now(), 'JSON', now(), {admin_id}, true, '{receiver.origin}/pg', 'team')"
+            f"values (0, now(), 'JSON', now(), {admin_id}, true, '{own_receiver.origin}/pg', 'team')"
         )
     try:
-        with running_daemon(deployment) as first, running_daemon(deployment) as second:
+        with running_daemon(hooked) as first, running_daemon(hooked) as second:
             for daemon in (first, second):
                 burst(daemon, daemon.login(*ADMIN[:2]), 100)
             deadline = time.monotonic() + 30
-            while len(receiver.received) < 200 and time.monotonic() < deadline:
+            while len(own_receiver.received) < 200 and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)
-        ids = [r.headers["webhook-id"] for r in receiver.received]
+        ids = [r.headers["webhook-id"] for r in own_receiver.received]
         assert len(ids) == len(set(ids)) == 200
         with engine.connect() as connection:
             assert connection.exec_driver_sql("select state, count(*) from hook_message group by state").all() == [
                 ("delivered", 200)
             ]
     finally:
-        receiver.close()
         engine.dispose()

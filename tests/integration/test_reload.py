@@ -14,12 +14,6 @@ import pytest
 from harness import ADMIN, USER, Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for
 
 
-@pytest.fixture
-def reloading(tmp_path):
-    with running_daemon(deployment_with_accounts(tmp_path)) as daemon:
-        yield daemon
-
-
 def _edit_person(daemon: Daemon, change) -> None:
     path = daemon.deployment.root / "iostate" / "person.json"
     document = json.loads(path.read_text())
@@ -72,7 +66,7 @@ def someone(daemon: Daemon) -> int:
 
 
 def test_the_command_reloads_every_daemon_and_a_broken_file_none(two_daemons):
-    one, two = two_daemons
+    one, _ = two_daemons
     mine = someone(one)
     assert show_statuses(two_daemons, mine) == [200, 200]
 

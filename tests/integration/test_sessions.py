@@ -10,19 +10,15 @@ one folder and SQLite database, /teamCount listed in reservedUris).
 
 from __future__ import annotations
 
-import email
-import email.policy
-import re
 import time
 import uuid
-from http.cookies import Morsel, SimpleCookie
-from urllib.parse import parse_qs, quote, urlsplit
 
 import jwt
 import pytest
 import yaml
 
 from apid import config as apid_config
+from forged_tokens import secret_of
 from harness import (
     ADMIN,
     REPO,
@@ -35,6 +31,7 @@ from harness import (
     running_daemon,
     wait_for,
 )
+from sessions import claims_of, log_in, log_out, refresh, refresh_cookie, reset_password, whoami
 
 REFRESH_LIFETIME_DEFAULT = 14 * 86400
 
@@ -46,44 +43,6 @@ def assert_401(reply: Response) -> dict:
     assert reply.status == 401, reply.body
     assert reply.content_type.startswith("application/problem+json"), reply.content_type
     return reply.json
-
-
-def refresh_cookie(reply: Response) -> Morsel:
-    """The apid_refresh cookie the answer sets (exactly one Set-Cookie for it)."""
-    values = [v for v in reply.headers.get_all("Set-Cookie") or [] if v.startswith("apid_refresh=")]
-    assert len(values) == 1, reply.headers
-    jar = SimpleCookie()
-    jar.load(values[0])
-    return jar["apid_refresh"]
-
-
-def log_in(daemon: Daemon, name: str, password: str) -> tuple[str, str]:
-    reply = daemon.request("POST", "/authenticate", {"username": name, "password": password})
-    assert reply.status == 200, reply.body
-    return reply.json["token"], refresh_cookie(reply).value
-
-
-def refresh(daemon: Daemon, name: str, token: str | None, cookie: str | None) -> Response:
-    headers = {} if cookie is None else {"Cookie": f"apid_refresh={cookie}"}
-    return daemon.request("GET", f"/refreshToken?name={quote(name)}", token=token, headers=headers)
-
-
-def log_out(daemon: Daemon, token: str, cookie: str | None) -> Response:
-    headers = {} if cookie is None else {"Cookie": f"apid_refresh={cookie}"}
-    return daemon.request("POST", "/logout", token=token, headers=headers)
-
-
-def claims_of(token: str) -> dict:
-    return jwt.decode(token, options={"verify_signature": False})
-
-
-def whoami(daemon: Daemon, token: str) -> Response:
-    """A private call (one's own account) with the token."""
-    return daemon.request("GET", f"/v0.1/person/show/{claims_of(token)['sub']}", token=token)
-
-
-def secret_of(deployment: Deployment) -> bytes:
-    return (deployment.root / "var" / "jwt.secret").read_text(encoding="utf-8").strip().encode()
 
 
 def make_user(daemon: Daemon, admin_token: str, prefix: str) -> tuple[str, str, str]:
@@ -104,37 +63,6 @@ def make_user(daemon: Daemon, admin_token: str, prefix: str) -> tuple[str, str, 
     )
     assert reply.status == 200, reply.body
     return name, password, address
-
-
-def reset_id(daemon: Daemon, deployment: Deployment, address: str) -> str:
-    """Ask for a password reset and read the id from the mail in the outbox."""
-    folder = deployment.root / "var" / "test-outbox"
-    seen = {p.name for p in folder.glob("*.eml")} if folder.exists() else set()
-    reply = daemon.request("POST", "/forgotPassword", {"email": address})
-    assert reply.status == 200, reply.body
-
-    def mail() -> list:
-        return [
-            m
-            for m in (
-                email.message_from_bytes(p.read_bytes(), policy=email.policy.default)
-                for p in sorted(folder.glob("*.eml"))
-                if p.name not in seen
-            )
-            if str(m["To"]) == address
-        ]
-
-    assert wait_for(lambda: mail(), timeout=10)
-    (link,) = re.findall(r"\S+/validate\?id=\S+", mail()[0].get_content())
-    (value,) = parse_qs(urlsplit(link).query)["id"]
-    return value
-
-
-def reset_password(daemon: Daemon, deployment: Deployment, address: str, password: str) -> None:
-    reply = daemon.request(
-        "POST", "/resetPassword", {"id": reset_id(daemon, deployment, address), "password": password}
-    )
-    assert reply.status == 200, reply.body
 
 
 def wait_until_expired(daemon: Daemon, token: str) -> None:
@@ -420,7 +348,7 @@ def test_a_password_reset_on_one_daemon_holds_on_another(daemon_a, daemon_b, sha
     token, cookie = log_in(daemon_b, name, password)
     reset_password(daemon_a, shared_deployment, address, "shared-new-password-1")
     assert wait_for(lambda: whoami(daemon_b, token).status == 401, timeout=1.5, interval=0.05)
-    after, after_cookie = log_in(daemon_b, name, "shared-new-password-1")
+    after, _ = log_in(daemon_b, name, "shared-new-password-1")
     assert whoami(daemon_a, after).status == 200 and whoami(daemon_b, after).status == 200
     assert_401(refresh(daemon_a, name, after, cookie))
 

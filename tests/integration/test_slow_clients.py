@@ -49,16 +49,15 @@ def open_files() -> bool:
 
 
 @pytest.fixture(scope="module")
-def daemon(open_files, tmp_path_factory):
-    deployment = deployment_with_accounts(
+def deployment(open_files, tmp_path_factory):
+    """No accounts; short deadlines. After `open_files`: the daemon inherits the raised limit."""
+    return deployment_with_accounts(
         tmp_path_factory.mktemp("slow"),
         accounts=(),
         server={
             "connections": {"headerTimeout": HEADER_TIMEOUT, "bodyTimeout": HEADER_TIMEOUT, "perAddress": PER_ADDRESS}
         },
     )
-    with running_daemon(deployment) as running:
-        yield running
 
 
 def open_descriptors(pid: int) -> int:

@@ -23,7 +23,7 @@ aiosmtpd = pytest.importorskip("aiosmtpd.controller")
 
 from apid.auth.registration import SENT  # noqa: E402
 from assertions import assert_problem  # noqa: E402
-from harness import Daemon, Deployment, deployment_with_accounts, free_port, running_daemon, wait_for  # noqa: E402
+from harness import Daemon, Deployment, deployment_with_accounts, free_port, wait_for  # noqa: E402
 
 SENDER = "apid <apid@example.com>"
 BASE_URL = "http://apid.test:8080"
@@ -97,12 +97,6 @@ def deployment(tmp_path_factory, smtp) -> Deployment:
     )
 
 
-@pytest.fixture(scope="module")
-def daemon(deployment):
-    with running_daemon(deployment) as running:
-        yield running
-
-
 def register(daemon: Daemon, username: str, email: str, password: str = PASSWORD):
     return daemon.request("POST", "/register", {"username": username, "password": password, "email": email})
 
@@ -155,7 +149,7 @@ def test_the_validation_mail_arrives_over_smtp_and_its_link_validates(daemon, sm
 
 def test_a_taken_address_gets_a_notice_and_the_same_answer(daemon, smtp):
     assert_sent_answer(register(daemon, "carol-two", "carol@example.com"))
-    mail_from, rcpt_tos, message = smtp.sink.next()
+    _, rcpt_tos, message = smtp.sink.next()
     assert rcpt_tos == ["carol@example.com"]
     assert message["From"] == SENDER
     assert message["Subject"] != "apid: confirm your account"
@@ -190,7 +184,7 @@ def test_an_address_that_is_not_ascii_gets_its_mail_with_smtputf8(daemon, smtp):
 
 def test_ascii_mail_goes_without_smtputf8_to_a_server_that_offers_it(daemon, smtp):
     assert_sent_answer(register(daemon, "ascii-only", "ascii-only@example.com"))
-    _, rcpt_tos, message = smtp.sink.next()
+    _, rcpt_tos, _ = smtp.sink.next()
     assert rcpt_tos == ["ascii-only@example.com"]
     assert smtp.sink.mail_options[-1] == []
 

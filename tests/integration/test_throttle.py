@@ -327,7 +327,7 @@ def test_two_daemons_sharing_redis_share_the_count(redis_daemons):
     admin_token = first.login(*ADMIN[:2])
     person, token = fresh_user(first, admin_token, login_on=second)
     answers = [show(daemon, token, person["id"]) for daemon in (first, second, first, second, first)]
-    for left, reply in zip(range(USER_LIMIT - 1, -1, -1), answers):
+    for left, reply in zip(range(USER_LIMIT - 1, -1, -1), answers, strict=True):
         assert assert_json(reply)["id"] == person["id"]
         assert_limited(reply, left)
     assert state(answers[-1])[1] == 60  # the fifth, on the first daemon, locked the user

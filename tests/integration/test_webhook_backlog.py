@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from apid.hooks.worker import backoff
-from harness import ADMIN, V, burst, deployment_with_accounts, new_person, running_daemon
+from harness import V, burst, deployment_with_accounts, new_person
 from receiver import Answer, Receiver
 
 ATTEMPTS = 5
@@ -59,17 +59,6 @@ def database(database_url):
     engine = create_engine(database_url)
     yield engine
     engine.dispose()
-
-
-@pytest.fixture(scope="module")
-def daemon(deployment):
-    with running_daemon(deployment) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def token(daemon) -> str:
-    return daemon.login(*ADMIN[:2])
 
 
 _paths = iter(range(1, 10_000))
@@ -123,18 +112,18 @@ def sent_in_order_of_recording(database, hook_id: int) -> bool:
 
 
 def test_a_receiver_down_under_a_burst_loses_nothing_and_its_hook_stays_enabled(
-    daemon, token, receiver, database, path
+    daemon, admin_token, receiver, database, path
 ):
     receiver.scripts[path] = [Answer(503)]  # down: no Retry-After, so every answer is a failure
-    hook = add_hook(daemon, token, receiver.origin + path, "team")
+    hook = add_hook(daemon, admin_token, receiver.origin + path, "team")
     down_since = time.monotonic()
-    burst(daemon, token, 500)
+    burst(daemon, admin_token, 500)
     recorded = recorded_ids(database, hook["id"])
     assert len(recorded) == 500
 
     time.sleep(max(0.0, OUTAGE - (time.monotonic() - down_since)))
     during = received_ids(receiver, path)
-    shown = show(daemon, token, hook["id"])
+    shown = show(daemon, admin_token, hook["id"])
     assert shown["isEnabled"] and 1 <= shown["attempts"] < ATTEMPTS
     # the deliveries in flight when it went down (one round), then one probe per round
     assert len(during) <= 2 * PER_HOST + ATTEMPTS
@@ -142,21 +131,21 @@ def test_a_receiver_down_under_a_burst_loses_nothing_and_its_hook_stays_enabled(
     receiver.scripts[path] = [Answer(200)]  # back
 
     assert wait_until(lambda: set(received_ids(receiver, path)) >= recorded, LONGEST + 10)
-    assert wait_until(lambda: show(daemon, token, hook["id"])["pending"] == 0, 10)
-    shown = show(daemon, token, hook["id"])
+    assert wait_until(lambda: show(daemon, admin_token, hook["id"])["pending"] == 0, 10)
+    shown = show(daemon, admin_token, hook["id"])
     assert (shown["isEnabled"], shown["attempts"], shown["disabledReason"]) == (True, 0, None)
     assert sent_in_order_of_recording(database, hook["id"])
 
 
 def test_a_receiver_down_past_the_window_disables_its_hook_which_keeps_recording(
-    daemon, token, receiver, database, deployment, path
+    daemon, admin_token, receiver, database, deployment, path
 ):
     receiver.scripts[path] = [Answer(503)]
-    hook = add_hook(daemon, token, receiver.origin + path, "team")
-    burst(daemon, token, 100)
+    hook = add_hook(daemon, admin_token, receiver.origin + path, "team")
+    burst(daemon, admin_token, 100)
 
-    assert wait_until(lambda: not show(daemon, token, hook["id"])["isEnabled"], LONGEST + 10)
-    shown = show(daemon, token, hook["id"])
+    assert wait_until(lambda: not show(daemon, admin_token, hook["id"])["isEnabled"], LONGEST + 10)
+    shown = show(daemon, admin_token, hook["id"])
     assert shown["attempts"] == ATTEMPTS
     assert f"{ATTEMPTS} consecutive failed rounds" in shown["disabledReason"] and "HTTP 503" in shown["disabledReason"]
     arrivals = [r.at for r in list(receiver.received) if r.path == path]
@@ -164,8 +153,8 @@ def test_a_receiver_down_past_the_window_disables_its_hook_which_keeps_recording
     assert len(arrivals) <= PER_HOST + ATTEMPTS
     assert shown["pending"] == 100  # a hook disabled by failures keeps every message
 
-    burst(daemon, token, 50)  # recorded while disabled
-    assert show(daemon, token, hook["id"])["pending"] == 150
+    burst(daemon, admin_token, 50)  # recorded while disabled
+    assert show(daemon, admin_token, hook["id"])["pending"] == 150
     listed = deployment.cli("hook", "list")
     line = next(line for line in listed.stdout.splitlines() if line.startswith(f"{hook['id']}\t"))
     assert f"attempts {ATTEMPTS}\tpending 150\tdisabled ({ATTEMPTS} consecutive failed rounds" in line
@@ -173,34 +162,34 @@ def test_a_receiver_down_past_the_window_disables_its_hook_which_keeps_recording
     assert len([r for r in list(receiver.received) if r.path == path]) == len(arrivals)  # nothing sent meanwhile
 
     receiver.scripts[path] = [Answer(200)]
-    assert daemon.request("PUT", f"{V}/hook/enable/{hook['id']}", token=token).json["attempts"] == 0
+    assert daemon.request("PUT", f"{V}/hook/enable/{hook['id']}", token=admin_token).json["attempts"] == 0
     recorded = recorded_ids(database, hook["id"])
     assert len(recorded) == 150
     assert wait_until(lambda: set(received_ids(receiver, path)) >= recorded, 15)
-    assert wait_until(lambda: show(daemon, token, hook["id"])["pending"] == 0, 10)
+    assert wait_until(lambda: show(daemon, admin_token, hook["id"])["pending"] == 0, 10)
     assert sent_in_order_of_recording(database, hook["id"])
 
 
 def test_a_hook_disabled_by_hand_records_its_events_and_delivers_them_once_enabled(
-    daemon, token, receiver, database, deployment, path
+    daemon, admin_token, receiver, database, deployment, path
 ):
-    hook = add_hook(daemon, token, receiver.origin + path, "person/create")
-    disabled = daemon.request("PUT", f"{V}/hook/disable/{hook['id']}", token=token).json
+    hook = add_hook(daemon, admin_token, receiver.origin + path, "person/create")
+    disabled = daemon.request("PUT", f"{V}/hook/disable/{hook['id']}", token=admin_token).json
     assert (disabled["isEnabled"], disabled["pending"]) == (False, 0)
 
-    people = [new_person(daemon, token) for _ in range(5)]
+    people = [new_person(daemon, admin_token) for _ in range(5)]
 
     time.sleep(1)
     assert received_ids(receiver, path) == []
-    assert show(daemon, token, hook["id"])["pending"] == 5
-    listed = daemon.request("GET", f"{V}/hook/list?max=100", token=token).json
+    assert show(daemon, admin_token, hook["id"])["pending"] == 5
+    listed = daemon.request("GET", f"{V}/hook/list?max=100", token=admin_token).json
     assert next(h for h in listed if h["id"] == hook["id"])["pending"] == 5
     assert "\tpending 5\tdisabled (disabled by its owner)" in deployment.cli("hook", "list").stdout
 
-    enabled = daemon.request("PUT", f"{V}/hook/enable/{hook['id']}", token=token).json
+    enabled = daemon.request("PUT", f"{V}/hook/enable/{hook['id']}", token=admin_token).json
     assert (enabled["isEnabled"], enabled["pending"]) == (True, 5)
     assert wait_until(lambda: len(received_ids(receiver, path)) == 5, 10)
     events = [r.json for r in list(receiver.received) if r.path == path]
     assert sorted(e["data"]["id"] for e in events) == [p["id"] for p in people]
     assert sent_in_order_of_recording(database, hook["id"])
-    assert wait_until(lambda: show(daemon, token, hook["id"])["pending"] == 0, 10)
+    assert wait_until(lambda: show(daemon, admin_token, hook["id"])["pending"] == 0, 10)

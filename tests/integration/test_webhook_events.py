@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from harness import ADMIN, Daemon, Deployment, V, deployment_with_accounts, person_fields, running_daemon, wait_for
-from integration.test_sessions import reset_password
 from outbox import Outbox, link_at
 from receiver import Receiver
+from sessions import reset_password
 
 SETTINGS = {"timeout": 1, "lease": 3, "poll": 0.2, "retryBase": 0.1, "retryFactor": 2, "retryMax": 0.4}
 

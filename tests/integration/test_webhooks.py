@@ -65,12 +65,6 @@ def deployment(tmp_path_factory, receiver, http10_receiver):
     return deployment
 
 
-@pytest.fixture(scope="module")
-def daemon(deployment):
-    with running_daemon(deployment) as running:
-        yield running
-
-
 _paths = iter(range(1, 10_000))
 
 
@@ -439,7 +433,7 @@ def test_delete_removes_the_hook_with_its_messages(daemon, admin_token, receiver
     assert daemon.request("GET", f"{V}/hook/show/{hook['id']}", token=admin_token).status == 404
     for table in ("hook_message", "hook_attempt"):
         assert wait_until(
-            lambda: (
+            lambda table=table: (
                 database.execute(f"select count(*) from {table} where hook_id = ?", (hook["id"],)).fetchone()[0] == 0
             )
         )

@@ -65,7 +65,7 @@ def test_nothing_only_another_role_may_see_gets_into_a_view():
 
 
 def test_a_version_or_default_action_the_roles_may_not_call_is_left_out():
-    states = {name: state for name, state in RULES.controllers.items()}
+    states = dict(RULES.controllers)
     person = json.loads((ROOT / "iostate/person.json").read_text())["IOSTATE"]
     person["VERSION"]["2"] = {
         "DEFAULTACTION": "list",

@@ -108,7 +108,7 @@ def test_elements_finishing_out_of_order_answer_in_order_once_all_have():
         pipeline.running[index].callback(SimpleNamespace(data={"id": index}))
     assert not batch.called
     pipeline.running[1].errback(NotFound("no person 1"))
-    outcome = batch.result
+    outcome, _ = batch.result
     assert outcome.status == 207
     assert outcome.body["data"] == [{"id": 0}, None, {"id": 2}]
     assert [error["index"] for error in outcome.body["errors"]] == [1]

@@ -1,5 +1,6 @@
-"""API calls reach their handler by apid's own path grammar; every other path, and every odd
-one, goes to the Klein routes as before (`apid.dispatch`)."""
+"""API calls reach their handler by apid's own path grammar; an API path no call can be made on
+is a 404 or 405 problem from the same router; every other path goes to the Klein routes
+(`apid.dispatch`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from twisted.web.resource import Resource
 from apid.dispatch import ApiDispatch
 from apid.http import write_json, write_problem
 from apid.problems import NotFound, Problem
-
-from .test_http import Connection, assert_problem
+from assertions import assert_problem
+from http_in_memory import Connection
 
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
@@ -87,18 +88,39 @@ def test_an_api_call_reaches_its_handler_with_its_segments(api, target, segments
     [
         (b"/health", b"GET"),
         (b"/", b"GET"),
-        (b"/v0.1", b"GET"),  # one segment
-        (b"/v0.1/person/show/7/extra", b"GET"),  # five
-        (b"/v0.1//person", b"GET"),  # an empty segment
-        (b"/v0.1/person/show/a%2Fb", b"GET"),  # an encoded slash: Klein splits the path it decodes
         (b"/x0.1/person/show", b"GET"),  # not an API prefix
         (b"/v9.9/person/show", b"GET"),  # a first segment a route claims
-        (b"/v0.1/person/show", b"TRACE"),  # a method no API call is made with
+        (b"/v9.9/person/show", b"TRACE"),
     ],
 )
-def test_every_other_path_goes_to_the_routes(api, target, method):
+def test_every_path_that_is_no_api_call_goes_to_the_routes(api, target, method):
     answer = get(api, target, method)
     assert answer.status == 200 and "routes" in answer.json
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        b"/v0.1",  # one segment
+        b"/v0.1/",
+        b"/b0.1",
+        b"/v0.1/person/show/7/extra",  # five
+        b"/v0.1//person",  # an empty segment
+        b"/v0.1/person/show/7//",
+        b"/v0.1/person/show/a%2Fb",  # an encoded slash
+        b"/v0.1/person/show/a%2fb",
+    ],
+)
+def test_an_api_path_no_call_can_be_made_on_is_404_here(api, target):
+    answer = get(api, target)
+    assert assert_problem(answer, 404)["detail"] == f"no resource at {target.decode()}"
+
+
+@pytest.mark.parametrize("method", [b"TRACE", b"FOO"])
+def test_an_api_path_called_with_a_method_no_call_takes_is_405_with_allow(api, method):
+    answer = get(api, b"/v0.1/person/show", method)
+    assert assert_problem(answer, 405)["detail"] == f"/v0.1/person/show is not called with {method.decode()}"
+    assert answer.headers["Allow"] == ", ".join(sorted(METHODS))
 
 
 def test_a_problem_raised_is_answered_with_its_length(api):

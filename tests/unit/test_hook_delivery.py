@@ -16,8 +16,8 @@ from twisted.internet import reactor, task
 from twisted.internet.defer import Deferred, gatherResults
 
 from apid.hooks.delivery import Deliverer
+from apid.hooks.queue import Attempt, Claimed, Outcome, host_key
 from apid.hooks.signing import new_secret
-from apid.hooks.store import Attempt, Claimed, Outcome, host_key
 from receiver import Answer, RawReceiver, Receiver
 
 PER_HOST = 8

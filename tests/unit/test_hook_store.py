@@ -9,24 +9,19 @@ import pytest
 from sqlalchemy import select, update
 
 from apid.accounts import insert_account
-from apid.hooks.store import (
+from apid.hooks.queue import (
     Attempt,
     NewMessage,
     Outcome,
-    change_hook,
     claim,
-    enable_values,
-    get_hook,
-    insert_hook,
     insert_messages,
-    list_hooks,
     pending_counts,
     purge,
     release,
-    requeue,
     settle,
     subscribers,
 )
+from apid.hooks.registry import change_hook, enable_values, get_hook, insert_hook, list_hooks, requeue
 from apid.problems import NotFound
 from apid.store.database import make_engine, run_read, run_write
 from apid.store.migrate import upgrade
@@ -123,7 +118,7 @@ def test_failures_back_off_and_disable_the_hook_at_max_attempts(engine, hook_id)
 
 
 def test_a_failing_hook_is_probed_with_one_message_at_a_time(engine, hook_id):
-    first, *rest = add_messages(engine, hook_id, 4)
+    first = add_messages(engine, hook_id, 4)[0]
     take(engine)
     settle_now(engine, [attempt(first, hook_id, Outcome.FAILED, error="down")])
     retry_at = hook_state(engine, hook_id).retry_at

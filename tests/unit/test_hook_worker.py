@@ -15,7 +15,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
 from apid.config import WebhooksConfig
-from apid.hooks.store import Attempt, Claimed, NewMessage, Outcome, insert_hook, insert_messages
+from apid.hooks.queue import Attempt, Claimed, NewMessage, Outcome, insert_messages
+from apid.hooks.registry import insert_hook
 from apid.hooks.worker import HOLD_PER_SLOT, DeliveryWorker
 from apid.store.database import run_read, run_write
 from apid.store.tables import hook, hook_message

@@ -62,7 +62,7 @@ def test_text_keeps_the_access_line_with_the_request_id():
 def test_a_failure_carries_its_traceback_and_its_level():
     def fail(log: Logger) -> None:
         try:
-            1 / 0
+            raise ZeroDivisionError("division by zero")
         except ZeroDivisionError:
             log.failure("answering {path} failed", path="/v0.1/x/y")
 

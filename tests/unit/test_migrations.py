@@ -339,7 +339,7 @@ def test_schema_status_gives_each_schemas_revision_head_and_pending_ones(tmp_pat
 
     upgrade(engine, "0003")  # apid's alone, part of the way
     apid, plugin = schema_status(engine, [directory])
-    assert (apid.current, apid.pending) == ("0003", tuple(f"000{n}" for n in range(4, int(apid.head) + 1)))
+    assert (apid.current, apid.pending) == ("0003", tuple(f"{n:04d}" for n in range(4, int(apid.head) + 1)))
     assert plugin.pending == ("0001",)
     with pytest.raises(MigrationsPending) as pending:
         require_current(engine, [directory])

@@ -188,20 +188,20 @@ def test_of_two_concurrent_consumes_only_one_succeeds(engine, alice):
     On SQLite the write transactions (BEGIN IMMEDIATE) queue, so the later one finds the id
     used; the `used_at IS NULL` guard on the UPDATE is what keeps PostgreSQL (READ
     COMMITTED, no write lock up front) safe as well."""
+
+    def contender(secret: str, barrier: threading.Barrier, results: list, errors: list) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(run_write(engine, consume, secret, VALIDATE))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
     for _ in range(20):
         secret = run_write(engine, issue, alice, VALIDATE, HOUR)
         barrier = threading.Barrier(2)
         results: list[LiveId | None] = []
         errors: list[BaseException] = []
-
-        def contender() -> None:
-            try:
-                barrier.wait(timeout=10)
-                results.append(run_write(engine, consume, secret, VALIDATE))
-            except BaseException as error:  # reported below
-                errors.append(error)
-
-        threads = [threading.Thread(target=contender) for _ in range(2)]
+        threads = [threading.Thread(target=contender, args=(secret, barrier, results, errors)) for _ in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:

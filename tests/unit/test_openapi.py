@@ -13,7 +13,8 @@ from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from apid.apidoc import api_view
 from apid.config import load
 from apid.iostate import RuleSet, bind_references, parse_text
-from apid.openapi import OPENAPI_PATH, OpenApiDocuments, build, document_settings
+from apid.openapi import OPENAPI_PATH
+from apid.openapi.document import OpenApiDocuments, build, document_settings
 from apid.plugins import load_all
 from iostate_rules import SAMPLE_TEAM, expected_api_paths, network_roles, read_states
 

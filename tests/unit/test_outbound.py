@@ -43,8 +43,10 @@ class Client:
         self.pool = connection_pool(reactor, per_host=2)
         self.http = HTTPClient(agent(reactor, self.pool, 5))
 
-    async def post(self, url: str, body: bytes | BytesBody = BytesBody(b"{}")) -> tuple[int, bytes]:
-        response = await self.http.post(url, data=body, allow_redirects=False)
+    async def post(self, url: str, body: bytes | BytesBody | None = None) -> tuple[int, bytes]:
+        """POST `body` (by default `{}` as a body that can be sent again) and read the answer."""
+        data = BytesBody(b"{}") if body is None else body
+        response = await self.http.post(url, data=data, allow_redirects=False)
         return response.code, await treq.content(response)
 
 

@@ -76,12 +76,12 @@ def documented(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, 
     args = node.args
     positional = args.posonlyargs + args.args
     defaults = [inspect.Parameter.empty] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    params = [(a.arg, "POSITIONAL_OR_KEYWORD", a.annotation, d) for a, d in zip(positional, defaults)]
+    params = [(a.arg, "POSITIONAL_OR_KEYWORD", a.annotation, d) for a, d in zip(positional, defaults, strict=True)]
     if args.vararg:
         params.append((args.vararg.arg, "VAR_POSITIONAL", args.vararg.annotation, inspect.Parameter.empty))
     params += [
         (a.arg, "KEYWORD_ONLY", a.annotation, inspect.Parameter.empty if d is None else d)
-        for a, d in zip(args.kwonlyargs, args.kw_defaults)
+        for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
     ]
     if args.kwarg:
         params.append((args.kwarg.arg, "VAR_KEYWORD", args.kwarg.annotation, inspect.Parameter.empty))

@@ -5,6 +5,7 @@ migrated with Alembic and the installed plugins bound to a copy of the repositor
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -177,7 +178,7 @@ async def test_a_process_stopping_removes_its_report(engine, watcher):
 @pytest_twisted.ensureDeferred
 async def test_announcing_moves_the_generation_only_when_the_files_load(engine, database, iostate, rule_book):
     edit_show_roles(iostate, ["ROLE_NOBODY"])
-    with pytest.raises(IOStateError, match="person.json"):
+    with pytest.raises(IOStateError, match=re.escape("person.json")):
         await announce_reload(reactor, database, rule_book)
     assert run_read(engine, read_generation) == 0
     edit_show_roles(iostate, ["ROLE_ADMIN"])

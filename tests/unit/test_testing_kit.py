@@ -8,6 +8,7 @@ here, so each answer received also shows that the kit needs no reactor.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -237,7 +238,7 @@ def test_a_call_still_waiting_raises_instead_of_hanging(tmp_path):
     (tmp_path / "wait.json").write_text(json.dumps(WAIT_IOSTATE))
     with InMemoryApid([WaitingController], iostate_dir=tmp_path) as kit:
         user = kit.caller("ROLE_USER")
-        with pytest.raises(StillWaiting, match="GET /v0.1/wait/forever is still waiting"):
+        with pytest.raises(StillWaiting, match=re.escape("GET /v0.1/wait/forever is still waiting")):
             kit.get(f"/v{kit.version}/wait/forever", caller=user)
 
 
@@ -302,5 +303,5 @@ def test_a_plugins_migrations_run_after_apids_schema(tmp_path, monkeypatch):
 
 
 def test_a_migrations_package_that_is_not_there_fails_naming_it():
-    with pytest.raises(PluginError, match="migrations package kit_nowhere.migrations failed to load"):
+    with pytest.raises(PluginError, match=re.escape("migrations package kit_nowhere.migrations failed to load")):
         InMemoryApid(migrations=["kit_nowhere.migrations"], iostate_dir=IOSTATE)

@@ -142,7 +142,8 @@ class AddressChanges:
             f"{PRODUCT}: confirm your new e-mail address",
             (
                 f"Hello {username},\n\nto make this the e-mail address of your {PRODUCT} account, open this link "
-                f"within {onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                f"within {onetime.duration(self._config.validation_lifetime)}:\n\n"
+                f"{onetime.link(self._base_url, secret)}\n\n"
                 "If you did not ask for this, ignore this message: nothing changes.\n"
             ),
         )

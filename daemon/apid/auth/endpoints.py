@@ -1,9 +1,10 @@
 """Public endpoints: fixed paths that answer without a token when listed in `reservedUris`.
 
-This module holds what every public endpoint shares (the route value, reading string
-fields, the client's address, the plain-text answer) and the service endpoints: `/health`
-(liveness), `/error` (a problem body for any status, for reverse proxies) and, when
-`metrics.role` is set, `/metrics` for a token of that role (`apid.metrics`).
+This module holds what every public endpoint shares (the route value, the path declared with
+its OpenAPI operation, reading string fields, the client's address, the plain-text answer) and
+the service endpoints: `/health` (liveness), `/error` (a problem body for any status, for
+reverse proxies) and, when `metrics.role` is set, `/metrics` for a token of that role
+(`apid.metrics`; left out of the API documents).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.http import query_fields, write_json, write_problem
 from apid.iostate.types import value_type
 from apid.metrics import scrape
+from apid.openapi.parts import STRING, json_answer, problem_answer, query_parameter
 from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_status
 
 Handler = Callable[[Request, Principal | None], Awaitable[bytes]]
@@ -42,6 +44,22 @@ class PublicRoute:
         """The `reservedUris` entry that makes this route public: its path, or for a path with
         a variable part (`/docs/assets/<name>`) the fixed part before it (`/docs/assets`)."""
         return self.path.split("<", 1)[0].rstrip("/") or "/"
+
+
+@dataclass(frozen=True)
+class PublicPath:
+    """A public endpoint as the API documents describe it, declared beside its handler: path,
+    method and OpenAPI operation (summary, parameters, request body, responses; `security`
+    only where the token is needed whatever `reservedUris` says). `apid.openapi.public` lists
+    them; each document adds the tag, the operationId and, from `reservedUris`, the security."""
+
+    path: str
+    method: str
+    operation: Mapping[str, Any]
+
+    def route(self, handler: Handler) -> PublicRoute:
+        """This endpoint, answered by `handler`."""
+        return PublicRoute(self.path, self.method, handler)
 
 
 def string_fields(body: Mapping[str, Any], *names: str) -> list[str]:
@@ -114,6 +132,45 @@ def write_text(request: Request, text: str, status: int = 200) -> bytes:
     return text.encode("utf-8")
 
 
+HEALTH = PublicPath(
+    "/health",
+    "GET",
+    {
+        "summary": "Liveness, for load balancers and peers",
+        "responses": {
+            "200": json_answer(
+                "Up",
+                {
+                    "type": "object",
+                    "required": ["status", "version"],
+                    "properties": {"status": {"const": "pass"}, "version": STRING},
+                },
+            )
+        },
+    },
+)
+ERROR = PublicPath(
+    "/error",
+    "GET",
+    {
+        "summary": "The problem body of a status (for a reverse proxy's error pages)",
+        "parameters": [
+            {
+                **query_parameter(
+                    "status",
+                    "A status from 400 to 599 that HTTP names, in three digits (default "
+                    "500; anything else is a 400 naming status)",
+                    required=False,
+                ),
+                "schema": {"type": "integer", "minimum": 400, "maximum": 599},
+            }
+        ],
+        "responses": {"default": problem_answer("That status's problem")},
+    },
+)
+SERVICE_PATHS = (HEALTH, ERROR)
+
+
 class ServiceEndpoints:
     """`/health` for load balancers and peers; `/error` renders the problem body of a status;
     `/metrics` for Prometheus, when a role may read them here (`metrics_role`)."""
@@ -123,7 +180,7 @@ class ServiceEndpoints:
         self._metrics_role = metrics_role
 
     def routes(self) -> list[PublicRoute]:
-        routes = [PublicRoute("/health", "GET", self.health), PublicRoute("/error", "GET", self.error)]
+        routes = [HEALTH.route(self.health), ERROR.route(self.error)]
         if self._metrics_role is not None:
             routes.append(PublicRoute("/metrics", "GET", self.metrics))
         return routes

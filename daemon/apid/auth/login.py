@@ -14,19 +14,69 @@ from __future__ import annotations
 from twisted.web.http import Request
 
 from apid.accounts import Accounts, username_key
-from apid.auth.endpoints import PublicRoute, client_address, fields_of, query_value, string_fields
+from apid.auth.endpoints import PublicPath, PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
 from apid.auth.sessions import Revocations, Rotation, rotate, start_family
 from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.config import JwtConfig
 from apid.http import bearer_token, read_json_body, write_json
+from apid.openapi.parts import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.problems import Unauthorized
 from apid.store.database import Database
 
 REFRESH_COOKIE = b"apid_refresh"
 WRONG_CREDENTIALS = "the username or password is wrong"
 NO_REFRESH = "the session cannot be refreshed; log in again"
+
+_TOKEN_ANSWER = {
+    "type": "object",
+    "required": ["token"],
+    "properties": {"token": {"type": "string", "description": "A JWT access token"}},
+}
+_REFRESH_COOKIE_PARAMETER = {
+    "name": REFRESH_COOKIE.decode("ascii"),
+    "in": "cookie",
+    "required": False,
+    "schema": STRING,
+    "description": "The refresh cookie set at login",
+}
+AUTHENTICATE = PublicPath(
+    "/authenticate",
+    "POST",
+    {
+        "summary": "Log in",
+        "requestBody": json_body({"username": FILLED_STRING, "password": FILLED_STRING}),
+        "responses": {
+            "200": json_answer("The access token, and the refresh cookie", _TOKEN_ANSWER, "Set-Cookie"),
+            **problem_answers("400", "401", "429"),
+        },
+    },
+)
+REFRESH_TOKEN = PublicPath(
+    "/refreshToken",
+    "GET",
+    {
+        "summary": "A new access token for the current one (expired is fine) and the refresh cookie",
+        "security": BEARER,  # the current token, even expired, beside the cookie
+        "parameters": [query_parameter("name", "Your username"), _REFRESH_COOKIE_PARAMETER],
+        "responses": {
+            "200": json_answer("A new access token, and a new refresh cookie", _TOKEN_ANSWER, "Set-Cookie"),
+            **problem_answers("400", "401"),
+        },
+    },
+)
+LOGOUT = PublicPath(
+    "/logout",
+    "POST",
+    {
+        "summary": "End the login: the refresh cookie and every access token of it",
+        "security": BEARER,
+        "parameters": [_REFRESH_COOKIE_PARAMETER],
+        "responses": {"204": {"description": "Logged out; the cookie is cleared"}, **problem_answers("401")},
+    },
+)
+SESSION_PATHS = (AUTHENTICATE, REFRESH_TOKEN, LOGOUT)
 
 
 class SessionEndpoints:
@@ -52,9 +102,9 @@ class SessionEndpoints:
 
     def routes(self) -> list[PublicRoute]:
         return [
-            PublicRoute("/authenticate", "POST", self.authenticate),
-            PublicRoute("/refreshToken", "GET", self.refresh),
-            PublicRoute("/logout", "POST", self.logout),
+            AUTHENTICATE.route(self.authenticate),
+            REFRESH_TOKEN.route(self.refresh),
+            LOGOUT.route(self.logout),
         ]
 
     def _set_cookie(self, request: Request, secret: str, max_age: int) -> None:
@@ -119,7 +169,9 @@ class SessionEndpoints:
         )
         if outcome.status is Rotation.REUSED and principal.session is not None:
             self._revocations.ended(principal.session)
-        account = await self._accounts.get(principal.user_id) if outcome.status is Rotation.ROTATED else None
+        if outcome.status is not Rotation.ROTATED or outcome.secret is None:  # ROTATED always holds the new secret
+            raise Unauthorized(NO_REFRESH)
+        account = await self._accounts.get(principal.user_id)
         if account is None or not account.may_log_in:
             raise Unauthorized(NO_REFRESH)
         token = self._tokens.issue(account.id, account.username, account.roles, principal.session)

@@ -15,10 +15,21 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.web.http import Request
 
-from apid.accounts import change_account, check_credentials, email_key, get_account, insert_account, username_key
+from apid.accounts import (
+    PASSWORD_LENGTH,
+    USERNAME,
+    change_account,
+    check_credentials,
+    email_key,
+    get_account,
+    insert_account,
+    username_key,
+)
 from apid.auth import onetime
 from apid.auth.address_change import PURPOSES, AddressChanges
 from apid.auth.endpoints import (
+    EMAIL,
+    PublicPath,
     PublicRoute,
     client_address,
     email_field,
@@ -35,6 +46,15 @@ from apid.config import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.http import read_json_body, write_json
 from apid.mail import PRODUCT, Message, Outbox
+from apid.openapi.parts import (
+    FILLED_STRING,
+    header_refs,
+    json_answer,
+    json_body,
+    problem_answers,
+    query_parameter,
+    text_answer,
+)
 from apid.problems import BadRequest, NotFound
 from apid.store.database import Database
 from apid.store.tables import person
@@ -109,6 +129,82 @@ def reset_password(
     return live.person_id
 
 
+_NEW_USERNAME = {
+    "type": "string",
+    "pattern": f"^{USERNAME.pattern}$",
+    "description": "3 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+}
+_NEW_PASSWORD = {
+    "type": "string",
+    "minLength": PASSWORD_LENGTH[0],
+    "maxLength": PASSWORD_LENGTH[1],
+    "description": "Not the username",
+}
+_SENT_ANSWER = text_answer("A validation email was sent (the same answer whether or not an account exists)")
+REGISTER = PublicPath(
+    "/register",
+    "POST",
+    {
+        "summary": "Sign up: a validation email is sent",
+        "requestBody": json_body({"username": _NEW_USERNAME, "password": _NEW_PASSWORD, "email": EMAIL.json_schema}),
+        "responses": {"200": _SENT_ANSWER, **problem_answers("400", "429")},
+    },
+)
+VALIDATE = PublicPath(
+    "/validate",
+    "GET",
+    {
+        "summary": "Follow an emailed link: validates the account, or opens a password reset",
+        "parameters": [query_parameter("id", "The id from the emailed link")],
+        "responses": {
+            "302": {
+                "description": "To the home page (account validated) or the reset page",
+                "headers": header_refs("Location"),
+            },
+            **problem_answers("400"),
+        },
+    },
+)
+FORGOT_PASSWORD = PublicPath(
+    "/forgotPassword",
+    "POST",
+    {
+        "summary": "Ask for a password reset email",
+        "requestBody": json_body({"email": EMAIL.json_schema}),
+        "responses": {"200": _SENT_ANSWER, **problem_answers("400", "429")},
+    },
+)
+VALIDATE_RESET_PASSWORD = PublicPath(
+    "/validateResetPassword",
+    "GET",
+    {
+        "summary": "Whether a reset id is still good",
+        "parameters": [query_parameter("id", "The reset id")],
+        "responses": {
+            "200": json_answer(
+                "The id is good until expires",
+                {
+                    "type": "object",
+                    "required": ["valid", "expires"],
+                    "properties": {"valid": {"type": "boolean"}, "expires": {"type": "string", "format": "date-time"}},
+                },
+            ),
+            **problem_answers("400", "404"),
+        },
+    },
+)
+RESET_PASSWORD = PublicPath(
+    "/resetPassword",
+    "POST",
+    {
+        "summary": "Set a new password with a reset id; ends the account's other logins",
+        "requestBody": json_body({"id": FILLED_STRING, "password": _NEW_PASSWORD}),
+        "responses": {"200": text_answer("The password was changed"), **problem_answers("400")},
+    },
+)
+ACCOUNT_PATHS = (REGISTER, VALIDATE, FORGOT_PASSWORD, VALIDATE_RESET_PASSWORD, RESET_PASSWORD)
+
+
 class AccountEndpoints:
     def __init__(
         self,
@@ -138,11 +234,11 @@ class AccountEndpoints:
 
     def routes(self) -> list[PublicRoute]:
         return [
-            PublicRoute("/register", "POST", self.register),
-            PublicRoute("/validate", "GET", self.validate),
-            PublicRoute("/forgotPassword", "POST", self.forgot_password),
-            PublicRoute("/validateResetPassword", "GET", self.validate_reset),
-            PublicRoute("/resetPassword", "POST", self.reset_password),
+            REGISTER.route(self.register),
+            VALIDATE.route(self.validate),
+            FORGOT_PASSWORD.route(self.forgot_password),
+            VALIDATE_RESET_PASSWORD.route(self.validate_reset),
+            RESET_PASSWORD.route(self.reset_password),
         ]
 
     async def register(self, request: Request, _principal: Principal | None) -> bytes:
@@ -177,7 +273,8 @@ class AccountEndpoints:
                 f"{PRODUCT}: confirm your account",
                 (
                     f"Hello {username},\n\nto confirm your {PRODUCT} account, open this link within "
-                    f"{onetime.duration(self._config.validation_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                    f"{onetime.duration(self._config.validation_lifetime)}:\n\n"
+                    f"{onetime.link(self._base_url, secret)}\n\n"
                     "If you did not sign up, ignore this message.\n"
                 ),
             )

@@ -22,8 +22,8 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseNeverReceived
 from twisted.web.iweb import IResponse
 
+from apid.hooks.queue import Attempt, Claimed, Outcome
 from apid.hooks.signing import signature_header
-from apid.hooks.store import Attempt, Claimed, Outcome
 from apid.hooks.urls import UrlRefused, check_url
 from apid.outbound import BytesBody, agent, connection_pool
 

@@ -24,7 +24,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from apid.hooks.store import NewMessage, Subscriber, insert_messages, subscribers
+from apid.hooks.queue import NewMessage, Subscriber, insert_messages, subscribers
 from apid.http import dumps
 from apid.iostate import Endpoint, RuleSet
 from apid.problems import InternalError
@@ -154,9 +154,12 @@ class AccountEvents:
     def record(self, connection: Connection, action: str, account: Any) -> None:
         """The events of `person/{action}` (create or update) for the account as it is now."""
         endpoint = current_endpoint(self._rules(), "person", action)
-        if endpoint is not None and endpoint.emits_events:
-            if record_events(connection, endpoint, account, self._clock(), self._filter):
-                self._wake()
+        if (
+            endpoint is not None
+            and endpoint.emits_events
+            and record_events(connection, endpoint, account, self._clock(), self._filter)
+        ):
+            self._wake()
 
 
 def current_endpoint(rules: RuleSet, controller: str, action: str) -> Endpoint | None:

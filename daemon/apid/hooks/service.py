@@ -14,20 +14,19 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from apid.hooks.events import message_id, payload
-from apid.hooks.signing import new_secret
-from apid.hooks.store import (
-    NewMessage,
+from apid.hooks.queue import NewMessage, insert_messages
+from apid.hooks.registry import (
     change_hook,
     delete_hook,
     enable_values,
     insert_hook,
-    insert_messages,
     list_attempts,
     list_hooks,
     owned_hook,
     requeue,
     rotate_secret,
 )
+from apid.hooks.signing import new_secret
 from apid.hooks.urls import UrlRefused, check_url
 from apid.iostate import RuleSet
 from apid.plugin import Caller

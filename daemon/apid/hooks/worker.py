@@ -36,7 +36,7 @@ from twisted.logger import Logger
 from apid import metrics
 from apid.config import WebhooksConfig
 from apid.hooks.delivery import Deliverer
-from apid.hooks.store import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
+from apid.hooks.queue import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
 from apid.store.database import Database
 
 log = Logger(namespace="apid.hooks")

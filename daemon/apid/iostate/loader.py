@@ -459,7 +459,7 @@ def bind_references(states: Mapping[str, ControllerState]) -> dict[str, Controll
 def _referenced_field(state: ControllerState, spec: FieldSpec, states: Mapping[str, ControllerState]) -> str:
     written = spec.reference if spec.referenced_field is None else f"{spec.reference}.{spec.referenced_field}"
     where = _Where(state.source, f"controller {state.name}", f"field {spec.name}")
-    target = states.get(spec.reference)
+    target = None if spec.reference is None else states.get(spec.reference)
     if target is None:
         raise where.error(f"FKEY reference {written!r} is not an installed controller")
     key = target.primary_key

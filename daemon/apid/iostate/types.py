@@ -3,7 +3,8 @@
 A value arrives either as JSON (the body: it must already have the right JSON type) or as
 text (the path id and query parameters: it is parsed from the string). Whatever a type
 admits, the database and the daemon's JSON encoder can hold: whole numbers within 64 bits
-(SQLite's INTEGER, orjson), finite doubles.
+(SQLite's INTEGER, orjson), finite doubles. Each type also declares the JSON Schema of its
+values, with which the API documents (`apid.openapi`) type a field of it.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
+EMAIL_LENGTH = 254  # characters: the longest address SMTP carries (RFC 5321's 256-octet path, less <>)
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME = re.compile(rf"{LABEL}(?:\.{LABEL})*")
 EMAIL = re.compile(rf"[^@\s\x00-\x1f\x7f<>(),;:\"\[\]\\]{{1,64}}@{LABEL}(?:\.{LABEL})+")
@@ -32,11 +34,13 @@ CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 
 @dataclass(frozen=True)
 class ValueType:
-    """One VALUES type: `check` takes a JSON value, `parse` takes text; both raise ValueError."""
+    """One VALUES type: `check` takes a JSON value, `parse` takes text; both raise ValueError.
+    `json_schema` is the JSON Schema of the values `check` admits (null aside)."""
 
     name: str
     check: Callable[[Any], Any]
     parse: Callable[[str], Any]
+    json_schema: Mapping[str, Any] = field(compare=False)
 
 
 def _integer(bounds: tuple[int, int]) -> Callable[[Any], int]:
@@ -119,7 +123,7 @@ def _date(value: Any) -> str:
 
 def _email(value: Any) -> str:
     text = _string(value)
-    if len(text) > 254 or not EMAIL.fullmatch(text):
+    if len(text) > EMAIL_LENGTH or not EMAIL.fullmatch(text):
         raise ValueError("expected an email address")
     return text
 
@@ -179,16 +183,33 @@ _LONG = _integer(INT64)
 _INTEGER = _integer(INT32)
 
 TYPES: dict[str, ValueType] = {
-    "long": ValueType("Long", _LONG, _parse_integer(_LONG)),
-    "integer": ValueType("Integer", _INTEGER, _parse_integer(_INTEGER)),
-    "string": ValueType("String", _string, _string),
-    "boolean": ValueType("Boolean", _boolean, _parse_boolean),
-    "float": ValueType("Float", _float, _parse_float),
-    "date": ValueType("Date", _date, _date),
-    "email": ValueType("Email", _email, _email),
-    "url": ValueType("URL", _url, _url),
-    "list": ValueType("List", _list, lambda text: text.split(",") if text else []),
-    "map": ValueType("Map", _map, _text_only_in_body("Map")),
+    "long": ValueType(
+        "Long",
+        _LONG,
+        _parse_integer(_LONG),
+        json_schema={"type": "integer", "format": "int64", "minimum": INT64[0], "maximum": INT64[1]},
+    ),
+    "integer": ValueType(
+        "Integer",
+        _INTEGER,
+        _parse_integer(_INTEGER),
+        json_schema={"type": "integer", "format": "int32", "minimum": INT32[0], "maximum": INT32[1]},
+    ),
+    "string": ValueType("String", _string, _string, json_schema={"type": "string"}),
+    "boolean": ValueType("Boolean", _boolean, _parse_boolean, json_schema={"type": "boolean"}),
+    "float": ValueType("Float", _float, _parse_float, json_schema={"type": "number", "format": "double"}),
+    "date": ValueType("Date", _date, _date, json_schema={"type": "string", "format": "date-time"}),
+    "email": ValueType(
+        "Email", _email, _email, json_schema={"type": "string", "format": "email", "maxLength": EMAIL_LENGTH}
+    ),
+    # The scheme only: JSON Schema's "uri" format does not say which hosts _url admits.
+    "url": ValueType(
+        "URL", _url, _url, json_schema={"type": "string", "format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?://"}
+    ),
+    "list": ValueType(
+        "List", _list, lambda text: text.split(",") if text else [], json_schema={"type": "array", "items": {}}
+    ),
+    "map": ValueType("Map", _map, _text_only_in_body("Map"), json_schema={"type": "object"}),
 }
 
 ALIASES = {

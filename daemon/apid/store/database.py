@@ -16,7 +16,7 @@ from collections import namedtuple
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, create_engine, event
+from sqlalchemy import Connection, Engine, Insert, Select, create_engine, event
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.threads import deferToThreadPool
@@ -59,6 +59,15 @@ def dialect_insert(connection: Connection) -> Callable[..., Any]:
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
     return sqlite_insert
+
+
+def inserted_id(connection: Connection, statement: Insert) -> int:
+    """Run a one-row insert and answer the new row's id (SQLAlchemy types the key as optional,
+    but a one-row insert into a table with a primary key always has one)."""
+    key = connection.execute(statement).inserted_primary_key
+    if key is None:
+        raise RuntimeError(f"the insert into {statement.table} returned no primary key")
+    return int(key[0])
 
 
 def _after_wait(
@@ -128,7 +137,9 @@ class PreparedSelect:
             connection.close()
         processors = self._processors
         return [
-            self._row(*(value if process is None else process(value) for process, value in zip(processors, row)))
+            self._row(
+                *(value if process is None else process(value) for process, value in zip(processors, row, strict=True))
+            )
             for row in found
         ]
 

@@ -56,7 +56,8 @@ class FoldedKey:
             raise MigrationRefused(
                 f"migration {self.revision} ({self.table}.{self.key}): these accounts' {self.clash}, "
                 f"and must be made distinct first:\n{listed}\n"
-                f"{self.change} all but one of each group (UPDATE {self.table} SET {self.source} = ... WHERE id = ...), "
+                f"{self.change} all but one of each group "
+                f"(UPDATE {self.table} SET {self.source} = ... WHERE id = ...), "
                 "then migrate again. Nothing was changed."
             )
         return {row_id: key for key, held in holders.items() for row_id, _ in held}

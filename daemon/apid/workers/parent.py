@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import sys
+from contextlib import suppress
 from dataclasses import dataclass
 
 from twisted.internet import defer, tcp
@@ -234,10 +235,8 @@ def ended_how(reason: Failure) -> str:
 
 
 def _signal(worker: Worker, name: str) -> None:
-    try:
+    with suppress(ProcessExitedAlready):  # its end is on its way to `ended`
         worker.transport.signalProcess(name)
-    except ProcessExitedAlready:
-        pass  # its end is on its way to `ended`
 
 
 def _metrics_of_dead(pid: int) -> None:

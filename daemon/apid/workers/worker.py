@@ -8,11 +8,11 @@ its end of the channel as `CHANNEL_FD`.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from dataclasses import dataclass
 from typing import cast
 
-from twisted.internet import tcp
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.error import ReactorNotRunning
 from twisted.internet.interfaces import (
@@ -25,21 +25,18 @@ from twisted.internet.interfaces import (
 from twisted.internet.protocol import ServerFactory
 from zope.interface import implementer
 
+from apid.private_apis import OneAcceptPerRead, adopt_listening_port
 from apid.reactors import Reactor
 from apid.workers import CHANNEL_FD, PORT_FD
 from apid.workers.channel import ParentCounters, ParentWindows, Ready, WorkerSide, adopt
 
 
-class SharedPort(tcp.Port):
+class SharedPort(OneAcceptPerRead):
     """A port on a socket every worker accepts on. A new connection wakes each worker waiting
     in the reactor; Twisted's port then accepts all it can (up to 100, and more each time
     it gets them all), so the first awake takes a whole burst and keeps its connections
     (keep-alive) while the others idle. Accepting one per wake-up leaves the rest to the
     others, and a busy worker, late back to its reactor, takes fewer."""
-
-    def doRead(self) -> None:
-        self.numberAccepts = 1
-        super().doRead()
 
 
 @implementer(IStreamServerEndpoint)
@@ -61,7 +58,7 @@ class AdoptedPort:
         return maybeDeferred(self._adopt, factory)
 
     def _adopt(self, factory: IProtocolFactory) -> SharedPort:
-        port = SharedPort._fromListeningDescriptor(self._reactor, self._fd, self._family, factory)
+        port = adopt_listening_port(SharedPort, self._reactor, self._fd, self._family, factory)
         port.startListening()
         return port
 
@@ -92,7 +89,5 @@ def link(reactor: Reactor, index: int, family: socket.AddressFamily) -> WorkerLi
 
 
 def _parent_gone(reactor: IReactorCore) -> None:
-    try:
+    with contextlib.suppress(ReactorNotRunning):  # stopping already
         reactor.stop()  # the shutdown triggers drain what is in flight, as for SIGTERM
-    except ReactorNotRunning:
-        pass  # stopping already

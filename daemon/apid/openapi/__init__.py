@@ -1,0 +1,13 @@
+"""OpenAPI 3.1 documents of the API: what `/openapi.json` answers and `apid openapi` prints.
+
+`document` builds a document from the role-filtered view of `apid.apidoc` and keeps the built
+ones (`build`, `OpenApiDocuments`); `calls` and `chains` write the operations of the actions the
+roles may call, `fields` the JSON Schema of their fields (from `ValueType.json_schema`);
+`public` lists the public endpoints, whose operations are declared beside their handlers;
+`components` holds what every document shares, and `parts` what operations are written with.
+
+This module imports nothing, so that the endpoints' modules may use `parts` while `public`
+lists them.
+"""
+
+OPENAPI_PATH = "/openapi.json"

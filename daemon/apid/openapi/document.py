@@ -1,0 +1,175 @@
+"""OpenAPI 3.1 documents of the API, built from the role-filtered view of `apid.apidoc`.
+
+`build(view, settings)` turns the view of some roles into one document: every action those
+roles may call as plain calls (`/v{app}[-{api}]/{controller}/{action}` and its `/{id}` form),
+batch calls where they may batch it, and chains starting there, with the request and response
+fields they send and receive typed as JSON Schema; the public endpoints; RFC 9457 problems as
+error answers; the bearer scheme; the RateLimit, Link and Retry-After headers. With
+`token=False` it is the document of someone without a token: the endpoints that answer without
+one, the API calls of the anonymous role (`security.anonymousRole`, `anonymous_view`) included.
+`/openapi.json` answers it through `OpenApiDocuments`; `apid openapi` prints it offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from apid.apidoc import ApiView, api_view
+from apid.config import Config
+from apid.iostate.model import RuleSet
+from apid.openapi.calls import action_schemas, batch_operation, plain_operation, with_deprecation
+from apid.openapi.chains import chain_operations
+from apid.openapi.components import shared_components
+from apid.openapi.parts import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
+from apid.openapi.public import RouteDoc, plugin_routes, public_paths
+
+if TYPE_CHECKING:
+    from apid.plugins import LoadedController
+
+OPENAPI_VERSION = "3.1.0"
+
+
+@dataclass(frozen=True)
+class DocumentSettings:
+    """What a document says besides the rules: the deployment's version, public paths and limits."""
+
+    version: str
+    reserved_uris: frozenset[str]
+    batch_limit: int
+    chain_limit: int
+    server_url: str | None = None
+    routes: tuple[RouteDoc, ...] = ()
+    anonymous_role: str = "ROLE_ANONYMOUS"
+
+
+def document_settings(
+    config: Config, controllers: Iterable[LoadedController], server_url: str | None = None
+) -> DocumentSettings:
+    """The settings of a deployment's documents: `controllers` are the loaded ones (their routes)."""
+    return DocumentSettings(
+        version=config.api.version,
+        reserved_uris=config.api.reserved_uris,
+        batch_limit=config.api.batch_limit,
+        chain_limit=config.api.chain_limit,
+        server_url=server_url,
+        routes=plugin_routes(controllers),
+        anonymous_role=config.api.security.anonymous_role,
+    )
+
+
+def anonymous_view(rules: RuleSet, settings: DocumentSettings) -> ApiView | None:
+    """What a caller without a token may call in `rules` (as the anonymous role); None when nothing."""
+    view = api_view(rules, {settings.anonymous_role}, settings.version)
+    return view if view.controllers else None
+
+
+def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The paths of every call `view` holds (plain, batch, chain), and the schemas they refer to."""
+    paths: dict[str, dict[str, Any]] = {}
+    schemas: dict[str, Any] = {}
+    actions = list(view.actions())
+    non_safe = {action.method for action in actions if not action.is_safe}
+    app = settings.version
+    for action in actions:
+        schemas.update(action_schemas(action))
+        method = action.method.lower()
+        paths.setdefault(action.path("v", app), {})[method] = with_deprecation(
+            action, plain_operation(action, with_id=False)
+        )
+        if action.takes_id:
+            paths.setdefault(action.path("v", app, with_id=True), {})[method] = with_deprecation(
+                action, plain_operation(action, with_id=True)
+            )
+        if action.batch:
+            paths.setdefault(action.path("b", app), {})["post"] = with_deprecation(
+                action, batch_operation(action, settings.batch_limit)
+            )
+        chain_path = action.path("c", app, with_id=action.takes_id)
+        paths.setdefault(chain_path, {}).update(
+            {
+                form: with_deprecation(action, operation)
+                for form, operation in chain_operations(action, non_safe, settings.chain_limit).items()
+            }
+        )
+    return paths, schemas
+
+
+def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = True) -> dict[str, Any]:
+    """The OpenAPI document of what `view`'s roles may call; with no view, or `token` false, of
+    a caller without a token: the endpoints that answer without one, and what `view` (the
+    anonymous role's, `anonymous_view`) may call."""
+    without_token = view is None or not token
+    components = shared_components(sorted({action.name for action in view.actions()}) if view is not None else ())
+    paths = public_paths(settings.routes, settings.reserved_uris, anonymous=without_token)
+    tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]
+    if settings.routes:
+        tags.append({"name": ROUTES_TAG, "description": "Plugins' own paths, outside IO State"})
+    if view is None or not token:
+        description = (
+            "The endpoints that answer without a token. Log in (POST /authenticate) and "
+            "send the token to read the API your roles may call."
+        )
+    else:
+        description = (
+            f"The API as the roles {', '.join(sorted(view.roles)) or '(none)'} may call it, "
+            "from the IO State rules in force."
+        )
+    if view is not None:
+        api_paths, schemas = _api_paths(view, settings)
+        if without_token:
+            for operations in api_paths.values():
+                for operation in operations.values():
+                    operation["security"] = NO_TOKEN
+        paths.update(api_paths)
+        components["schemas"].update(schemas)
+        for controller in view.controllers:
+            versions = ", ".join(v.name + (" (current)" if v.current else "") for v in controller.versions)
+            tags.append(
+                {"name": controller.name, "description": f"Controller {controller.name}: API versions {versions}"}
+            )
+        tags.append({"name": BATCH_TAG, "description": "One endpoint called once per element of a batch (/b...)"})
+        tags.append(
+            {
+                "name": CHAIN_TAG,
+                "description": (
+                    "Several endpoints in one request (/c...), each output's key feeding the next link's id; "
+                    "the path's endpoint is the first link"
+                ),
+            }
+        )
+    document: dict[str, Any] = {
+        "openapi": OPENAPI_VERSION,
+        "info": {"title": "apid", "version": settings.version, "description": description},
+    }
+    if settings.server_url:
+        document["servers"] = [{"url": settings.server_url}]
+    document.update({"security": BEARER, "tags": tags, "paths": paths, "components": components})
+    return document
+
+
+class OpenApiDocuments:
+    """The documents `/openapi.json` answers, from the rule set in force: each built once per
+    rule set and set of roles, and built anew after a reload swaps the rules."""
+
+    MAX_KEPT = 64  # distinct role sets are few; this only bounds a pathological mix
+
+    def __init__(self, rules: Callable[[], RuleSet], settings: DocumentSettings) -> None:
+        self._rules = rules
+        self._settings = settings
+        self._built_from: RuleSet | None = None
+        self._documents: dict[frozenset[str] | None, dict[str, Any]] = {}
+
+    def document(self, roles: frozenset[str] | None) -> dict[str, Any]:
+        """The document of `roles`, or of a caller without a token for None."""
+        rules = self._rules()
+        if rules is not self._built_from or len(self._documents) >= self.MAX_KEPT:
+            self._documents.clear()
+            self._built_from = rules
+        if roles not in self._documents:
+            if roles is None:
+                self._documents[roles] = build(anonymous_view(rules, self._settings), self._settings, token=False)
+            else:
+                self._documents[roles] = build(api_view(rules, roles, self._settings.version), self._settings)
+        return self._documents[roles]

@@ -1,0 +1,56 @@
+"""The JSON Schema of IO State fields: each field's VALUES type (`ValueType.json_schema`), with
+null admitted in JSON, and the field's description, key and mock data said."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from apid.apidoc import FieldDoc
+
+
+def field_schema(field: FieldDoc, *, nullable: bool = True) -> dict[str, Any]:
+    """The JSON Schema of a field's values. In JSON every type also admits null: a request may
+    send null for any field, and IO State does not say which answers never hold one. Text (a
+    query parameter, the path's id) cannot be null."""
+    schema = dict(field.value_type.json_schema)
+    if nullable:
+        schema["type"] = [schema["type"], "null"]
+    description = field.description
+    if field.type == "Date":
+        description = _sentence(description, "An ISO 8601 date-time, or a date")
+    if field.key == "PKEY":
+        description = _sentence(description, "Primary key")
+    elif field.key == "FKEY":
+        description = _sentence(description, f"Refers to a {field.reference} (its id)")
+    elif field.key == "INDEX":
+        description = _sentence(description, "Indexed")
+    if description:
+        schema["description"] = description
+    if _fits(field, field.mock):
+        schema["examples"] = [field.mock]
+    return schema
+
+
+def object_schema(fields: Iterable[FieldDoc], **extra: Any) -> dict[str, Any]:
+    """A JSON object of these fields and no others; `extra` adds keywords (`required`, `description`)."""
+    return {
+        "type": "object",
+        "properties": {f.name: field_schema(f) for f in fields},
+        "additionalProperties": False,
+        **extra,
+    }
+
+
+def _sentence(text: str, more: str) -> str:
+    return f"{text.rstrip('.')}. {more}." if text else f"{more}."
+
+
+def _fits(field: FieldDoc, value: Any) -> bool:
+    if value is None:
+        return False
+    try:
+        field.value_type.check(value)
+    except ValueError:
+        return False
+    return True
