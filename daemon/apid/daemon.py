@@ -158,6 +158,11 @@ async def start(
     rules_watcher = RulesWatcher(reactor, db, parts.rule_book, process_name())
     db.start()
     passwords.start()
+    # Their threads are not daemon threads: a process whose reactor stopped would wait for them
+    # forever. A SIGTERM before `serve` registers its shutdown (while this start-up runs) must
+    # stop them too, so they are stopped after every shutdown, whichever stop comes first.
+    reactor.addSystemEventTrigger("after", "shutdown", db.stop)
+    reactor.addSystemEventTrigger("after", "shutdown", passwords.stop)
     metrics_port = None
     try:
         await parts.revocations.start()

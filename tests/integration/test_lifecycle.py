@@ -12,6 +12,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -344,6 +345,55 @@ def test_the_jwt_secret_is_created_0600_and_survives_a_restart(tmp_path):
 
 
 # --- SIGTERM ----------------------------------------------------------------------------------------
+
+# A SIGTERM that arrives while start-up runs, once the thread pools have started and before the
+# daemon registered its shutdown: sent by the process to itself at that moment, through the
+# real signal handler, as `make run` stopped early sends it.
+SIGTERM_DURING_START_UP = """
+import os, signal, sys
+from apid import reactors
+from apid.cli import main
+
+install = reactors.install
+
+def install_then_arm(name):
+    installed = install(name)
+    from apid import reloading  # imports the reactor: only once apid installed it
+
+    started = reloading.RulesWatcher.start
+
+    async def start_then_sigterm(self, generation):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return await started(self, generation)
+
+    reloading.RulesWatcher.start = start_then_sigterm
+    return installed
+
+reactors.install = install_then_arm
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigterm_during_start_up_ends_the_process(tmp_path):
+    """The database's and the passwords' thread pools are not daemon threads: a SIGTERM after
+    they started and before the daemon registered its shutdown left a process waiting for
+    them forever ("Main loop terminated", then nothing). Now it ends by itself."""
+    deployment = deployment_with_accounts(tmp_path, accounts=(ADMIN_ACCOUNT,))
+    command = ["serve", "--config-dir", str(deployment.config_dir), "--env", deployment.environment]
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_DURING_START_UP, *command, "--listen", "tcp:0:interface=127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail("a SIGTERM during start-up left the process running")
+    assert "Received SIGTERM" in err, err
+    assert "apid ready" not in out
 
 
 @pytest.fixture

@@ -57,7 +57,9 @@ class Passwords:
         self._pool.start()
 
     def stop(self) -> None:
-        self._pool.stop()
+        """Stop the threads; again does nothing (see `Database.stop`)."""
+        if self._pool.started:
+            self._pool.stop()
 
     def hash(self, password: str) -> Deferred[str]:
         return deferToThreadPool(self._reactor, self._pool, hash_password, password)

@@ -173,6 +173,10 @@ class Database:
             self._writer.start()
 
     def stop(self) -> None:
+        """Stop the threads and close the connections; again (a shutdown after a failed
+        start-up stopped it) does nothing."""
+        if not self._pool.started:
+            return
         if self._writer is not self._pool:
             self._writer.stop()
         self._pool.stop()
