@@ -392,8 +392,10 @@ def test_a_sigterm_during_start_up_ends_the_process(tmp_path):
         process.kill()
         process.communicate()
         pytest.fail("a SIGTERM during start-up left the process running")
+    # The default reactor handles the signal at once, inside the start-up; the asyncio reactor
+    # at its loop's next turn, which may come once start-up has ended: either way it ends.
     assert "Received SIGTERM" in err, err
-    assert "apid ready" not in out
+    assert process.returncode == 0 or "apid ready" not in out, (process.returncode, out, err)
 
 
 @pytest.fixture
