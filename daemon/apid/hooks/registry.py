@@ -16,6 +16,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 from apid.hooks.queue import PENDING
 from apid.hooks.signing import new_secret
 from apid.problems import Conflict, NotFound
+from apid.store.database import inserted_id
 from apid.store.tables import hook, hook_attempt, hook_message, person
 
 
@@ -118,7 +119,8 @@ def insert_hook(connection: Connection, user_id: int, url: str, service: str, se
     if connection.execute(select(person.c.id).where(person.c.id == user_id)).first() is None:
         raise NotFound(f"no person with id {user_id}")
     now = _now()
-    key = connection.execute(
+    hook_id = inserted_id(
+        connection,
         insert(hook).values(
             user_id=user_id,
             url=url,
@@ -129,11 +131,9 @@ def insert_hook(connection: Connection, user_id: int, url: str, service: str, se
             is_enabled=True,
             date_created=now,
             last_modified=now,
-        )
-    ).inserted_primary_key
-    if key is None:  # Optional in SQLAlchemy's types; a one-row insert always has its key
-        raise RuntimeError("the hook insert returned no primary key")
-    return owned_hook(connection, key[0], None)
+        ),
+    )
+    return owned_hook(connection, hook_id, None)
 
 
 def change_hook(
