@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 
 from apid.accounts import email_key, get_account
 from apid.auth import onetime
-from apid.auth.address_change import confirm_address, revert_address
+from apid.auth.address_change import confirm_address, revert_address, revert_id
 from apid.problems import Conflict
 from apid.store.database import run_read, run_write
 from apid.store.tables import person
@@ -84,3 +84,31 @@ def test_a_revert_to_an_address_another_account_took_still_ends_the_sessions(eng
 def test_the_reset_page_link_keeps_the_pages_own_query():
     assert onetime.page("https://app.test/reset", "s3cr3t") == "https://app.test/reset?id=s3cr3t"
     assert onetime.page("https://app.test/reset?from=mail", "a b") == "https://app.test/reset?from=mail&id=a+b"
+
+
+def test_a_second_change_and_its_revert_cannot_take_the_first_addresss_way_back(engine, alice):
+    """Someone holding the password moves alice@ to b@, then b@ to c@, then opens the link
+    mailed to b@ (their own): alice@'s link must still work, and undo everything after it."""
+    original = address(engine, alice)
+    set_address(engine, alice, "b@attacker.test")
+    first = run_write(engine, revert_id, alice, DAY, original)  # mailed to alice@
+    set_address(engine, alice, "c@attacker.test")
+    second = run_write(engine, revert_id, alice, DAY, "b@attacker.test")  # mailed to b@
+    assert run_read(engine, onetime.find_live, first) is not None  # the later change kept it
+
+    run_write(engine, revert_address, second, 3600, None)
+    assert address(engine, alice) == "b@attacker.test"
+    assert run_read(engine, onetime.find_live, first) is not None  # an earlier link survives a later one's use
+
+    run_write(engine, revert_address, first, 3600, None)
+    assert address(engine, alice) == original
+
+
+def test_reverting_a_change_withdraws_the_links_of_the_changes_after_it(engine, alice):
+    original = address(engine, alice)
+    first = run_write(engine, revert_id, alice, DAY, original)
+    later = run_write(engine, revert_id, alice, DAY, "b@attacker.test")
+    run_write(engine, revert_address, first, 3600, None)
+    assert address(engine, alice) == original
+    assert run_read(engine, onetime.find_live, later) is None
+    assert run_write(engine, revert_address, later, 3600, None) is None

@@ -9,7 +9,10 @@ so a mistyped or somebody else's address never gets the account's mail.
 
 Each link is a one-time id (`apid.auth.onetime`) carrying the address it sets, opened
 through `/validate` like every emailed link; the ids are issued in the transaction of the
-change they belong to, and mailed once it has committed.
+change they belong to, and mailed once it has committed. A later change never withdraws an
+earlier revert link, and using a revert link withdraws only the ones issued after it: someone
+holding the password who changes the address twice, then reverts to their own first address,
+cannot take away the way back of the address the account had before them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ def address_of(connection: Connection, person_id: int) -> str | None:
     return connection.execute(select(person.c.email).where(person.c.id == person_id)).scalar()
 
 
+def revert_id(connection: Connection, person_id: int, lifetime: int, old: str) -> str:
+    """An id that puts `old` back; the earlier ones stay good (see the module's docstring)."""
+    return onetime.issue(connection, person_id, onetime.EMAIL_REVERT, lifetime, address=old, replaces=False)
+
+
 @dataclass(frozen=True)
 class Reverted:
     """An address put back: the account's sessions are over, and a reset id lets its owner
@@ -57,7 +65,7 @@ def confirm_address(
         return None
     taken(connection, None, live.address, live.person_id)
     account = change_account(connection, live.person_id, events, email=live.address, email_key=email_key(live.address))
-    return account, old, onetime.issue(connection, live.person_id, onetime.EMAIL_REVERT, revert_lifetime, address=old)
+    return account, old, revert_id(connection, live.person_id, revert_lifetime, old)
 
 
 def revert_address(
@@ -73,7 +81,8 @@ def revert_address(
     ).first()
     if holders is None:
         change_account(connection, live.person_id, events, email=live.address, email_key=email_key(live.address))
-    # Pending confirmations of a new address die with the change they belonged to.
+    # The changes after this one are undone with it: their revert links and pending confirmations
+    onetime.withdraw(connection, live.person_id, onetime.EMAIL_REVERT, issued_after=live.row_id)
     onetime.withdraw(connection, live.person_id, onetime.EMAIL_CONFIRM)
     revoke_person(connection, live.person_id)
     return Reverted(live.person_id, onetime.issue(connection, live.person_id, onetime.RESET, reset_lifetime))
@@ -114,7 +123,7 @@ class AddressChanges:
                 connection, account.id, onetime.EMAIL_CONFIRM, self._config.validation_lifetime, address=new
             )
             return self._confirmation(account.username, new, secret)
-        secret = onetime.issue(connection, account.id, onetime.EMAIL_REVERT, self._config.revert_lifetime, address=old)
+        secret = revert_id(connection, account.id, self._config.revert_lifetime, old)
         return self._notice(account.username, old, new, secret)
 
     def post(self, message: Message) -> None:

@@ -66,11 +66,21 @@ class LiveId:
     purpose: str
     expires_at: datetime
     address: str | None = None
+    row_id: int = 0  # ids of one person and purpose are issued in this order
 
 
-def issue(connection: Connection, person_id: int, purpose: str, lifetime: int, address: str | None = None) -> str:
-    """A new id for `purpose`; the person's earlier unused ids of that purpose stop working."""
-    moment = withdraw(connection, person_id, purpose)
+def issue(
+    connection: Connection,
+    person_id: int,
+    purpose: str,
+    lifetime: int,
+    address: str | None = None,
+    *,
+    replaces: bool = True,
+) -> str:
+    """A new id for `purpose`; unless `replaces` is false, the person's earlier unused ids of
+    that purpose stop working."""
+    moment = withdraw(connection, person_id, purpose) if replaces else now()
     secret = new_secret()
     connection.execute(
         insert(account_token).values(
@@ -85,20 +95,18 @@ def issue(connection: Connection, person_id: int, purpose: str, lifetime: int, a
     return secret
 
 
-def withdraw(connection: Connection, person_id: int, purpose: str) -> datetime:
-    """The person's unused ids of `purpose` stop working (marked used now); now."""
+def withdraw(connection: Connection, person_id: int, purpose: str, issued_after: int | None = None) -> datetime:
+    """The person's unused ids of `purpose` stop working (marked used now), or only those issued
+    after the id whose `row_id` is `issued_after`; now."""
     moment = now()
-    connection.execute(
-        update(account_token)
-        .where(
-            and_(
-                account_token.c.person_id == person_id,
-                account_token.c.purpose == purpose,
-                account_token.c.used_at.is_(None),
-            )
-        )
-        .values(used_at=moment)
+    unused = and_(
+        account_token.c.person_id == person_id,
+        account_token.c.purpose == purpose,
+        account_token.c.used_at.is_(None),
     )
+    if issued_after is not None:
+        unused = and_(unused, account_token.c.id > issued_after)
+    connection.execute(update(account_token).where(unused).values(used_at=moment))
     return moment
 
 
@@ -107,7 +115,13 @@ def find_live(connection: Connection, secret: str) -> LiveId | None:
     row = connection.execute(select(account_token).where(account_token.c.token_hash == digest(secret))).first()
     if row is None or row.used_at is not None or _aware(row.expires_at) <= now():
         return None
-    return LiveId(person_id=row.person_id, purpose=row.purpose, expires_at=_aware(row.expires_at), address=row.address)
+    return LiveId(
+        person_id=row.person_id,
+        purpose=row.purpose,
+        expires_at=_aware(row.expires_at),
+        address=row.address,
+        row_id=row.id,
+    )
 
 
 def consume(connection: Connection, secret: str, purpose: str) -> LiveId | None:
