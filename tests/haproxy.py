@@ -1,0 +1,176 @@
+"""A throwaway HAProxy from Debian's package, in front of daemons started by the test: the
+proxy operators put before apid, run for real.
+
+The proxy listens on a free loopback port and balances round-robin over `servers` (each a
+`host:port`), with the health check docs/operations.md recommends (`GET /health`). `send`
+says how the client travels to apid: `forwardfor` (an `X-Forwarded-For` header and
+`X-Forwarded-Proto`), `proxy-v1` or `proxy-v2` (the PROXY protocol, `send-proxy` or
+`send-proxy-v2`, health checks included). `extra_server` and `extra_backend` add lines to each
+`server` line and to the backend (say `inter 200 fall 1 rise 1`, `retries 3`).
+
+    with running_haproxy(["127.0.0.1:8081", "127.0.0.1:8082"], send="proxy-v2") as proxy:
+        http.client.HTTPConnection("127.0.0.1", proxy.port)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness import free_port, listening
+
+HAPROXY = "/usr/sbin/haproxy"
+SENDS = {
+    "forwardfor": ("option forwardfor\n    http-request set-header X-Forwarded-Proto https", ""),
+    "proxy-v1": ("", " send-proxy check-send-proxy"),
+    "proxy-v2": ("", " send-proxy-v2 check-send-proxy"),
+}
+
+
+def configuration(
+    port: int,
+    servers: Sequence[str],
+    send: str,
+    admin: Path,
+    extra_server: str = "",
+    extra_backend: Sequence[str] = (),
+) -> str:
+    """The haproxy.cfg of one frontend on 127.0.0.1:`port` and one backend of `servers`, with
+    its runtime API on the Unix socket `admin`."""
+    backend_option, server_option = SENDS[send]
+    backend = "\n    ".join(line for line in (backend_option, *extra_backend) if line)
+    server_lines = "\n    ".join(
+        f"server apid{index} {address} check{server_option} {extra_server}".rstrip()
+        for index, address in enumerate(servers, 1)
+    )
+    return f"""global
+    maxconn 4096
+    stats socket {admin} level admin
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+
+frontend api
+    bind 127.0.0.1:{port}
+    default_backend apid
+
+backend apid
+    balance roundrobin
+    option httpchk GET /health
+    http-check expect status 200
+    {backend}
+    {server_lines}
+"""
+
+
+class HAProxy:
+    def __init__(
+        self, servers: Sequence[str], send: str, extra_server: str = "", extra_backend: Sequence[str] = ()
+    ) -> None:
+        if send not in SENDS:
+            raise ValueError(f"send must be one of {sorted(SENDS)}, not {send!r}")
+        self.executable = shutil.which("haproxy") or HAPROXY
+        self.servers = list(servers)
+        self.send = send
+        self.extra_server = extra_server
+        self.extra_backend = tuple(extra_backend)
+        self.folder: Path | None = None
+        self.port: int | None = None
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def log(self) -> str:
+        path = self.folder / "haproxy.log" if self.folder else None
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    @property
+    def admin(self) -> Path:
+        if self.folder is None:
+            raise RuntimeError("haproxy is not started")
+        return self.folder / "admin.sock"
+
+    def states(self) -> dict[str, str]:
+        """Each server's state as HAProxy sees it now (`UP`, `DOWN`, `UP 1/2`, `MAINT`...), by
+        its `host:port`, from the runtime API's `show stat`."""
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(2)
+            sock.connect(str(self.admin))
+            sock.sendall(b"show stat\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        rows = csv.DictReader(io.StringIO(answer.decode().lstrip("# ")))
+        names = {f"apid{index}": address for index, address in enumerate(self.servers, 1)}
+        return {names[row["svname"]]: row["status"] for row in rows if row["svname"] in names}
+
+    def wait_until(self, state: str, timeout: float = 15) -> dict[str, str]:
+        """Wait until every server's state is `state` ("UP", "DOWN"; "UP 1/3" is neither: a server
+        failing its checks); the states then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.states()
+            if all(value == state for value in states.values()) or time.monotonic() > deadline:
+                return states
+            time.sleep(0.05)
+
+    def start(self, timeout: float = 10) -> HAProxy:
+        if not Path(self.executable).exists():
+            raise RuntimeError(f"{self.executable} is not installed (Debian package haproxy)")
+        self.folder = Path(tempfile.mkdtemp(prefix="apid-haproxy-"))
+        self.port = free_port()
+        config = self.folder / "haproxy.cfg"
+        config.write_text(
+            configuration(self.port, self.servers, self.send, self.admin, self.extra_server, self.extra_backend)
+        )
+        with open(self.folder / "haproxy.log", "ab") as log:
+            # -db: in the foreground, its warnings and alerts on standard error
+            self.process = subprocess.Popen(
+                [self.executable, "-db", "-f", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout
+        while not listening(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                log_text = self.log
+                self.stop()
+                raise RuntimeError(f"haproxy did not listen on port {self.port}:\n{log_text}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 10) -> None:
+        try:
+            if self.process is not None and self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+        finally:
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def running_haproxy(
+    servers: Sequence[str], send: str = "forwardfor", extra_server: str = "", extra_backend: Sequence[str] = ()
+) -> Iterator[HAProxy]:
+    """A started haproxy, stopped on leaving the block (for a pytest fixture's yield)."""
+    proxy = HAProxy(servers, send, extra_server, extra_backend).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
