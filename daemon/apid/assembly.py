@@ -33,6 +33,7 @@ from apid.chain import ChainRunner
 from apid.config import Config
 from apid.cors import Cors
 from apid.docspage import DocsPage
+from apid.health import Health
 from apid.hooks.events import AccountEvents, EventRecorder
 from apid.hooks.service import Hooks
 from apid.http import TextPaths
@@ -67,6 +68,7 @@ class Assembly:
     outbox: Outbox
     pinger: PeerPinger
     redis: txredisapi.ConnectionHandler | None
+    health: Health  # what /health answers: conditions reported by the parts that hold them
 
 
 def assemble(
@@ -89,6 +91,7 @@ def assemble(
     its events to (the testing kit collects them this way). `shared` is a worker process's
     link to its parent, which keeps the counts of every worker when Redis does not."""
     server, api = config.server, config.api
+    health = Health()
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
     standings = Standings(reactor, db)
     revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
@@ -129,7 +132,7 @@ def assemble(
         lambda: rule_book.current, controllers, api.security.superuser_role, events, db, changed=cache.changed
     )
     public_routes = [
-        *ServiceEndpoints(api.version, server.metrics.role).routes(),
+        *ServiceEndpoints(api.version, health, server.metrics.role).routes(),
         *docs_page.routes(),
         *SessionEndpoints(
             accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies
@@ -178,6 +181,7 @@ def assemble(
         outbox=outbox,
         pinger=pinger,
         redis=redis,
+        health=health,
     )
 
 

@@ -37,6 +37,7 @@ from apid.auth.tokens import load_secret
 from apid.config import Config, ConfigError
 from apid.coroutines import end_tasks
 from apid.docspage import DocsPage
+from apid.health import Health
 from apid.http import ApidSite, OpenConnections
 from apid.mail import Outbox
 from apid.ping import PeerPinger
@@ -110,6 +111,7 @@ class Running:
     pinger: PeerPinger
     redis: txredisapi.ConnectionHandler | None
     deliveries: DeliveryWorker | None
+    health: Health
     metrics_port: IListeningPort | None = None  # `metrics.listen`
 
 
@@ -205,6 +207,7 @@ async def start(
         pinger=parts.pinger,
         redis=parts.redis,
         deliveries=deliveries,
+        health=parts.health,
         metrics_port=metrics_port,
     )
 

@@ -18,6 +18,7 @@ from typing import Any
 from twisted.web.http import Request
 
 from apid.auth.tokens import NEEDS_TOKEN, Principal
+from apid.health import Health
 from apid.http import query_fields, write_json, write_problem
 from apid.iostate.types import value_type
 from apid.metrics import scrape
@@ -136,7 +137,7 @@ HEALTH = PublicPath(
     "/health",
     "GET",
     {
-        "summary": "Liveness, for load balancers and peers",
+        "summary": "Whether to send this daemon traffic, for load balancers and peers",
         "responses": {
             "200": json_answer(
                 "Up",
@@ -145,7 +146,30 @@ HEALTH = PublicPath(
                     "required": ["status", "version"],
                     "properties": {"status": {"const": "pass"}, "version": STRING},
                 },
-            )
+            ),
+            "503": json_answer(
+                "Up but not to be sent traffic: draining before a stop, or its database unreachable",
+                {
+                    "type": "object",
+                    "required": ["status", "version", "output", "checks"],
+                    "properties": {
+                        "status": {"const": "fail"},
+                        "version": STRING,
+                        "output": STRING,
+                        "checks": {
+                            "type": "object",
+                            "additionalProperties": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["status", "output"],
+                                    "properties": {"status": {"const": "fail"}, "output": STRING},
+                                },
+                            },
+                        },
+                    },
+                },
+            ),
         },
     },
 )
@@ -175,8 +199,9 @@ class ServiceEndpoints:
     """`/health` for load balancers and peers; `/error` renders the problem body of a status;
     `/metrics` for Prometheus, when a role may read them here (`metrics_role`)."""
 
-    def __init__(self, version: str, metrics_role: str | None = None) -> None:
+    def __init__(self, version: str, health: Health, metrics_role: str | None = None) -> None:
         self._version = version
+        self._health = health
         self._metrics_role = metrics_role
 
     def routes(self) -> list[PublicRoute]:
@@ -187,7 +212,8 @@ class ServiceEndpoints:
 
     async def health(self, request: Request, _principal: Principal | None) -> bytes:
         request.setHeader(b"Cache-Control", b"no-store")
-        return write_json(request, {"status": "pass", "version": self._version})
+        status, document = self._health.document(self._version)
+        return write_json(request, document, status)
 
     async def error(self, request: Request, _principal: Principal | None) -> bytes:
         """`/error?status=502` answers a 502 problem: a reverse proxy's `error_page` can point
