@@ -127,7 +127,7 @@ def assemble(
     tokens = TokenService(server.jwt, secret, time.time)
     recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
     events = wrap_events(recorder) if recorder and wrap_events else recorder
-    cache = AnswerCache(reactor, db)
+    cache = AnswerCache(reactor, db, shared.siblings() if shared is not None else None)
     pipeline = Pipeline(
         lambda: rule_book.current, controllers, api.security.superuser_role, events, db, changed=cache.changed
     )

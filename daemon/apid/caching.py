@@ -14,21 +14,22 @@ caller's granted roles, the request's fields and, unless the action says `shared
 the action and any check it makes of who calls). Each controller has a generation: a writing
 call of the controller moves it here at once and in the `cache_change` table, which every
 daemon reads at most once a second before answering from its cache, so an answer cached before
-a write anywhere is never served more than a second after it. Batches and chains neither read
-nor fill the cache.
+a write anywhere is never served more than a second after it; the other worker processes of
+the daemon that wrote drop theirs before the write is answered (`Siblings`). Batches and chains
+neither read nor fill the cache.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from sqlalchemy import Connection, select
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.http import Request
@@ -109,12 +110,27 @@ def bump_generations(connection: Connection, controllers: Iterable[str]) -> dict
     return counters
 
 
+class Siblings(Protocol):
+    """The other worker processes of this daemon (`apid.workers.channel.SiblingWorkers`)."""
+
+    def changed(self, controllers: Sequence[str]) -> Deferred[None]:
+        """Fires once each of them dropped its answers of `controllers`."""
+
+    def on_change(self, drop: Callable[[Sequence[str]], None]) -> None:
+        """Have `drop` called with the controllers another of them changed."""
+
+
 class AnswerCache:
     """The cached answers of this process, and the controller generations that keep them honest."""
 
-    def __init__(self, clock: IReactorTime, db: Database, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self, clock: IReactorTime, db: Database, siblings: Siblings | None = None, max_entries: int = MAX_ENTRIES
+    ) -> None:
         self._clock = clock
         self._db = db
+        self._siblings = siblings
+        if siblings is not None:
+            siblings.on_change(self._move)
         self._max_entries = max_entries
         self._entries: OrderedDict[tuple[Any, ...], CachedAnswer] = OrderedDict()
         self._generations: dict[str, int] = {}  # moved here by local writes and by others' counters
@@ -155,10 +171,18 @@ class AnswerCache:
             self._entries.popitem(last=False)
 
     async def changed(self, controllers: Iterable[str]) -> None:
-        """A writing call of these controllers succeeded: drop their answers here now, and
-        everywhere once the others read the counters."""
+        """A writing call of these controllers succeeded: drop their answers here and in the
+        other workers of this daemon now, before the call is answered, and in other daemons
+        once they read the counters."""
         controllers = sorted(set(controllers))
         self._move(controllers)
+        if self._siblings is None:
+            await self._count(controllers)
+        else:
+            await gatherResults([Deferred.fromCoroutine(self._count(controllers)), self._siblings.changed(controllers)])
+
+    async def _count(self, controllers: list[str]) -> None:
+        """Count the change in the database, for the other daemons."""
         try:
             counters = await self._db.write(bump_generations, controllers)
         except Exception:

@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # imported where used: a command loads only what it needs
 
 
 def _load(args: argparse.Namespace) -> Config:
+    """The deployment's configuration. What the command creates from here on (the SQLite
+    database and its WAL files, the JWT secret, mail, in `var/` by default) is private to
+    apid's user, as `UMask=0077` in etc/apid.service makes it under systemd: files 0600,
+    folders 0700, in worker processes too (they inherit the mask)."""
+    os.umask(0o077)
     env = dict(os.environ)
     if getattr(args, "listen", None):
         env["APID_LISTEN"] = args.listen

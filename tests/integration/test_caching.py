@@ -40,8 +40,8 @@ def declare_cache(deployment: Deployment, source: Path, action: str, cache: dict
     (deployment.root / "iostate" / source.name).write_text(json.dumps(document))
 
 
-def caching_deployment(root: Path, server: dict | None = None) -> Deployment:
-    deployment = deployment_with_accounts(root, server=server)
+def caching_deployment(root: Path, server: dict | None = None, api: dict | None = None) -> Deployment:
+    deployment = deployment_with_accounts(root, server=server, api=api)
     declare_cache(deployment, TEAM_FILE, "show", {"maxAge": 60})
     declare_cache(deployment, deployment.root / "iostate" / "person.json", "show", {"maxAge": 60})
     return deployment
@@ -137,6 +137,34 @@ def test_a_cached_action_answers_from_the_cache_until_its_controller_changes(tmp
         create_team(daemon, admin, "Green", leader, 5.0)
         assert daemon.request("GET", path, token=user).body == first.body
         assert shown() == 3
+
+
+def test_after_a_write_is_answered_no_worker_of_the_daemon_serves_the_old_answer(tmp_path):
+    """Each read on a connection of its own, which the kernel gives to either worker: both
+    hold the record's answer, read their change counters less than a second ago, and still
+    none answers the old email once the update has answered."""
+    with running_daemon(caching_deployment(tmp_path, api={"procCores": 2})) as daemon:
+        assert len(daemon.workers()) == 2
+        admin = daemon.login(*ADMIN[:2])
+        someone = new_person(daemon, admin)
+        token = daemon.login(someone["username"], someone["password"])
+        path = f"{V}/person/show/{someone['id']}"
+        for round in range(3):
+            before = [daemon.request("GET", path, token=token) for _ in range(20)]
+            assert {(reply.status, reply.headers["Cache-Control"]) for reply in before} == {
+                (200, "private, max-age=60")
+            }
+            assert len({reply.body for reply in before}) == 1
+            email = f"round{round}@example.com"
+            updated = daemon.request(
+                "PUT",
+                f"{V}/person/update/{someone['id']}",
+                {"email": email, "version": before[0].json["version"]},
+                token=admin,
+            )
+            assert updated.status == 200, updated.body
+            after = [daemon.request("GET", path, token=token).json["email"] for _ in range(20)]
+            assert after == [email] * 20
 
 
 # --- a shared cache only where the action's answer is the same for every caller -------------------

@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from harness import REPO, Deployment, free_port, wait_for
+from harness import REPO, Deployment, deployment_with_accounts, free_port, running_daemon, wait_for
 from shell_docs import checkout_like, fenced_blocks, section
 
 
@@ -179,3 +179,22 @@ def test_socket_activation_without_systemd_works_as_documented(tmp_path, workers
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_what_apid_writes_under_var_is_private_to_its_user(tmp_path):
+    """The database and its WAL files, the JWT secret and mail: 0600 files in 0700 folders,
+    whoever else has an account on the machine."""
+    deployment = deployment_with_accounts(tmp_path, server={"database": {"url": "sqlite:///var/private.db"}})
+    with running_daemon(deployment) as daemon:
+        answer = daemon.request(
+            "POST", "/register", {"username": "newcomer", "password": "a long passphrase 1", "email": "n@example.com"}
+        )
+        assert answer.status == 200, answer.body
+        assert wait_for(lambda: any((tmp_path / "var").rglob("*.eml")))
+        created = sorted((tmp_path / "var").rglob("*"))
+        names = {path.name for path in created}
+        assert {"private.db", "private.db-wal", "private.db-shm", "jwt.secret"} <= names, names
+        assert {path.relative_to(tmp_path): oct(path.stat().st_mode & 0o777) for path in created} == {
+            path.relative_to(tmp_path): "0o700" if path.is_dir() else "0o600" for path in created
+        }
+    assert oct((tmp_path / "var").stat().st_mode & 0o777) == "0o700"

@@ -5,7 +5,11 @@ A worker tells the parent when it serves (`Ready`). Without Redis, the parent ke
 that must be exact across workers, rate limits (`Charge`) and abuse limits (`Reserve`,
 `Release`), in the same in-process stores one daemon uses: the parent's reactor runs one
 charge at a time, so N workers count exactly as one process does. With `redis.url` set the
-workers count in Redis, as separate daemons do, and only `Ready` crosses the channel.
+workers count in Redis, as separate daemons do.
+
+A worker whose write changed a controller with cached answers tells the parent
+(`AnswersChanged`), which has every other worker drop them (`DropAnswers`) before the write is
+answered: no worker of the daemon serves an answer the write made old (`apid.caching`).
 """
 
 from __future__ import annotations
@@ -64,14 +68,37 @@ class ReleaseAttempt(amp.Command):
     response = []
 
 
-class ParentSide(amp.AMP):
-    """The parent's end of one worker's channel: every worker's end shares `counters` and `windows`."""
+class AnswersChanged(amp.Command):
+    """A write of this worker changed `controllers`: the parent answers once every other
+    worker dropped their cached answers."""
 
-    def __init__(self, counters: MemoryCounters, windows: MemoryWindows, ready: Callable[[int, str], None]) -> None:
+    arguments = [(b"controllers", amp.ListOf(amp.Unicode()))]
+    response = []
+
+
+class DropAnswers(amp.Command):
+    """Drop the cached answers of `controllers`: another worker changed them."""
+
+    arguments = [(b"controllers", amp.ListOf(amp.Unicode()))]
+    response = []
+
+
+class ParentSide(amp.AMP):
+    """The parent's end of one worker's channel: every worker's end shares `counters` and
+    `windows`; `changed` passes a worker's change on to the others."""
+
+    def __init__(
+        self,
+        counters: MemoryCounters,
+        windows: MemoryWindows,
+        ready: Callable[[int, str], None],
+        changed: Callable[[Sequence[str]], Deferred[None]],
+    ) -> None:
         super().__init__()
         self._counters = counters
         self._windows = windows
         self._ready = ready
+        self._changed = changed
 
     @Ready.responder
     def ready(self, index: int, reactor: str) -> dict:
@@ -93,13 +120,24 @@ class ParentSide(amp.AMP):
     def release(self, keys: list[str]) -> Deferred[dict]:
         return self._windows.release(keys).addCallback(lambda _: {})
 
+    @AnswersChanged.responder
+    def answers_changed(self, controllers: list[str]) -> Deferred[dict]:
+        return self._changed(controllers).addCallback(lambda _: {})
+
 
 class WorkerSide(amp.AMP):
-    """A worker's end of its channel; `lost` runs when the parent is gone (the worker then stops)."""
+    """A worker's end of its channel; `lost` runs when the parent is gone (the worker then
+    stops); `drop_answers`, once its cache exists, drops what another worker changed."""
 
     def __init__(self, lost: Callable[[], None]) -> None:
         super().__init__()
         self._lost = lost
+        self.drop_answers: Callable[[Sequence[str]], None] = lambda controllers: None
+
+    @DropAnswers.responder
+    def drop(self, controllers: list[str]) -> dict:
+        self.drop_answers(controllers)
+        return {}
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         super().connectionLost(reason)
@@ -134,6 +172,22 @@ class ParentWindows:
 
     def release(self, keys: Sequence[str]) -> Deferred[None]:
         return self._channel.callRemote(ReleaseAttempt, keys=list(keys)).addCallback(lambda _: None)
+
+
+class SiblingWorkers:
+    """The other workers of this daemon, as `apid.caching.AnswerCache` tells them of changes."""
+
+    def __init__(self, channel: WorkerSide) -> None:
+        self._channel = channel
+
+    def changed(self, controllers: Sequence[str]) -> Deferred[None]:
+        """Fires once the others dropped their answers of `controllers`; never fails: without a
+        parent this worker is stopping, and the write it answers is done."""
+        telling = self._channel.callRemote(AnswersChanged, controllers=list(controllers))
+        return telling.addCallbacks(lambda _: None, lambda _: None)
+
+    def on_change(self, drop: Callable[[Sequence[str]], None]) -> None:
+        self._channel.drop_answers = drop
 
 
 def adopt(reactor: IReactorSocket, fd: int, protocol: P) -> P:

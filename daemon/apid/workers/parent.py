@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -36,13 +37,14 @@ from apid.config import Config
 from apid.reactors import Reactor
 from apid.throttle import MemoryCounters
 from apid.workers import CHANNEL_FD, PORT_FD
-from apid.workers.channel import ParentSide, adopt
+from apid.workers.channel import DropAnswers, ParentSide, adopt
 
 log = Logger(namespace="apid.workers")
 
 FIRST_BACKOFF = 1.0  # seconds before a dead worker is replaced
 MOST_BACKOFF = 30.0
 STEADY_SECONDS = 60.0  # a worker that served this long before dying is replaced after FIRST_BACKOFF again
+PASS_ON_SECONDS = 1.0  # a worker's change waits at most this long for the others to drop their answers
 KILL_AFTER = 5.0  # seconds past the workers' own drain time before they are killed (within TimeoutStopSec=30)
 # Systemd's variables are the parent's: a worker must neither notify nor take the sockets itself
 NOT_INHERITED = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
@@ -108,6 +110,7 @@ class Parent:
         self._counters = MemoryCounters(reactor)
         self._windows = MemoryWindows(reactor)
         self._workers: dict[int, Worker] = {}
+        self._channels: dict[int, ParentSide] = {}
         self._failures: dict[int, int] = {}  # worker index -> deaths in a row, each young
         self._restarts: dict[int, IDelayedCall] = {}
         self._serving: Deferred[str] = Deferred()  # fires with the workers' reactor once all serve, once
@@ -146,11 +149,28 @@ class Parent:
                 env,
                 childFDs={0: "w", 1: 1, 2: 2, PORT_FD: self._port.fileno(), CHANNEL_FD: worker_end.fileno()},
             )
-            adopt(self._reactor, parent_end.fileno(), ParentSide(self._counters, self._windows, self._ready))
+            channel = ParentSide(
+                self._counters, self._windows, self._ready, lambda controllers: self._pass_on(index, controllers)
+            )
+            adopt(self._reactor, parent_end.fileno(), channel)
         finally:
             parent_end.close()
             worker_end.close()
         self._workers[index] = Worker(index, transport, transport.pid, self._reactor.seconds())
+        self._channels[index] = channel
+
+    def _pass_on(self, sender: int, controllers: Sequence[str]) -> Deferred[None]:
+        """Worker `sender` changed `controllers`: every other worker drops their cached answers
+        before the change is answered. One that fails to (ending, perhaps) reads the change
+        counters within a second anyway (`apid.caching`)."""
+        drops = [
+            channel.callRemote(DropAnswers, controllers=list(controllers))
+            .addTimeout(PASS_ON_SECONDS, self._reactor)
+            .addErrback(lambda _: None)
+            for index, channel in self._channels.items()
+            if index != sender
+        ]
+        return defer.gatherResults(drops).addCallback(lambda _: None)
 
     def _ready(self, index: int, reactor_name: str) -> None:
         worker = self._workers.get(index)
@@ -165,6 +185,7 @@ class Parent:
 
     def ended(self, index: int, reason: Failure) -> None:
         worker = self._workers.pop(index)
+        del self._channels[index]
         _metrics_of_dead(worker.pid)
         if self._stopping:
             if not self._workers and self._all_ended is not None and not self._all_ended.called:

@@ -28,7 +28,7 @@ from zope.interface import implementer
 from apid.private_apis import OneAcceptPerRead, adopt_listening_port
 from apid.reactors import Reactor
 from apid.workers import CHANNEL_FD, PORT_FD
-from apid.workers.channel import ParentCounters, ParentWindows, Ready, WorkerSide, adopt
+from apid.workers.channel import ParentCounters, ParentWindows, Ready, SiblingWorkers, WorkerSide, adopt
 
 
 class SharedPort(OneAcceptPerRead):
@@ -79,6 +79,9 @@ class WorkerLink:
 
     def windows(self) -> ParentWindows:
         return ParentWindows(self.channel)
+
+    def siblings(self) -> SiblingWorkers:
+        return SiblingWorkers(self.channel)
 
 
 def link(reactor: Reactor, index: int, family: socket.AddressFamily) -> WorkerLink:
