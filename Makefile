@@ -9,10 +9,10 @@ ASYNCIO_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test
 
 .PHONY: run test check system-deps clean
 
-$(INSTALLED): pyproject.toml tests/sample_plugin/pyproject.toml
+$(INSTALLED): pyproject.toml tests/sample_plugin/pyproject.toml tests/compat_plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,check,postgresql,asyncio]' -e tests/sample_plugin
+	$(BIN)/pip install --quiet -e '.[test,check,postgresql,asyncio]' -e tests/sample_plugin -e tests/compat_plugin
 	touch $@
 
 run: $(INSTALLED)

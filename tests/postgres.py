@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL server from Debian's binaries, for tests that need the real thing.
 
 PostgreSQL refuses to run as root, so when the tests run as root (as CI does) the server
-runs as the `postgres` system user that Debian's package creates.
+runs as the `postgres` system user that Debian's package creates. `halt()` and `resume()` stop
+it and start it again on the same port with the same data: an outage, for the outage tests.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class PostgresServer:
         if self._as_root:
             shutil.chown(self.folder, "postgres")
         self._run(_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self._launch()
+        self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "apid")
+        return self
+
+    def _launch(self) -> None:
         self._run(
             _bin("pg_ctl"),
             "-D",
@@ -52,8 +58,15 @@ class PostgresServer:
             f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
             "start",
         )
-        self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "apid")
-        return self
+
+    def halt(self) -> None:
+        """Stop the server as an operator would (`pg_ctl stop -m fast`: clients are disconnected,
+        open transactions rolled back), keeping its data for `resume`."""
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the halted server again, on the same port with the same data."""
+        self._launch()
 
     @property
     def url(self) -> str:

@@ -2,7 +2,9 @@
 
 The server listens on a free loopback port, keeps nothing on disk (no RDB snapshots, no
 append-only file) and works in its own temporary folder. `start()` returns once it answers
-PING; `stop()` ends that process (and only that one) and removes the folder.
+PING; `stop()` ends that process (and only that one) and removes the folder. `halt()` ends the
+process alone and `resume()` starts a new one on the same port: an outage (the counts are lost,
+as they would be by a Redis without persistence).
 
     @pytest.fixture(scope="module")
     def redis():
@@ -63,6 +65,9 @@ class RedisServer:
             raise RuntimeError(f"{self.executable} is not installed (Debian package redis-server)")
         self.folder = Path(tempfile.mkdtemp(prefix="apid-redis-"))
         self.port = free_port()
+        return self._launch(timeout)
+
+    def _launch(self, timeout: float) -> RedisServer:
         with open(self.folder / "redis.log", "ab") as log:  # the server holds its own copy
             self.process = subprocess.Popen(
                 [
@@ -91,15 +96,23 @@ class RedisServer:
             time.sleep(0.02)
         return self
 
+    def halt(self, timeout: float = 10) -> None:
+        """End the server's process, keeping its port and folder for `resume`."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def resume(self, timeout: float = 10) -> RedisServer:
+        """A new server on the halted one's port, once it answers PING."""
+        return self._launch(timeout)
+
     def stop(self, timeout: float = 10) -> None:
         try:
-            if self.process is not None and self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            self.halt(timeout)
         finally:
             if self.folder is not None:
                 shutil.rmtree(self.folder, ignore_errors=True)

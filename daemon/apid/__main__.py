@@ -1,5 +1,13 @@
 import sys
 
-from apid.cli import main
+from apid.workers.orphans import guard_worker
 
-sys.exit(main())
+
+def run() -> int:
+    guard_worker(sys.argv[1:])  # before the slow imports: a worker never outlives its parent
+    from apid.cli import main
+
+    return main()
+
+
+sys.exit(run())

@@ -62,6 +62,9 @@ class ActionDoc:
     request: tuple[FieldDoc, ...]
     response: tuple[FieldDoc, ...]
     deprecated: Deprecation | None = None  # its API version's DEPRECATED and SUNSET
+    # these roles that add REQUEST or RESPONSE fields of their own to permitAll's: the fields
+    # follow from them, so the API documents name the action's shapes after them
+    shape_roles: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -227,6 +230,11 @@ def _action(
         request=_fields(state.values, endpoint.request_fields(granted)),
         response=_fields(state.values, endpoint.response_fields(granted)),
         deprecated=deprecated,
+        shape_roles=tuple(
+            sorted(
+                role for role in granted if endpoint.request.by_role.get(role) or endpoint.response.by_role.get(role)
+            )
+        ),
     )
 
 

@@ -29,7 +29,7 @@ from apid.auth.standing import Standings
 from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_caller
 from apid.batch import BatchRunner
 from apid.caching import AnswerCache, answer, cache_key, entity_tag
-from apid.chain import ChainRunner
+from apid.chain import ChainRunner, order_names
 from apid.coroutines import started
 from apid.deprecation import announce
 from apid.dispatch import ApiDispatch
@@ -38,8 +38,10 @@ from apid.iostate import Endpoint
 from apid.links import add_links, link_header, page_links
 from apid.links import wanted as wanted_links
 from apid.openapi import OPENAPI_PATH
+from apid.openapi.serving import revalidated
 from apid.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.plugin import Caller, Controller, RouteCall
+from apid.preconditions import checked_write, single_calls_only, unchanged_since
 from apid.problems import NotFound, Problem, Unauthorized
 from apid.routes import answer_failure, klein_routes
 from apid.routing import Target, parse_target
@@ -183,6 +185,7 @@ class Application:
         # read before the charge: a batch or chain refused for its method, shape or size costs nothing
         batch = self._batch.parse(target, method, body) if target.kind == "b" else None
         chain = self._chain.parse(principal, target, body, method) if target.kind == "c" else None
+        single_calls_only(target.kind, request.getHeader(b"if-match"))
         await self._charge(
             request,
             principal,
@@ -215,6 +218,11 @@ class Application:
         admitted = self._pipeline.admit(principal, call, address=client_address(request))
         name(request, admitted.endpoint, target.kind)
         if not admitted.endpoint.is_safe:
+            condition = request.getHeader(b"if-match")
+            if condition is not None:
+                call = await checked_write(
+                    self._pipeline, principal, admitted, call, condition, admitted.caller.address
+                )
             result = await self._pipeline.execute(admitted, call)
             self._set_call_links(request, principal, result, target)
             return write_json(request, result.data)
@@ -233,6 +241,7 @@ class Application:
             if cached is not None:
                 request.setHeader(b"Content-Type", b"application/json")
                 self._set_call_links(request, principal, cached.result, target)
+                unchanged_since(request.getHeader(b"if-match"), cached.tag)
                 return answer(request, cached.body, cached.tag, endpoint)
             generation = self._cache.generation(endpoint.controller)
         result = await self._pipeline.execute(admitted, call)
@@ -241,6 +250,7 @@ class Application:
         if key is not None and self._cache is not None:
             self._cache.put(key, result, body, tag, generation)
         self._set_call_links(request, principal, result, target)
+        unchanged_since(request.getHeader(b"if-match"), tag)
         return answer(request, body, tag, endpoint)
 
     def _set_call_links(self, request: ApidRequest, principal: Principal, result: CallResult, target: Target) -> None:
@@ -306,10 +316,10 @@ class Application:
             with /openapi.json in reservedUris), the one of the endpoints that need no token."""
             request.endpoint_name = OPENAPI_PATH
             if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
-                return write_json(request, document(None))
+                return revalidated(request, write_json(request, document(None)))
             principal = await self.authenticate(request)
             await self._charge(request, principal, 1)
-            return write_json(request, document(principal.roles))
+            return revalidated(request, write_json(request, document(principal.roles)))
 
         return serve
 
@@ -328,9 +338,8 @@ def request_cost(kind: str, body: Mapping[str, Any]) -> int:
     """How many requests a call counts as: a batch one per element, a chain one per link."""
     if kind == "b" and isinstance(body.get("batch"), list):
         return max(1, len(body["batch"]))
-    chain = body.get("chain")
-    if kind == "c" and isinstance(chain, dict) and isinstance(chain.get("order"), dict):
-        return 1 + len(chain["order"])
+    if kind == "c":
+        return 1 + len(order_names(body.get("chain")))
     return 1
 
 
@@ -341,11 +350,10 @@ def endpoint_calls(
     elements all call its endpoint, a chain's links each call theirs. One that does not
     resolve is left out: the call then fails as it would anyway, before anything runs."""
     paths = [(target.controller, target.action)]
-    chain = body.get("chain")
-    if target.kind == "c" and isinstance(chain, dict) and isinstance(chain.get("order"), dict):
-        for name in chain["order"]:
-            controller, _, action = name.partition("/")
-            paths.append((controller, action))
+    if target.kind == "c":
+        for name in order_names(body.get("chain")):
+            link_controller, _, link_action = name.partition("/")
+            paths.append((link_controller, link_action))
     count = request_cost(target.kind, body) if target.kind == "b" else 1
     calls: dict[tuple[str, str], tuple[Endpoint, int]] = {}
     for controller, action in paths:

@@ -30,6 +30,7 @@ from apid.auth.tokens import TokenService
 from apid.batch import BatchRunner
 from apid.caching import AnswerCache
 from apid.chain import ChainRunner
+from apid.compression import compressing
 from apid.config import Config
 from apid.cors import Cors
 from apid.docspage import DocsPage
@@ -45,7 +46,7 @@ from apid.plugin import Services
 from apid.plugins import Bound, RuleBook
 from apid.reactors import Reactor
 from apid.store.database import Database
-from apid.store.redis import redis_pool
+from apid.store.redis import RedisCircuit, redis_pool
 from apid.throttle import CounterStore, MemoryCounters, RateLimiter, RedisCounters
 
 if TYPE_CHECKING:
@@ -92,11 +93,14 @@ def assemble(
     link to its parent, which keeps the counts of every worker when Redis does not."""
     server, api = config.server, config.api
     health = Health()
+    db.outage.report_to(health, "database")  # /health fails while the database cannot be reached
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
     standings = Standings(reactor, db)
     revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
     redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
-    limiter = abuse_limiting(reactor, config, redis, shared)
+    # one circuit on it, shared: one outage of Redis is one, whichever limits meet it
+    circuit = RedisCircuit(redis, reactor, fail_open=server.redis_fail_open) if redis is not None else None
+    limiter = abuse_limiting(reactor, config, circuit, shared)
     outbox = Outbox(make_mailer(server.mail, reactor), reactor)
     account_events = (
         AccountEvents(
@@ -152,7 +156,7 @@ def assemble(
         ).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
-    rate_limiter = rate_limiting(reactor, config, redis, shared)
+    rate_limiter = rate_limiting(reactor, config, circuit, shared)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
@@ -186,23 +190,24 @@ def assemble(
 
 
 def serving_stack(application: Application, allowed_origins: Iterable[str]) -> IResource:
-    """Every layer a request passes before its handler, outermost first: paths that are not
+    """Every layer a request passes before its handler, outermost first: answers are
+    compressed for clients that ask when worth it (`compressing`), paths that are not
     text are refused (`TextPaths`), CORS answers preflights and marks answers to allowed
     origins (`Cors`), API calls go to their handler by apid's grammar and every other path to
     the Klein routes (`ApiDispatch`, `Application.resource`)."""
-    return TextPaths(Cors(application.resource(), allowed_origins))
+    return compressing(TextPaths(Cors(application.resource(), allowed_origins)))
 
 
 def rate_limiting(
-    reactor: Reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
+    reactor: Reactor, config: Config, circuit: RedisCircuit | None, shared: WorkerLink | None = None
 ) -> RateLimiter | None:
     """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set, else
     in the parent of the worker processes, else in this process."""
     if not config.server.api_throttle:
         return None
     store: CounterStore
-    if redis is not None:
-        store = RedisCounters(redis, reactor)
+    if circuit is not None:
+        store = RedisCounters(circuit.pool, reactor, circuit=circuit)
     else:
         store = shared.counters() if shared is not None else MemoryCounters(reactor)
     throttle = config.api.throttle
@@ -210,14 +215,14 @@ def rate_limiting(
 
 
 def abuse_limiting(
-    reactor: Reactor, config: Config, redis: txredisapi.ConnectionHandler | None, shared: WorkerLink | None = None
+    reactor: Reactor, config: Config, circuit: RedisCircuit | None, shared: WorkerLink | None = None
 ) -> AbuseLimiter:
     """The limits on logins, registrations and reset requests: counting in Redis when
     redis.url is set (whatever apiThrottle says), so that every daemon shares them, else as
     the rate limits are."""
     store: WindowStore
-    if redis is not None:
-        store = RedisWindows(redis, reactor)
+    if circuit is not None:
+        store = RedisWindows(circuit.pool, reactor, circuit=circuit)
     else:
         store = shared.windows() if shared is not None else MemoryWindows(reactor)
     return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open)

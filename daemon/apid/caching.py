@@ -36,7 +36,7 @@ from twisted.web.http import Request
 
 from apid.iostate import Endpoint
 from apid.pipeline import CallRequest, CallResult
-from apid.store.database import Database, dialect_insert
+from apid.store.database import Database, DatabaseUnavailable, dialect_insert
 from apid.store.tables import cache_change
 
 log = Logger(namespace="apid.caching")
@@ -185,6 +185,8 @@ class AnswerCache:
         """Count the change in the database, for the other daemons."""
         try:
             counters = await self._db.write(bump_generations, controllers)
+        except DatabaseUnavailable:
+            return  # the outage is logged once, by the database's; cached answers expire
         except Exception:
             log.failure(
                 "counting a change of {controllers} failed: other daemons may serve their cached "
@@ -216,6 +218,8 @@ class AnswerCache:
         started = self._clock.seconds()
         try:
             counters = await self._db.read(read_generations)
+        except DatabaseUnavailable:
+            return  # the outage is logged once, by the database's; answering without the cache
         except Exception:
             log.failure("reading the cache change counters failed; answering without the cache")
             return

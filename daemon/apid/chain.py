@@ -1,11 +1,14 @@
 """Chained calls: several endpoints in one request, each output's key feeding the next link.
 
 The endpoint in the path is the first link; `chain.order` names the rest, in order, each
-mapped to the field of its output handed to the next link (the last maps to `return`). The
+mapped to the field of its output handed to the next link (the last maps to `return`): the
+SPEC's object `{"controller/action": "key", ...}` or, since JSON does not promise the order of
+an object's members, an array `[{"link": "controller/action", "key": "key"}, ...]`. The
 next link receives it under the name of its controller's FKEY to that field when it has one
 the caller may send it (`person/show > team/list` passes `leaderId`), else as its `id`
 (`handoff_field`). The request's method comes first: one no chain starting at the path's endpoint is
-called with is a 405. The whole chain is checked before any link runs: its length (before
+called with is a 405. A blankchain is called with GET, or with POST, which browsers' `fetch` can
+send a body with. The whole chain is checked before any link runs: its length (before
 the request is charged), its shape (at most one non-safe method, placed where `type` says,
 matching the request's method), and the caller's right to call every link (each link
 admitted on its own). Then each link
@@ -26,10 +29,12 @@ from apid.auth.tokens import Principal
 from apid.batch import parse_combine
 from apid.iostate import PATH_ID, ControllerState, Endpoint, RuleSet
 from apid.pipeline import CallRequest, Pipeline
-from apid.problems import BadRequest, MethodNotAllowed, Problem, Unprocessable
+from apid.problems import BadRequest, ChainRuleBroken, MethodNotAllowed, Problem
 from apid.routing import Target
 
 RETURN = "return"
+LINK_MEMBERS = frozenset({"link", "key"})  # an entry of the array form of `order`
+BLANKCHAIN_METHODS = ("GET", "POST")
 
 
 class ChainType(enum.Enum):
@@ -65,10 +70,6 @@ class ChainOutcome:
     record: Any  # the last link's output
 
 
-class ChainRuleBroken(Unprocessable):
-    slug = "chain-rule"
-
-
 def _chain_object(body: Mapping[str, Any]) -> Mapping[str, Any]:
     chain = body.get("chain")
     if not isinstance(chain, dict):
@@ -94,11 +95,7 @@ def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRe
             "chain.key must name the field of the first link's output passed on",
             errors=[{"field": "chain.key", "reason": "must be a non-empty string"}],
         )
-    if not isinstance(order, dict) or not order:
-        raise BadRequest(
-            "chain.order must map each further link controller/action to the key it passes",
-            errors=[{"field": "chain.order", "reason": "must be a non-empty object"}],
-        )
+    entries = _order_entries(order)
     raw_type = chain.get("type")
     if raw_type is None:
         if method != "GET":
@@ -119,12 +116,12 @@ def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRe
         raise BadRequest("the first link of a chain is the path's controller/action")
 
     links = [Link(0, target.controller, target.action, key)]
-    for position, (name, passes) in enumerate(order.items(), start=1):
-        controller, _, action = name.partition("/")
+    for position, (field_name, name, passes) in enumerate(entries, start=1):
+        controller, _, action = name.partition("/") if isinstance(name, str) else ("", "", "")
         if not controller or not action or not isinstance(passes, str) or not passes:
             raise BadRequest(
-                f'chain.order entry {name!r} must be "controller/action": "key"',
-                errors=[{"field": f"chain.order.{name}", "reason": "must map controller/action to a key"}],
+                f'chain.order entry {name!r} must be "controller/action" with the key it passes',
+                errors=[{"field": field_name, "reason": "must map controller/action to a key"}],
             )
         links.append(Link(position, controller, action, passes))
     for link in links[:-1]:
@@ -142,6 +139,39 @@ def parse_chain(target: Target, body: Mapping[str, Any], method: str) -> ChainRe
     return ChainRequest(
         links=tuple(links), type=chain_type, combine=parse_combine(chain.get("combine"), "chain.combine"), fields=fields
     )
+
+
+def _order_entries(order: Any) -> list[tuple[str, Any, Any]]:
+    """(field named in errors, "controller/action", key passed on) of each further link, from
+    either form of `order`: the object (in JSON order) or the array of `{link, key}`."""
+    if isinstance(order, dict) and order:
+        return [(f"chain.order.{name}", name, passes) for name, passes in order.items()]
+    if isinstance(order, list) and order:
+        entries = []
+        for index, entry in enumerate(order):
+            if not isinstance(entry, dict) or set(entry) != LINK_MEMBERS:
+                raise BadRequest(
+                    f"chain.order[{index}] must be an object of link and key",
+                    errors=[{"field": f"chain.order.{index}", "reason": "must be an object of link and key"}],
+                )
+            entries.append((f"chain.order.{index}", entry["link"], entry["key"]))
+        return entries
+    raise BadRequest(
+        "chain.order must list each further link controller/action with the key it passes",
+        errors=[{"field": "chain.order", "reason": "must be a non-empty object or array"}],
+    )
+
+
+def order_names(chain: Any) -> list[str]:
+    """The "controller/action" of each further link a chain object names, in either form of
+    `order`, skipping what is malformed (the chain is then refused when parsed): what the rate
+    limits count before the chain is run."""
+    order = chain.get("order") if isinstance(chain, dict) else None
+    if isinstance(order, dict):
+        return [name for name in order if isinstance(name, str)]
+    if isinstance(order, list):
+        return [e["link"] for e in order if isinstance(e, dict) and isinstance(e.get("link"), str)]
+    return []
 
 
 def _order_field(link: Link) -> str:
@@ -168,7 +198,7 @@ def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str)
             raise ChainRuleBroken(
                 f"a blankchain holds only GET calls, not {endpoints[unsafe[0]].path}", rule="blankchain-safe-only"
             )
-        expected = "GET"
+        expected: tuple[str, ...] = BLANKCHAIN_METHODS
     else:
         if not unsafe:
             raise ChainRuleBroken(
@@ -183,18 +213,20 @@ def check_shape(chain: ChainRequest, endpoints: Sequence[Endpoint], method: str)
                 f"{endpoints[unsafe[0]].path} is link {unsafe[0]}",
                 rule="non-safe-method-position",
             )
-        expected = endpoints[unsafe[0]].method
-    if method != expected:
-        raise ChainRuleBroken(f"this chain must be called with {expected}, not {method}", rule="request-method")
+        expected = (endpoints[unsafe[0]].method,)
+    if method not in expected:
+        raise ChainRuleBroken(
+            f"this chain must be called with {' or '.join(expected)}, not {method}", rule="request-method"
+        )
 
 
 def chain_methods(first: Endpoint, rules: RuleSet, roles: frozenset[str]) -> list[str]:
     """The methods a chain starting at `first` may be called with: a PUT, POST or DELETE call
-    starts a prechain, called with its own method; a GET starts a blankchain (GET) or a
+    starts a prechain, called with its own method; a GET starts a blankchain (GET or POST) or a
     postchain, called with the method of its last call, any non-safe endpoint the roles may call."""
     if not first.is_safe:
         return [first.method]
-    return sorted({"GET", *rules.writing_methods(roles)})
+    return sorted({*BLANKCHAIN_METHODS, *rules.writing_methods(roles)})
 
 
 class ChainRunner:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,6 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from apid.reactors import install
     from apid.workers import share_metrics, worker_count
 
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C before the reactor runs: an end, not a traceback
     config = _load(args)
     choice = args.reactor or config.server.reactor
     count = worker_count(config)
@@ -101,9 +103,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics = share_metrics()  # first: before anything imports prometheus_client
         install("default")  # the parent runs no plugin code: the workers run the reactor chosen
         from apid.workers.parent import serve_workers
+        from apid.workers.versions import installed_versions
 
         _start_logging(config)
-        return serve_workers(config, count, choice, metrics)
+        return serve_workers(config, count, choice, metrics, installed_versions())
     # first: the daemon's modules (Klein among them) import twisted.internet.reactor
     reactor = install(choice)
     from apid.daemon import serve
@@ -118,22 +121,37 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import socket
 
     from apid.reactors import install
-    from apid.workers import CHANNEL_FD, PORT_FD
+    from apid.workers import CHANNEL_FD, PORT_FD, WorkerStart
 
+    # `python -m apid` had it end with its parent (apid.workers.orphans) before it imported this
     if sys.stdin.isatty() or not all(_open(fd) for fd in (PORT_FD, CHANNEL_FD)):
         raise CommandFailed("`apid worker` is started by `apid serve` (procCores above 1), not by hand")
     try:
-        config = pickle.load(sys.stdin.buffer)  # pickled by the parent, on a pipe only it holds
+        start = pickle.load(sys.stdin.buffer)  # pickled by the parent, on a pipe only it holds
     except (EOFError, pickle.UnpicklingError) as exc:
         raise CommandFailed(f"`apid worker` read no configuration from its parent ({exc})") from None
+    if not isinstance(start, WorkerStart):
+        raise CommandFailed("`apid worker` read no configuration from its parent (another version of apid?)")
     os.setpgrp()  # Ctrl-C in a terminal reaches the parent alone, which stops the workers in order
     reactor = install(args.reactor)
     from apid.daemon import serve
     from apid.reactors import installed
+    from apid.shutdown import Shutdown
+    from apid.workers.versions import CODE_CHANGED, code_changes, installed_versions
     from apid.workers.worker import link
 
-    _start_logging(config)
-    return serve(config, reactor, link(installed(), args.index, socket.AddressFamily[args.family]))
+    config = start.config
+    _start_logging(config, worker=args.index)
+    changes = code_changes(start.versions, installed_versions())
+    if changes:
+        _say(
+            f"apid: worker {args.index} refuses to serve: the code installed changed since the daemon started "
+            f"({'; '.join(changes)}); restart the daemon to serve it"
+        )
+        return CODE_CHANGED
+    stopping = Shutdown(installed(), config.server.shutdown)
+    family = socket.AddressFamily[args.family]
+    return serve(config, reactor, link(installed(), args.index, family, args.parent, stopping))
 
 
 def _open(fd: int) -> bool:
@@ -144,14 +162,31 @@ def _open(fd: int) -> bool:
     return True
 
 
-def _start_logging(config: Config) -> None:
+def _start_logging(config: Config, worker: int | None = None) -> None:
     """Log to standard error as `logFormat` says (after the reactor is installed: apid.logs
-    imports twisted.web)."""
+    imports twisted.web); a worker's events carry its index. From now on `_say` logs."""
+    global _logging
     from twisted.logger import globalLogBeginner
 
     from apid.logs import log_observer
 
-    globalLogBeginner.beginLoggingTo([log_observer(config.server.log_format, sys.stderr)], redirectStandardIO=False)
+    observer = log_observer(config.server.log_format, sys.stderr, worker)
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    _logging = True
+
+
+_logging = False  # whether the daemon's log began: its lines then follow `logFormat`
+
+
+def _say(line: str) -> None:
+    """A command's failure on standard error: an event of the daemon's log once it began (a JSON
+    line with `logFormat: json`), a plain line before (no configuration read, no format known)."""
+    if not _logging:
+        print(line, file=sys.stderr)
+        return
+    from twisted.logger import Logger
+
+    Logger(namespace="apid.cli").critical("{line}", line=line)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -456,6 +491,7 @@ def parser() -> argparse.ArgumentParser:
     worker.add_argument("--index", type=int, required=True)
     worker.add_argument("--family", required=True)
     worker.add_argument("--reactor", choices=REACTORS, required=True)
+    worker.add_argument("--parent", type=int, required=True, help="the pid of the `apid serve` that started it")
     worker.set_defaults(run=cmd_worker)
 
     migrate = commands.add_parser(
@@ -543,10 +579,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except ConfigError as exc:
-        print(f"apid: configuration error: {exc}", file=sys.stderr)
+        _say(f"apid: configuration error: {exc}")
         return 2
     except CommandFailed as exc:
-        print(f"apid: {exc}", file=sys.stderr)
+        _say(f"apid: {exc}")
         return 1
     except Problem as problem:  # the same checks as the API's, reported on one line
         reasons = "; ".join(f"{e['field']} {e['reason']}" for e in problem.extensions.get("errors", []))

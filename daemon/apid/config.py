@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from apid.proxies import TrustedProxies, proxy_network
 from apid.settings import (
     STRING,
     ConfigError,
@@ -191,6 +192,34 @@ ORIGINS = Kind("list of strings", lambda node, _: tuple(origin.rstrip("/") for o
 RESERVED_URIS = Kind("list of strings", _reserved_uris)
 NETWORK_ROLES = Kind("mapping group -> list of strings", _network_roles)
 VERSION = Kind("quoted string `MAJOR.MINOR`", _version)
+
+
+def _trusted_proxies(node: Node, _: Reading) -> TrustedProxies:
+    entries = node.strings()
+    networks = []
+    for index, entry in enumerate(entries):
+        try:
+            networks.append(proxy_network(entry))
+        except ValueError as exc:
+            raise node.child(index, entry).fail(str(exc)) from None
+    return TrustedProxies(tuple(networks))
+
+
+TRUSTED_PROXIES = Kind(
+    "list of IP addresses and CIDR ranges",
+    _trusted_proxies,
+    show=lambda trusted: f"`{trusted}`" if trusted else "empty",
+)
+
+
+def _seconds(node: Node, _: Reading) -> float:
+    """A number of seconds that may be 0 (no wait at all)."""
+    if isinstance(node.value, bool) or not isinstance(node.value, (int, float)) or node.value < 0:
+        raise node.fail(f"expected a number of seconds, 0 or more, got {describe(node.value)}")
+    return float(node.value)
+
+
+SECONDS = Kind("number ≥ 0", _seconds)
 
 
 # --- service_server.yml, per environment --------------------------------------------------------------
@@ -384,6 +413,33 @@ class ConnectionLimits:
 
 
 @settings
+class ShutdownConfig:
+    """How a SIGTERM or SIGINT stops apid: first `/health` fails while everything else is
+    still served, so that balancers route away before the port closes; then the port closes
+    and the requests in flight finish (docs/operations.md, Rolling restarts, says why these numbers)."""
+
+    health_drain: float = setting(
+        "healthDrain",
+        kind=SECONDS,
+        derived=Derived(
+            "`5` in `production`, else `0`", lambda reading: 5.0 if reading.environment == "production" else 0.0
+        ),
+        doc="Seconds `/health` answers 503 (`draining`) before the port closes, every other call still served. "
+        "Longer than your balancer takes to mark a server down: HAProxy with `inter 1s fall 2` takes at most "
+        "about 2 s. 0 closes the port at once (a daemon no balancer checks).",
+    )
+    drain: float = setting(
+        "drain",
+        default=20.0,
+        kind=SECONDS,
+        doc="Then, seconds the requests in flight may take to finish once the port is closed: idle keep-alive "
+        "connections are closed at once, a busy one gets its answer with `Connection: close`. What is still "
+        "running after that is cut. Keep `healthDrain` + `drain` (+ 5 s with worker processes) below systemd's "
+        "`TimeoutStopSec` (45 in `etc/apid.service`).",
+    )
+
+
+@settings
 class MetricsConfig:
     """Where the metrics are read: `listen`, a port of their own without a token (None: no
     such port), and `role`, whose tokens read them at /metrics on the API's port (None: not there)."""
@@ -433,7 +489,24 @@ class ServerConfig:
         "(`tcp:8080:interface=0.0.0.0`, or a reverse proxy in front). Anything else is a Twisted server endpoint "
         "string, checked by `apid serve` before anything starts (one Twisted cannot use stops it with exit status "
         "2). For `tcp:` and `tcp6:`, `:backlog=1024` is added unless a backlog is given. Use "
-        "`systemd:domain=INET:name=http` with `etc/apid.socket` ([operations.md](operations.md#socket-activation)).",
+        "`systemd:domain=INET:name=http` with `etc/apid.socket` ([operations.md](operations.md#socket-activation)). "
+        "`haproxy:` before any of these (`haproxy:tcp:8080:interface=127.0.0.1`, "
+        "`haproxy:systemd:domain=INET:index=0`) reads the PROXY protocol (v1 and v2) a proxy sends before each "
+        "connection, with any `procCores`; see `trustedProxies`.",
+    )
+    trusted_proxies: TrustedProxies = setting(
+        "trustedProxies",
+        default=TrustedProxies(),
+        kind=TRUSTED_PROXIES,
+        doc="The reverse proxies in front of apid: IP addresses and CIDR ranges, IPv4 or IPv6 (`127.0.0.1`, "
+        "`10.0.0.0/8`, `fd00::/8`). Only a peer listed here is believed when its `X-Forwarded-For` (else "
+        "`Forwarded`) names the client and `X-Forwarded-Proto` (or `proto=`) the scheme: the client is the first "
+        "hop from the right that is not listed. Everything per client address then counts that client (abuse "
+        "limits, the anonymous role's rate limit, the access log, a plugin's `Caller.address`), and the "
+        "connections of a listed peer are not capped by `connections.perAddress` (a proxy carries many clients' "
+        "requests). From any other peer these headers are ignored. On a `haproxy:` port, a non-empty list also "
+        "closes connections from peers not listed before reading them: nobody else may name a client in a PROXY "
+        "header. Empty trusts nobody. See [operations.md](operations.md#behind-a-proxy).",
     )
     base_url: str = setting(
         "baseUrl",
@@ -487,9 +560,11 @@ class ServerConfig:
         "redis.onFailure",
         default=True,
         kind=choice({"open": True, "closed": False}),
-        doc="When Redis cannot be reached (no answer within 2 s): `open` lets calls and logins through uncounted "
-        "(and logs an error), `closed` answers 503 with `Retry-After: 5`, logins, registrations and reset "
-        "requests included.",
+        doc="When Redis cannot be reached: `open` lets calls and logins through uncounted, `closed` answers 503 "
+        "with `Retry-After: 5`, logins, registrations and reset requests included. No call waits for a Redis "
+        "known to be down: after a failure (refused, lost, or no answer within 2 s) calls fail at once for a "
+        "second, then one tries again; the outage is logged when it starts and when it ends "
+        "([operations.md](operations.md#outages)).",
     )
     mail: MailConfig = section("mail")
     jwt: JwtConfig = section("jwt")
@@ -531,6 +606,7 @@ class ServerConfig:
         "[operations.md](operations.md#metrics-and-logs).",
     )
     connections: ConnectionLimits = section("connections")
+    shutdown: ShutdownConfig = section("shutdown")
 
 
 # --- service_api.yml, shared ----------------------------------------------------------------------------

@@ -2,7 +2,15 @@
 
 Wraps the whole site, so a preflight (OPTIONS with Access-Control-Request-Method) is
 answered here and never reaches authentication, and every answer to an allowed origin
-carries the headers a browser needs to read it, credentials (the refresh cookie) included.
+carries the headers a browser needs to read it, credentials (the refresh cookie) included:
+the fields apid answers beyond the CORS-safelisted ones are exposed (`ETag` for revalidation
+and If-Match, the rate limit's, the deprecation's, `Link`, `X-Request-ID`), and the request
+headers apid reads are allowed (conditional requests, link relations, the request id).
+
+Whether an answer carries these depends on the request's Origin, so with any origin allowed
+every answer says `Vary: Origin`, one to a request without Origin too: else a cache could keep
+an answer without them and hand it to a page of an allowed origin (Fetch, "CORS protocol and
+HTTP caches").
 """
 
 from __future__ import annotations
@@ -13,8 +21,10 @@ from twisted.web.http import Request
 from twisted.web.resource import IResource, Resource
 
 ALLOWED_METHODS = b"GET, POST, PUT, DELETE"
-ALLOWED_HEADERS = b"Authorization, Content-Type, X-LINK_RELATIONS, X-LINK-RELATIONS, X-Request-ID"
-EXPOSED_HEADERS = b"Link, RateLimit, RateLimit-Policy, Retry-After, X-Request-ID"
+ALLOWED_HEADERS = (
+    b"Authorization, Content-Type, If-Match, If-None-Match, X-LINK_RELATIONS, X-LINK-RELATIONS, X-Request-ID"
+)
+EXPOSED_HEADERS = b"Deprecation, ETag, Link, RateLimit, RateLimit-Policy, Retry-After, Sunset, X-Request-ID"
 PREFLIGHT_MAX_AGE = b"600"
 
 
@@ -27,10 +37,11 @@ class Cors(Resource):
         self._allowed = frozenset(origin.encode("ascii") for origin in allowed_origins)
 
     def render(self, request: Request) -> bytes:
+        if self._allowed:
+            request.setHeader(b"Vary", b"Origin")
         origin = request.getHeader(b"origin")
         if origin is None:
             return self._inner.render(request)
-        request.setHeader(b"Vary", b"Origin")
         allowed = origin in self._allowed
         preflight = request.method == b"OPTIONS" and request.getHeader(b"access-control-request-method")
         if allowed:

@@ -3,7 +3,9 @@
 
 Start order matters: the database is migrated and reachable and every plugin is bound to
 valid IO State before the port listens; only then the ready line and systemd's READY=1.
-On SIGTERM the port closes first, in-flight requests finish (up to a cap), then the pools.
+On SIGTERM /health fails first while everything else is served (`shutdown.healthDrain`),
+then the port closes, in-flight requests finish (up to `shutdown.drain`), then the pools
+(`apid.shutdown` says why in that order).
 
 A daemon holds only what its configuration uses: the migration runs in a child process
 (`apid.store.migration_child`), and Redis's client, the webhook worker, the metrics and SMTP
@@ -16,8 +18,6 @@ import gc
 import os
 import signal
 import socket
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,6 @@ from twisted.internet import defer
 from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
-from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
@@ -42,8 +41,10 @@ from apid.http import ApidSite, OpenConnections
 from apid.mail import Outbox
 from apid.ping import PeerPinger
 from apid.plugins import RuleBook, load_all
+from apid.proxies import client_endpoint, socket_listen
 from apid.reactors import Reactor, installed
 from apid.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
+from apid.shutdown import Shutdown, close_after_answers, stop_on_signals
 from apid.store.database import Database, make_engine, run_read
 from apid.store.migration_child import MigrationChild
 
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
     from apid.workers.worker import WorkerLink
 
 log = Logger(namespace="apid.daemon")
-
-DRAIN_SECONDS = 20.0
 
 
 def with_backlog(listen: str) -> str:
@@ -240,25 +239,21 @@ async def reload_everywhere(reactor: Reactor, running: Running) -> None:
     notify_systemd("READY=1")
 
 
-async def stop(reactor: Reactor, running: Running) -> None:
-    """Stop listening, let in-flight requests finish, close the connections once their
-    answers are written, then close the pools; all within DRAIN_SECONDS."""
+async def stop(running: Running, shutdown: Shutdown) -> None:
+    """Fail /health while still serving, stop listening, let in-flight requests finish and
+    close each connection once its answer is written, then close the pools; all by the
+    shutdown's deadline."""
     notify_systemd("STOPPING=1")
+    await shutdown.health_drain(running.health)
     # a worker's port may be closed already: the parent shut the socket all workers share down
     await defer.maybeDeferred(running.port.stopListening)
-    deadline = reactor.seconds() + DRAIN_SECONDS
-
-    async def until(done: Callable[[], object]) -> None:
-        while not done() and reactor.seconds() < deadline:
-            await deferLater(reactor, 0.05, lambda: None)
-
-    await until(lambda: running.site.in_flight.count == 0)
+    await shutdown.drain(lambda: close_after_answers(running.connections))
     for connection in list(running.connections.protocols):
-        connection.transport.loseConnection()  # writes what is buffered, then closes
-    await until(lambda: not running.connections.protocols)
-    await until(lambda: not running.outbox.pending)
+        connection.transport.loseConnection()  # past the deadline: writes what is buffered, then closes
+    await shutdown.drain(lambda: not running.connections.protocols)
+    await shutdown.drain(lambda: not running.outbox.pending)
     if running.deliveries is not None:
-        await running.deliveries.stop(deadline)
+        await running.deliveries.stop(shutdown.deadline)
     if running.metrics_port is not None:
         stopping = running.metrics_port.stopListening()  # scraped until the last request was answered
         if stopping is not None:
@@ -280,16 +275,17 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
     reactor = installed()
 
     outcome = {"status": 0}
+    stopping = worker.shutdown if worker is not None else Shutdown(reactor, config.server.shutdown)
 
     async def shutdown(running: Running) -> None:
-        await stop(reactor, running)
+        await stop(running, stopping)
         await end_tasks(reactor)  # the asyncio reactor's: what the closed connections cancelled
 
     async def begin() -> None:
         try:
             running = await start(reactor, config, endpoint, worker, migration)
         except Exception as exc:
-            print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
+            log.critical("apid: cannot start: {error}", error=str(exc))
             outcome["status"] = 1
             reactor.stop()
             return
@@ -312,9 +308,14 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
         notify_systemd("READY=1\nSTATUS=serving")
 
     # a bad `listen` ends here, exit 2
-    endpoint = worker.endpoint if worker is not None else server_endpoint(reactor, config.server.listen)
+    endpoint = client_endpoint(
+        worker.endpoint if worker is not None else server_endpoint(reactor, socket_listen(config.server.listen)),
+        config.server.listen,  # PROXY protocol on a worker's adopted socket too: the parent's wrapper is not passed
+        config.server.trusted_proxies,
+    )
     # forked now, while this process runs one thread; a worker's parent migrated already
     migration = MigrationChild.fork(config) if worker is None else None
+    reactor.callWhenRunning(stop_on_signals, reactor, worker.check_parent if worker is not None else lambda: None)
     reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
     reactor.run()
     return outcome["status"]

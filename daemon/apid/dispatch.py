@@ -24,6 +24,8 @@ from twisted.web.http import NO_BODY_CODES
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from apid.current_request import serving
+from apid.http import request_id
 from apid.problems import MethodNotAllowed, NotFound, Problem
 from apid.routing import PREFIX_BYTES
 
@@ -72,7 +74,12 @@ class ApiDispatch(Resource):
         ):
             return self._failed(request, Failure(self._odd(request, segments)))
         gone = request.notifyFinish()
-        running = Deferred.fromCoroutine(self._handle(request, *(segment.decode() for segment in segments)))
+        # its errors are logged with its id (`apid.current_request`)
+        running = serving(
+            request_id(request),
+            Deferred.fromCoroutine,
+            self._handle(request, *(segment.decode() for segment in segments)),
+        )
         # a client that hangs up cancels its call (an asyncio action's task with it)
         gone.addErrback(lambda _: running.cancel())
         running.addCallbacks(_write, self._answer_failure, callbackArgs=(request, gone), errbackArgs=(request, gone))
@@ -88,7 +95,12 @@ class ApiDispatch(Resource):
     def _answer_failure(self, failure: Failure, request: Request, gone: Deferred[None]) -> None:
         if gone.called:
             if not failure.check(CancelledError):
-                log.failure("a call failed after its client hung up", failure=failure)
+                log.failure(
+                    "a call failed after its client hung up",
+                    failure=failure,
+                    requestId=request_id(request),
+                    endpoint=getattr(request, "endpoint_name", None),
+                )
             return
         _write(self._failed(request, failure), request, gone)
 

@@ -4,14 +4,14 @@ One JSON encoder, one problem renderer, one body reader. The `Site` built here r
 request body over `maxBodyBytes` as soon as that is known (twisted.web has no limit of its
 own), answers requests twisted.web cannot parse with problems too, cuts a request that does
 not arrive whole in time, gives every answer the same security headers and the request's id,
-and writes its access log as structured twisted.logger events. `OpenConnections` caps the
-connections one client address holds open.
+and writes its access log as structured twisted.logger events naming the client behind any
+trusted proxies (`ApidRequest.sender`, resolved by `apid.proxies`). `OpenConnections` caps the
+connections one client address holds open; a trusted proxy's are not capped.
 """
 
 from __future__ import annotations
 
 import io
-import itertools
 import os
 import re
 import time
@@ -46,6 +46,7 @@ from apid.problems import (
     UnsupportedMediaType,
     UriTooLong,
 )
+from apid.proxies import UNKNOWN, Client, TrustedProxies, resolve
 
 access_log = Logger(namespace="apid.access")
 log = Logger(namespace="apid.http")
@@ -56,10 +57,9 @@ SERVER = b"apid"
 # reset the connection and could destroy the answer before the client reads it.
 LINGER_SECONDS = 2.0
 CLIENT_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")  # 1 to 128 visible ASCII characters
-# The ids apid makes: 16 random hex characters drawn once per process, then a counter. Unique
-# across processes and restarts as random ids are, without a getrandom call per request;
-# an id names a request in the logs and is no secret.
-_MADE_IDS = map(f"{os.urandom(8).hex()}{{:016x}}".format, itertools.count())
+# The ids apid makes are 16 random bytes in hex, drawn for each request (half a microsecond): a
+# counter would tell whoever reads two ids how many requests the process answered in between.
+ID_BYTES = 16
 # What the site reports each answered request to: endpoint, API version, method, status, seconds.
 Observer = Callable[[str, str, bytes, int, float], None]
 
@@ -106,11 +106,15 @@ def write_problem(request: Request, problem: Problem) -> bytes:
 def request_id(request: Request) -> str:
     """The request's id, chosen at first use: the client's X-Request-ID when it is 1 to 128
     visible ASCII characters (a proxy's, so one request is followed through its logs and
-    apid's), else 32 hex characters unique to it. Answers, problems and the access log all carry it."""
+    apid's), else 32 random hex characters. Answers, problems and the access log all carry it."""
     chosen: str | None = getattr(request, "request_id", None)
     if chosen is None:
         sent = request.getHeader(b"x-request-id")
-        chosen = sent.decode("ascii") if sent is not None and CLIENT_REQUEST_ID.fullmatch(sent) else next(_MADE_IDS)
+        chosen = (
+            sent.decode("ascii")
+            if sent is not None and CLIENT_REQUEST_ID.fullmatch(sent)
+            else os.urandom(ID_BYTES).hex()
+        )
         # An ApidRequest declares the attribute; twisted.web's Request, which the metrics port
         # answers with, does not and takes it as any instance does
         request.request_id = chosen  # type: ignore[attr-defined]
@@ -148,24 +152,10 @@ class BoundedBody(io.BytesIO):
         return super().write(data)
 
 
-class InFlight:
-    """Counts requests from the moment their headers arrive until their answer is sent, so
-    shutdown waits for a request whose body is still arriving too."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def track(self, request: Request) -> None:
-        self.count += 1
-        request.notifyFinish().addBoth(self._done)
-
-    def _done(self, _: Any) -> None:
-        self.count -= 1
-
-
 class ApidRequest(SiteRequest):
-    """A request that counts itself in flight, stops its body at the limit, and is answered
-    with `early_answer` when its channel could not let it reach the application."""
+    """A request that stops its body at the limit, knows its client behind trusted proxies
+    (`sender`), and is answered with `early_answer` when its channel could not let it reach
+    the application."""
 
     channel: ApidChannel
     content: BoundedBody | None  # made by ApidSite.getContentFile once the headers are in
@@ -176,11 +166,29 @@ class ApidRequest(SiteRequest):
     endpoint_name = "other"
     api_version = ""
     began = 0.0  # time.monotonic() when the headers were in
+    # Whose forwarding headers count, taken from the site with the headers: the channel is gone
+    # once the connection is, and an action may still ask for its client then.
+    trusted_proxies = TrustedProxies()
+    relayed = False
+    _sender: Client | None = None
 
     def gotLength(self, length: int | None) -> None:
         self.began = time.monotonic()
+        site = self.channel.site
+        self.trusted_proxies, self.relayed = site.trusted_proxies, site.relayed
         super().gotLength(length)
-        self.channel.site.in_flight.track(self)
+
+    def sender(self) -> Client:
+        """Who sent this request, through any trusted proxies (apid.proxies), resolved once."""
+        if self._sender is None:
+            self._sender = resolve(
+                self.getClientAddress(), super().isSecure(), self.requestHeaders, self.trusted_proxies, self.relayed
+            )
+        return self._sender
+
+    def isSecure(self) -> bool:
+        """Whether the client used HTTPS: to apid, or to the first of the trusted proxies."""
+        return self.sender().secure
 
     def handleContentChunk(self, data: bytes) -> None:
         if self.early_answer is not None:
@@ -423,8 +431,10 @@ class TextPaths(Resource):
 
 class ApidSite(Site):
     """A Site with bounded request bodies, deadlines for requests (`limits`), early answers,
-    in-flight counting, a structured access log, and each answered request reported to
-    `observe` (the metrics)."""
+    a structured access log, and each answered request reported to
+    `observe` (the metrics). `trusted_proxies` are the peers whose forwarding headers name the
+    client, `relayed` says every connection comes from one through the PROXY protocol
+    (`OpenConnections.serve_behind` sets both when the port listens)."""
 
     displayTracebacks = False
     noisy = False
@@ -432,6 +442,8 @@ class ApidSite(Site):
     # builds and sets up whatever HTTPChannel it is given
     protocol = ApidChannel  # type: ignore[assignment]
     requestFactory = ApidRequest
+    trusted_proxies = TrustedProxies()
+    relayed = False
 
     def __init__(
         self,
@@ -447,7 +459,6 @@ class ApidSite(Site):
         self.max_body_bytes = max_body_bytes
         self.limits = limits or ConnectionLimits()
         self.access_log_enabled = access_log_enabled
-        self.in_flight = InFlight()
         self._observe = observe
 
     def getContentFile(self, length: int | None) -> BoundedBody:
@@ -459,9 +470,11 @@ class ApidSite(Site):
         if self._observe is not None:
             self._observe(request.endpoint_name, request.api_version, request.method, request.code, seconds)
         if self.access_log_enabled:
+            client = request.sender()
             access_log.info(
                 '{client} "{method} {uri}" {status} {length} {requestId}',
-                client=getattr(request.getClientAddress(), "host", "-"),
+                client=client.host,
+                scheme="https" if client.secure else "http",
                 method=request.method.decode("ascii", "replace"),
                 uri=request.uri.decode("utf-8", "replace"),
                 path=request.path.decode("utf-8", "replace"),
@@ -473,11 +486,21 @@ class ApidSite(Site):
             )
 
 
-def connection_client(peer: IAddress | None) -> str | None:
-    """The client a connection from `peer` counts against: the TCP peer's address for now,
-    which behind a proxy is the proxy's (the one place to put the real client once trusted
-    proxies are known); None for a peer without an address (a Unix socket's), not counted."""
-    return getattr(peer, "host", None)
+def connection_client(peer: IAddress | None, trusted: TrustedProxies) -> str | None:
+    """The client a connection from `peer` counts against: the TCP peer's address; None, not
+    counted, for a trusted proxy (its connections carry many clients') and for a peer without
+    an address (a Unix socket's). A connection is counted before a byte of it is read, so
+    against its peer, never against a client its headers or PROXY header name."""
+    host: str | None = getattr(peer, "host", None)
+    return None if host is None or trusted.trusts(host) else host
+
+
+def request_sender(request: Request) -> Client:
+    """Who sent `request`: an ApidRequest's client behind trusted proxies; for any other (the
+    metrics port's, a test's double), its peer."""
+    if isinstance(request, ApidRequest):
+        return request.sender()
+    return Client(getattr(request.getClientAddress(), "host", UNKNOWN), request.isSecure())
 
 
 class CountedConnection(ProtocolWrapper):
@@ -505,12 +528,19 @@ class OpenConnections(_CountingFactory):
 
     def __init__(self, site: ApidSite, per_address: int) -> None:
         super().__init__(site)
+        self._site = site
         self.per_address = per_address
         self._open: dict[str, int] = {}
         self._refused: set[str] = set()  # clients at the cap whose refusal was logged
 
+    def serve_behind(self, trusted: TrustedProxies, relayed: bool) -> None:
+        """Serve clients through `trusted` proxies, as the port this listens on says
+        (`apid.proxies.ClientEdge`): their headers name the client, their connections are not
+        capped; `relayed`, each connection comes from one through the PROXY protocol."""
+        self._site.trusted_proxies, self._site.relayed = trusted, relayed
+
     def buildProtocol(self, addr: IAddress | None) -> CountedConnection | None:  # type: ignore[override]
-        client = connection_client(addr)
+        client = connection_client(addr, self._site.trusted_proxies)
         if client is not None and self._open.get(client, 0) >= self.per_address:
             if client not in self._refused:  # once until its connections are all closed: no flood
                 self._refused.add(client)

@@ -2,6 +2,7 @@
 the default) or as one JSON object per line (`logFormat: json`) for journald, Loki or
 Elasticsearch, whose fields are the event's own: apid logs events with fields, not
 formatted strings, so the access log's request id, endpoint and status arrive as values.
+Every event of a worker process carries `worker`, its index, so that its lines are told apart.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from twisted.logger import (
     formatEvent,
     textFileLogObserver,
 )
+from zope.interface import implementer
 
 from apid.http import dumps
 
@@ -32,13 +34,28 @@ PLAIN = (str, int, float, bool, type(None))
 QUIET = ("twisted.protocols.amp",)
 
 
-def log_observer(log_format: str, out: IO[str]) -> ILogObserver:
-    """The observer writing `log_format` (`text` or `json`, config.LOG_FORMATS) lines to `out`."""
+def log_observer(log_format: str, out: IO[str], worker: int | None = None) -> ILogObserver:
+    """The observer writing `log_format` (`text` or `json`, config.LOG_FORMATS) lines to `out`;
+    in worker process `worker`, each event with that index as its `worker` field."""
     observer = FileLogObserver(out, json_line) if log_format == "json" else textFileLogObserver(out)
     levels = LogLevelFilterPredicate()
     for namespace in QUIET:
         levels.setLogLevelForNamespace(namespace, LogLevel.warn)
-    return FilteringLogObserver(observer, [levels])
+    filtered = FilteringLogObserver(observer, [levels])
+    return filtered if worker is None else WorkerEvents(filtered, worker)
+
+
+@implementer(ILogObserver)
+class WorkerEvents:
+    """Passes each event on with `worker` set to this process's index (an event's own stays)."""
+
+    def __init__(self, observer: ILogObserver, index: int) -> None:
+        self._observer = observer
+        self._index = index
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        event.setdefault("worker", self._index)
+        self._observer(event)
 
 
 def json_line(event: dict[str, Any]) -> str:

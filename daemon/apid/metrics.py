@@ -30,6 +30,7 @@ from twisted.logger import Logger
 from twisted.web.http import Request
 from twisted.web.server import Site
 
+from apid.compression import compressing
 from apid.config import MetricsConfig
 from apid.routes import klein_routes
 
@@ -233,5 +234,6 @@ def _metrics_only() -> Klein:
 
 async def listen_metrics(reactor: Any, listen: str) -> IListeningPort:
     """Serve GET /metrics, and nothing else, on the endpoint `listen` describes (such as
-    `tcp:9464:interface=127.0.0.1`), without a token: whoever reaches the port reads them."""
-    return await serverFromString(reactor, listen).listen(MetricsSite(_metrics_only().resource()))
+    `tcp:9464:interface=127.0.0.1`), without a token: whoever reaches the port reads them.
+    Gzipped for a scraper that asks (Prometheus does), as the API's answers are."""
+    return await serverFromString(reactor, listen).listen(MetricsSite(compressing(_metrics_only().resource())))

@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 
 from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.coroutines import asyncio_required, needs_asyncio, started
+from apid.current_request import REQUEST_ID
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem, Unauthorized
@@ -230,7 +231,7 @@ def _validated(validate: Validator, fields: Mapping[str, Any], endpoint: Endpoin
     except Problem:
         raise
     except Exception:
-        log.failure("the field rules of {endpoint} raised", endpoint=endpoint.path)
+        log.failure("the field rules of {endpoint} raised", endpoint=endpoint.path, requestId=REQUEST_ID.get())
         raise InternalError(f"{endpoint.path} failed; the error was logged") from None
 
 
@@ -341,14 +342,14 @@ class Pipeline:
         Written as Deferred callbacks on the action's own Deferred (or coroutine, driven as it
         is) rather than as a coroutine of its own: no second coroutine to drive per call, where
         a batch makes a hundred calls per request."""
-        endpoint = admitted.endpoint
+        endpoint, request_id = admitted.endpoint, REQUEST_ID.get()  # for the log of a failure
         try:
             fields = admit_fields(admitted.state, endpoint, admitted.granted, request, admitted.action_rules)
             unit = CallUnit(self._db, self._events, endpoint)
             call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit)
             output = admitted.action(call)
         except Exception:
-            return fail().addErrback(self._action_failed, endpoint)
+            return fail().addErrback(self._action_failed, endpoint, request_id)
         if isinstance(output, Deferred):
             running = output
         elif inspect.isawaitable(output):
@@ -356,17 +357,18 @@ class Pipeline:
         else:
             running = succeed(output)
         return running.addCallbacks(
-            self._answered, self._action_failed, callbackArgs=(admitted, call, unit), errbackArgs=(endpoint,)
+            self._answered, self._action_failed, callbackArgs=(admitted, call, unit), errbackArgs=(endpoint, request_id)
         )
 
-    def _action_failed(self, failure: Failure, endpoint: Endpoint) -> Failure:
-        """A problem or a cancelling as it is; any other error of the plugin's a logged 500."""
+    def _action_failed(self, failure: Failure, endpoint: Endpoint, request_id: str | None) -> Failure:
+        """A problem or a cancelling as it is; any other error of the plugin's a 500, logged
+        with the endpoint and the id of the request it served."""
         if failure.check(Problem, CancelledError):
             return failure
         error = failure.value
         if isinstance(error, Exception) and needs_asyncio(error):
-            raise self._asyncio_required(endpoint.path, error)
-        log.failure("controller {endpoint} raised", failure=failure, endpoint=endpoint.path)
+            raise self._asyncio_required(endpoint.path, error, request_id)
+        log.failure("controller {endpoint} raised", failure=failure, endpoint=endpoint.path, requestId=request_id)
         raise InternalError(f"{endpoint.path} failed; the error was logged")
 
     def _answered(
@@ -395,7 +397,7 @@ class Pipeline:
             await self._changed([endpoint.controller])
         return result
 
-    def _asyncio_required(self, path: str, error: Exception) -> InternalError:
+    def _asyncio_required(self, path: str, error: Exception, request_id: str | None) -> InternalError:
         """The 500 of an action that awaited asyncio under the default reactor, logged the
         first time only: every call of it fails the same way, and a line says it all."""
         if path not in self._told_asyncio:
@@ -405,5 +407,6 @@ class Pipeline:
                 "`reactor: asyncio` in service_server.yml (logged once per action)",
                 endpoint=path,
                 error=repr(error),
+                requestId=request_id,
             )
         return asyncio_required(path)

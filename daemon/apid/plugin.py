@@ -15,16 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from apid.problems import (
+    BadGateway,
     BadRequest,
     Conflict,
     FieldError,
     Forbidden,
+    GatewayTimeout,
     InvalidFields,
     NotFound,
     Problem,
+    ServiceUnavailable,
     Unprocessable,
 )
 
@@ -36,6 +39,8 @@ __all__ = [
     "Account",
     "Accounts",
     "ActionRules",
+    "Answers",
+    "BadGateway",
     "BadRequest",
     "Call",
     "Caller",
@@ -45,6 +50,7 @@ __all__ = [
     "Endpoint",
     "FieldError",
     "Forbidden",
+    "GatewayTimeout",
     "Hooks",
     "InvalidFields",
     "NotFound",
@@ -53,6 +59,7 @@ __all__ = [
     "RouteCall",
     "RuleSet",
     "SecuritySettings",
+    "ServiceUnavailable",
     "Services",
     "UnitOfWork",
     "Unprocessable",
@@ -69,6 +76,10 @@ _ROUTE_MARK = "__apid_route__"
 Validator = Callable[[Mapping[str, Any]], Iterable[FieldError] | None]
 """What `@action(validate=...)` takes: the admitted, typed fields to the field errors found."""
 
+Answers = Literal["record", "list", "nothing"]
+"""What `@action(answers=...)` declares an action answers: one record (a JSON object), a list
+of records, or nothing (`null`). The API documents type the action's answer from it."""
+
 
 @dataclass(frozen=True)
 class ActionRules:
@@ -83,11 +94,13 @@ class ActionRules:
     endpoint granted (no own-record check, no use of `call.caller`), so an IO State `CACHE`
     may say `"shared": true`. A cached answer skips the action, and with it any check the
     action makes of who calls: the daemon cannot see inside an action, so it refuses a shared
-    cache unless the action says this."""
+    cache unless the action says this. `answers`: what the action answers (`Answers`), or None
+    when it does not say, so that the API documents can type its answer exactly."""
 
     requires: tuple[str, ...] = ()
     validate: Validator | None = None
     caller_independent: bool = False
+    answers: Answers | None = None
 
 
 @overload
@@ -100,6 +113,7 @@ def action(
     requires: Iterable[str] = (),
     validate: Validator | None = None,
     caller_independent: bool = False,
+    answers: Answers | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -109,11 +123,17 @@ def action(
     requires: Iterable[str] = (),
     validate: Validator | None = None,
     caller_independent: bool = False,
+    answers: Answers | None = None,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
-    `@action(requires=("name",), validate=check, caller_independent=True)` to declare its field
-    rules and whether callers may share its cached answers (`ActionRules`)."""
-    rules = ActionRules(requires=tuple(requires), validate=validate, caller_independent=caller_independent)
+    `@action(requires=("name",), validate=check, caller_independent=True, answers="record")` to
+    declare its field rules, whether callers may share its cached answers and what it answers
+    (`ActionRules`)."""
+    if answers not in (None, "record", "list", "nothing"):
+        raise ValueError(f'@action(answers=...) is "record", "list" or "nothing", not {answers!r}')
+    rules = ActionRules(
+        requires=tuple(requires), validate=validate, caller_independent=caller_independent, answers=answers
+    )
 
     def mark(handler: F) -> F:
         setattr(handler, _ACTION_MARK, rules)

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from apid.iostate import IOStateError, RuleSet
 from apid.plugins import PluginError, RuleBook
 from apid.reactors import Reactor
-from apid.store.database import Database, dialect_insert
+from apid.store.database import Database, DatabaseUnavailable, dialect_insert
 from apid.store.tables import iostate_change, iostate_report
 
 log = Logger(namespace="apid.reloading")
@@ -185,6 +185,8 @@ class RulesWatcher:
         await self._lock.acquire()
         try:
             await self._db.write(forget, self._who)
+        except DatabaseUnavailable:
+            pass  # the outage is logged once, by the database's; the report goes within a day
         except Exception:
             log.failure("removing this process's IO State report failed; it goes within a day")
 
@@ -208,6 +210,8 @@ class RulesWatcher:
     async def _check(self) -> None:
         try:
             generation = await self._db.read(read_generation)
+        except DatabaseUnavailable:
+            return  # the outage is logged once, by the database's
         except Exception:
             log.failure("reading the IO State generation failed; trying again")
             return
@@ -221,6 +225,8 @@ class RulesWatcher:
         self._done = done
         try:
             await self._db.write(report, done)
+        except DatabaseUnavailable:
+            return  # the outage is logged once, by the database's
         except Exception:
             log.failure("writing this process's IO State report failed")
             return

@@ -19,7 +19,7 @@ from werkzeug.exceptions import MethodNotAllowed as RoutingMethodNotAllowed
 from werkzeug.exceptions import NotFound as RoutingNotFound
 from werkzeug.routing import RequestRedirect
 
-from apid.http import write_problem
+from apid.http import request_id, write_problem
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem
 
 log = Logger(namespace="apid.routes")
@@ -41,7 +41,13 @@ def problem_of(request: Request, failure: Failure) -> Problem:
         return NotFound(f"no resource at {request.path.decode('utf-8', 'replace')}")
     if isinstance(error, HTTPException):
         return BadRequest(error.description or "the request could not be routed")
-    log.failure("unexpected error answering {path}", failure=failure, path=request.path.decode("utf-8", "replace"))
+    log.failure(
+        "unexpected error answering {path}",
+        failure=failure,
+        path=request.path.decode("utf-8", "replace"),
+        requestId=request_id(request),
+        endpoint=getattr(request, "endpoint_name", None),
+    )
     return InternalError("the request failed; the error was logged")
 
 

@@ -13,23 +13,31 @@ running reactor, so a plain synchronous pytest function can use it:
 
 Database and password work runs inline, on the kit's own in-memory reactor: when a call
 returns, everything it started has finished. A call still waiting then (an action awaiting
-real I/O or a timer) raises `StillWaiting` rather than hanging the test.
+real I/O or a timer) raises `StillWaiting` rather than hanging the test. With
+`reactor="asyncio"` the kit runs an asyncio loop of its own, as the daemon's asyncio reactor
+does: a coroutine action runs as an asyncio task and may await asyncio libraries (httpx,
+`asyncio.sleep`) doing real I/O, and a call waits for them up to `timeout` seconds.
+
+The rest of the kit is re-exported here: `ApidDaemon`, the real `apid serve` in a subprocess
+(apid.kit_daemon), `WebhookReceiver`, a real HTTP server collecting deliveries
+(apid.kit_receiver), and the pytest fixtures over both (apid.pytest_plugin). docs/testing.md
+is the reference of every name in `__all__`.
 """
 
 from __future__ import annotations
 
-import json
-import re
+import asyncio
+import ipaddress
 import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit
 
-import yaml
 from sqlalchemy import Engine
 from treq.client import HTTPClient
 from treq.testing import StubTreq
@@ -45,48 +53,43 @@ from apid.auth.passwords import Passwords
 from apid.auth.sessions import start_family
 from apid.auth.tokens import load_secret
 from apid.config import load as load_config
+from apid.coroutines import bridge_tasks
 from apid.docspage import DocsPage
 from apid.hooks.events import EventRecorder, event_data
-from apid.iostate import Endpoint
-from apid.plugin import Controller
+from apid.hooks.service import Hooks
+from apid.iostate import Endpoint, RuleSet
+from apid.kit_calls import ApiCalls, Login, Reply, query_fields, request_headers
+from apid.kit_daemon import Account, ApidDaemon, DaemonFailed
+from apid.kit_receiver import Answer, Delivery, WebhookReceiver
+from apid.kit_settings import ENVIRONMENT, write_settings
+from apid.plugin import Caller, Controller, Services
 from apid.plugins import MIGRATIONS_GROUP, FoundPlugin, MigrationSource, bind, discover, load, migration_sources
-from apid.reactors import Reactor
+from apid.reactors import Reactor, new_loop
 from apid.store.database import Database, make_engine
 from apid.store.migrate import upgrade_all
+from apid_hook import HookController
 
-__all__ = ["Event", "InMemoryApid", "Login", "Reply", "StillWaiting"]
+__all__ = [
+    "Account",
+    "Answer",
+    "ApiCalls",
+    "ApidDaemon",
+    "DaemonFailed",
+    "Delivery",
+    "Event",
+    "InMemoryApid",
+    "Login",
+    "Reply",
+    "StillWaiting",
+    "WebhookReceiver",
+]
 
 T = TypeVar("T")
-
-# The roles of the service_api.yml apid ships; `api_settings={"security": ...}` replaces them.
-SECURITY = {
-    "superuserRole": "ROLE_ADMIN",
-    "userRole": "ROLE_USER",
-    "networkGroups": ["open", "public", "private"],
-    "networkRoles": {
-        "open": ["ROLE_ADMIN", "ROLE_USER", "ROLE_ANONYMOUS"],
-        "public": ["ROLE_ADMIN", "ROLE_USER"],
-        "private": ["ROLE_ADMIN"],
-    },
-}
-_LINK = re.compile(r'<(?P<href>[^>]*)>(?P<params>(?:\s*;\s*[^;,=\s]+\s*=\s*(?:"[^"]*"|[^;,\s]*))*)')
-_LINK_PARAM = re.compile(r';\s*([^;,=\s]+)\s*=\s*(?:"([^"]*)"|([^;,\s]*))')
 
 
 class StillWaiting(RuntimeError):
     """A call had not finished once everything the kit runs inline had run: it awaits
     something outside the kit (real network or file I/O, a timer, another thread)."""
-
-
-@dataclass(frozen=True)
-class Login:
-    """An account made by `InMemoryApid.caller`, and the access token it calls with."""
-
-    id: int
-    username: str
-    password: str
-    roles: frozenset[str]
-    token: str
 
 
 @dataclass(frozen=True)
@@ -100,44 +103,7 @@ class Event:
     data: Any
 
 
-@dataclass(frozen=True)
-class Reply:
-    """An answer: its status, its headers (lower-case names, repeated ones joined by ", ")
-    and its body as text, with the JSON, problem and link views of it."""
-
-    status: int
-    headers: Mapping[str, str]
-    text: str
-
-    @property
-    def media_type(self) -> str:
-        """The Content-Type without its parameters, in lower case (`application/json`)."""
-        return self.headers.get("content-type", "").split(";")[0].strip().lower()
-
-    @property
-    def json(self) -> Any:
-        """The body parsed, when its media type is JSON (`application/json`, `...+json`); else None."""
-        if self.media_type == "application/json" or self.media_type.endswith("+json"):
-            return json.loads(self.text)
-        return None
-
-    @property
-    def problem(self) -> dict[str, Any] | None:
-        """The RFC 9457 problem, when the answer is one (`application/problem+json`); else None."""
-        return self.json if self.media_type == "application/problem+json" else None
-
-    @property
-    def links(self) -> list[dict[str, str]]:
-        """The `Link` header (sent when the call asked with `links=True`), one dict per link:
-        `{"href": ..., "rel": ..., "method": ...}`; empty without the header."""
-        found = []
-        for link in _LINK.finditer(self.headers.get("link", "")):
-            params = {name: quoted or bare for name, quoted, bare in _LINK_PARAM.findall(link["params"])}
-            found.append({"href": link["href"], **params})
-        return found
-
-
-class InMemoryApid:
+class InMemoryApid(ApiCalls):
     """apid with `controllers` (classes) and its first-party ones (person, hook, server,
     apidoc), in memory. Use it as a context manager, or call `close()`.
 
@@ -148,9 +114,17 @@ class InMemoryApid:
     - `api_settings`: service_api.yml settings over the kit's (which are apid's defaults, the
       roles of the shipped file and no `reservedUris`), such as `security` with a plugin's roles.
     - `rate_limits`: requests per role and day; given, rate limiting is on (`apiThrottle`).
+    - `reactor`: `"default"` (Twisted's coroutine driver: an action awaiting asyncio answers
+      the daemon's 500 naming `reactor: asyncio`) or `"asyncio"` (an asyncio loop of the kit's
+      own runs each coroutine action as a task, as the daemon's asyncio reactor does).
+    - `timeout`: under `"asyncio"`, the seconds a call may wait for real I/O before
+      `StillWaiting`.
 
     Webhooks are on: every event a call emits is kept in `events`, and messages for hooks
-    are written to the outbox table as the daemon writes them; none is ever sent.
+    are written to the outbox table as the daemon writes them; none is ever sent. A hook's
+    URL may be on loopback (127.0.0.1, [::1], localhost; any port) whatever
+    `cors.allowedOrigins` says, so that a test's receiver can be named; other URLs are
+    checked against it as the daemon checks them.
 
     Attributes: `version`, the application version of every path (`"0.1"` in
     `/v0.1/team/show`); `events`, every `Event` the calls emitted, oldest first (clear it at
@@ -165,12 +139,22 @@ class InMemoryApid:
         iostate_dir: Path | str | None = None,
         api_settings: Mapping[str, Any] | None = None,
         rate_limits: Mapping[str, int] | None = None,
+        reactor: Literal["default", "asyncio"] = "default",
+        timeout: float = 30.0,
     ) -> None:
+        if reactor not in ("default", "asyncio"):
+            raise ValueError(f'reactor is "default" or "asyncio", not {reactor!r}')
         self._folder = tempfile.TemporaryDirectory(prefix="apid-testing-")
         self._closed = False
+        self._timeout = timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
         try:
+            if reactor == "asyncio":
+                self._loop = new_loop()[0]
+                bridge_tasks(self._loop)  # its tasks may await Deferreds, as the daemon's may
             self._build(list(controllers), list(migrations), iostate_dir, api_settings, rate_limits)
         except BaseException:
+            self._end_loop()
             self._folder.cleanup()
             raise
 
@@ -183,18 +167,24 @@ class InMemoryApid:
         rate_limits: Mapping[str, int] | None,
     ) -> None:
         root = Path(self._folder.name)
-        config = load_config(_write_settings(root, iostate_dir, api_settings, rate_limits), "test", env={})
+        server = {"apiThrottle": rate_limits is not None, "database": {"migrate": False}}
+        api: dict[str, Any] = {} if iostate_dir is None else {"iostateDir": str(Path(iostate_dir).resolve())}
+        if rate_limits is not None:
+            api["throttle"] = {"rateLimit": dict(rate_limits)}
+        config = load_config(write_settings(root, server, {**api, **(api_settings or {})}), ENVIRONMENT, env={})
         self._config = config
         self.version: str = config.api.version
         self.events: list[Event] = []
         self.engine: Engine = make_engine(config.server.database_url)
         upgrade_all(self.engine, _migration_sources(migrations))
-        bound = bind(load([*_first_party(), *map(_found, controllers)]), config.api.iostate_dir, config.api.security)
         self._reactor = _InlineReactor()
         self._reactor.advance(time.time())
         pool = self._reactor.getThreadPool()
         self._db = Database(self._reactor, self.engine, 1, pool=pool)
         self._passwords = Passwords(self._reactor, 1, pool=pool)
+        hooks = _LoopbackHooks(self._db, config.api.allowed_origins, lambda: self._parts.rule_book.current)
+        first_party = [_with_hooks(found, hooks) for found in _first_party()]
+        bound = bind(load([*first_party, *map(_found, controllers)]), config.api.iostate_dir, config.api.security)
         self._parts = assemble(
             # it provides every interface of the reactor that serving uses, processes aside
             cast(Reactor, self._reactor),
@@ -204,13 +194,13 @@ class InMemoryApid:
             bound=bound,
             db=self._db,
             passwords=self._passwords,
-            wake=lambda: None,
+            wake=_nothing_sent,
             wrap_events=lambda recorder: _KeptEvents(recorder, self.events.append),
         )
         self._client = StubTreq(self._parts.resource)
         self._db.start()
         self._passwords.start()
-        self._settled(Deferred.fromCoroutine(self._parts.revocations.start()), "reading the revocations")
+        self._settled(lambda: Deferred.fromCoroutine(self._parts.revocations.start()), "reading the revocations")
 
     def caller(self, *roles: str, username: str | None = None) -> Login:
         """A new enabled account holding `roles`, logged in: its access token is real, so
@@ -221,11 +211,12 @@ class InMemoryApid:
         accounts = self._parts.accounts
         accounts.check(username, password)
         account = self._settled(
-            Deferred.fromCoroutine(accounts.create(username, f"{username}@example.com", password, roles)),
+            lambda: Deferred.fromCoroutine(accounts.create(username, f"{username}@example.com", password, roles)),
             f"creating account {username}",
         )
         _, session = self._settled(
-            self._db.write(start_family, account.id, self._config.server.jwt.refresh_lifetime), "starting its login"
+            lambda: self._db.write(start_family, account.id, self._config.server.jwt.refresh_lifetime),
+            "starting its login",
         )
         token = self._parts.tokens.issue(account.id, account.username, account.roles, session)
         return Login(id=account.id, username=account.username, password=password, roles=account.roles, token=token)
@@ -244,71 +235,26 @@ class InMemoryApid:
         """Call `path` (`/v0.1/team/show/1`) with `method`: `body` sent as JSON, `query` as the
         query string (a list gives a field several times), with the `caller`'s token, and
         asking for link relations when `links` is true. Raises `StillWaiting` if the call
-        has not finished once everything the kit runs inline has run."""
-        sent = dict(headers or {})
-        if caller is not None:
-            sent["Authorization"] = f"Bearer {caller.token}"
-        if links:
-            sent["X-LINK_RELATIONS"] = "true"
-        options: dict[str, Any] = {"headers": sent, "params": _query(query or {})}
+        has not finished once everything the kit runs inline has run (under `"asyncio"`:
+        within `timeout` seconds)."""
+        options: dict[str, Any] = {
+            "headers": request_headers(caller, links, headers),
+            "params": query_fields(query or {}),
+        }
         if body is not None:
             options["json"] = body
         self._reactor.advance(max(0.0, time.time() - self._reactor.seconds()))  # its timers, to the wall clock
         what = f"{method} {path}"
         # StubTreq copies treq's functions onto itself, out of the type checker's sight
         client = cast(HTTPClient, self._client)
-        response = self._settled(client.request(method, "http://localhost" + path, **options), what)
-        content = self._settled(response.content(), what)
+        response = self._settled(lambda: client.request(method, "http://localhost" + path, **options), what)
+        content = self._settled(response.content, what)
         answered = {
             name.decode("latin-1").lower(): ", ".join(value.decode("latin-1") for value in values)
             for name, values in response.headers.getAllRawHeaders()
             if name.lower() != b"content-encoding" or any(values)
         }  # Twisted's decoder adds it empty
         return Reply(status=response.code, headers=answered, text=content.decode("utf-8"))
-
-    def get(
-        self, path: str, query: Mapping[str, Any] | None = None, *, caller: Login | None = None, links: bool = False
-    ) -> Reply:
-        """A GET of `path`, the fields in the query string (see `request`)."""
-        return self.request("GET", path, query=query, caller=caller, links=links)
-
-    def post(self, path: str, body: Any = None, *, caller: Login | None = None, links: bool = False) -> Reply:
-        """A POST of `body` as JSON to `path` (see `request`)."""
-        return self.request("POST", path, body, caller=caller, links=links)
-
-    def put(self, path: str, body: Any = None, *, caller: Login | None = None, links: bool = False) -> Reply:
-        """A PUT of `body` as JSON to `path` (see `request`)."""
-        return self.request("PUT", path, body, caller=caller, links=links)
-
-    def delete(self, path: str, body: Any = None, *, caller: Login | None = None, links: bool = False) -> Reply:
-        """A DELETE of `path`, with `body` as JSON if given (see `request`)."""
-        return self.request("DELETE", path, body, caller=caller, links=links)
-
-    def batch(
-        self, target: str, elements: Iterable[Mapping[str, Any]], *, caller: Login | None = None, combine: bool = False
-    ) -> Reply:
-        """`POST /b{version}/{target}` (`target` as `team/create`): one call per element,
-        every output answered when `combine` is true, else the last one."""
-        body: dict[str, Any] = {"batch": list(elements)}
-        if combine:
-            body["combine"] = True
-        return self.request("POST", f"/b{self.version}/{target}", body, caller=caller)
-
-    def chain(
-        self,
-        method: str,
-        target: str,
-        chain: Mapping[str, Any],
-        fields: Mapping[str, Any] | None = None,
-        *,
-        caller: Login | None = None,
-    ) -> Reply:
-        """`/c{version}/{target}` (`target` as `team/show/1`, the first link) called with
-        `method`: `chain` is the body's `chain` object (`key`, `order`, `type`, `combine`),
-        `fields` the request fields of the chain's non-safe call."""
-        return self.request(
-            method, f"/c{self.version}/{target}", {**(fields or {}), "chain": dict(chain)}, caller=caller
-        )
 
     def close(self) -> None:
         """Stop what the kit started and delete its database; calling it again does nothing."""
@@ -318,6 +264,7 @@ class InMemoryApid:
         self._parts.revocations.stop()
         self._db.stop()
         self._passwords.stop()
+        self._end_loop()
         self._folder.cleanup()
 
     def __enter__(self) -> InMemoryApid:
@@ -326,23 +273,65 @@ class InMemoryApid:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _settled(self, deferred: Deferred[T], doing: str) -> T:
-        """The result of `deferred`, once the in-memory connections are flushed and the
-        timers due have run, as often as that moves anything."""
+    def _settled(self, start: Callable[[], Deferred[T]], doing: str) -> T:
+        """The result of the Deferred `start()` makes: once the in-memory connections are
+        flushed and the timers due have run, as often as that moves anything; under
+        `"asyncio"`, started and waited for inside the kit's loop."""
         outcome: list[Any] = []
-        deferred.addBoth(outcome.append)
+        if self._loop is None:
+            start().addBoth(outcome.append)
+            self._pump(outcome)
+        else:
+            self._loop.run_until_complete(self._awaited(start, outcome))
+        if not outcome:
+            raise StillWaiting(
+                f"{doing} is still waiting after everything the kit runs inline has run: something in it "
+                "awaits what the kit does not run (real network or file I/O, a timer, another thread; "
+                'InMemoryApid(reactor="asyncio") runs asyncio libraries)'
+            )
+        if outcome[0] is _TIMED_OUT:
+            raise StillWaiting(f"{doing} is still waiting after {self._timeout:g} s (the kit's `timeout`)")
+        if isinstance(outcome[0], Failure):
+            outcome[0].raiseException()
+        return cast(T, outcome[0])
+
+    def _pump(self, outcome: list[Any]) -> None:
+        """Flush the in-memory connections and run the timers due until `outcome` is filled or
+        nothing moves any more."""
         while not outcome:
             self._client.flush()
             if outcome or not self._run_due():
                 break
-        if not outcome:
-            raise StillWaiting(
-                f"{doing} is still waiting after everything the kit runs inline has run: something in it "
-                "awaits what the kit does not run (real network or file I/O, a timer, another thread)"
-            )
-        if isinstance(outcome[0], Failure):
-            outcome[0].raiseException()
-        return cast(T, outcome[0])
+
+    async def _awaited(self, start: Callable[[], Deferred[Any]], outcome: list[Any]) -> None:
+        """Inside the kit's loop, so that coroutine actions run as its tasks: start the work,
+        then let the loop run (the actions' real I/O) between flushing the connections and
+        running the timers due by the wall clock, until `outcome` is filled or `timeout`."""
+        start().addBoth(outcome.append)
+        deadline = time.monotonic() + self._timeout
+        turns = 0
+        while not outcome:
+            self._reactor.advance(max(0.0, time.time() - self._reactor.seconds()))
+            self._pump(outcome)
+            if outcome:
+                return
+            if time.monotonic() > deadline:
+                outcome.append(_TIMED_OUT)
+                return
+            turns += 1
+            await asyncio.sleep(0 if turns < 50 else 0.001)  # at once while tasks are ready, then I/O
+
+    def _end_loop(self) -> None:
+        """Cancel what still runs in the kit's loop (a call given up on) and close it."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
 
     def _run_due(self) -> bool:
         """Run the timers due now (a `callLater(0, ...)`); whether there were any."""
@@ -351,6 +340,47 @@ class InMemoryApid:
             return False
         self._reactor.advance(0)
         return True
+
+
+_TIMED_OUT = object()
+
+
+def _nothing_sent() -> None:
+    """The kit's delivery worker: messages wait in the outbox table, never sent."""
+
+
+def _on_loopback(url: str | None) -> bool:
+    """Whether `url` is an http(s) URL on a loopback host."""
+    if url is None:
+        return False
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        return parts.scheme in ("http", "https") and (host == "localhost" or ipaddress.ip_address(host).is_loopback)
+    except ValueError:
+        return False
+
+
+class _LoopbackHooks(Hooks):
+    """apid's hooks, but a URL on loopback is allowed on any port: a test's receiver listens
+    on a port chosen when it starts. The kit sends nothing, so nothing reaches it anyway."""
+
+    def __init__(self, db: Database, allowed: Iterable[str], rules: Callable[[], RuleSet]) -> None:
+        super().__init__(db, allowed, rules, _nothing_sent)
+        self._kit = (db, tuple(allowed), rules)
+
+    def _allowing(self, url: str | None) -> Hooks:
+        """Hooks that allow `url`'s origin when it is on loopback; else these."""
+        db, allowed, rules = self._kit
+        return Hooks(db, (*allowed, url), rules, _nothing_sent) if url and _on_loopback(url) else self
+
+    async def create(self, caller: Caller, url: str, service: str) -> dict[str, Any]:
+        return await Hooks.create(self._allowing(url), caller, url, service)
+
+    async def update(
+        self, caller: Caller, hook_id: int, url: str | None, service: str | None, version: int | None
+    ) -> dict[str, Any]:
+        return await Hooks.update(self._allowing(url), caller, hook_id, url, service, version)
 
 
 @implementer(IReactorThreads)
@@ -420,36 +450,6 @@ class _KeptEvents:
         return self._recorder.write(endpoint, work, *args).addCallback(kept)
 
 
-def _write_settings(
-    root: Path,
-    iostate_dir: Path | str | None,
-    api_settings: Mapping[str, Any] | None,
-    rate_limits: Mapping[str, int] | None,
-) -> Path:
-    """The kit's etc/ folder: read by apid's own configuration loader, so every setting the
-    kit does not choose has the daemon's default."""
-    etc = root / "etc"
-    etc.mkdir()
-    server = {
-        "webhookActive": True,
-        "apiThrottle": rate_limits is not None,
-        "database": {"url": f"sqlite:///{root / 'apid.db'}", "migrate": False},
-        "mail": {"backend": "file", "outbox": str(root / "outbox")},
-        "jwt": {"secret": secrets.token_urlsafe(48)},
-        "accessLog": False,
-    }
-    api: dict[str, Any] = {
-        "security": SECURITY,
-        "iostateDir": str(Path(iostate_dir).resolve() if iostate_dir is not None else root / "iostate"),
-    }
-    if rate_limits is not None:
-        api["throttle"] = {"rateLimit": dict(rate_limits)}
-    api.update(api_settings or {})
-    (etc / "service_server.yml").write_text(yaml.safe_dump({"test": server}), encoding="utf-8")
-    (etc / "service_api.yml").write_text(yaml.safe_dump(api), encoding="utf-8")
-    return etc
-
-
 def _migration_sources(packages: list[str]) -> list[MigrationSource]:
     """Each package's revisions, named as the installed plugin announcing them names them
     (so their version table is the daemon's), else after the package's top level."""
@@ -459,6 +459,22 @@ def _migration_sources(packages: list[str]) -> list[MigrationSource]:
         found = migration_sources(entry_point for entry_point in announced if entry_point.value == package)
         sources += found or [MigrationSource.from_package(package.split(".")[0].lower(), package)]
     return sources
+
+
+def _with_hooks(found: FoundPlugin, hooks: Hooks) -> FoundPlugin:
+    """apid's `hook` controller lent the kit's hooks in the place of the daemon's; any other
+    controller as found."""
+    if found.name != HookController.name:
+        return found
+
+    class KitHookController(HookController):
+        def __init__(self, services: Services) -> None:
+            super().__init__(replace(services, hooks=hooks))
+
+    # named as the controller it is, whose package ships its IO State
+    KitHookController.__module__ = HookController.__module__
+    KitHookController.__qualname__ = HookController.__qualname__
+    return replace(found, entry_point=_Given(KitHookController))
 
 
 def _first_party() -> list[FoundPlugin]:
@@ -488,14 +504,3 @@ class _Given:
 
     def load(self) -> type:
         return self.cls
-
-
-def _query(fields: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Query fields as text: strings as they are, other values as JSON (`true`, `3`)."""
-    return {
-        name: [
-            value if isinstance(value, str) else json.dumps(value)
-            for value in (values if isinstance(values, (list, tuple)) else [values])
-        ]
-        for name, values in fields.items()
-    }

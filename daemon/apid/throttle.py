@@ -39,7 +39,7 @@ from apid import metrics
 from apid.auth.tokens import Principal
 from apid.iostate.model import Endpoint
 from apid.problems import TooManyRequests
-from apid.store.redis import run_script, store_unreachable
+from apid.store.redis import RedisCircuit, store_unreachable
 
 if TYPE_CHECKING:
     import txredisapi
@@ -113,9 +113,9 @@ return {1, limit - count, ttl}
 class RedisCounters:
     """Counts in Redis, shared by every process and daemon that uses the same server.
 
-    A pool that cannot reach Redis holds commands until it can; each charge is bounded by
-    `timeout` so that an unreachable Redis fails the charge (and the limiter fails open or
-    closed as configured) instead of holding the request.
+    Each charge runs through a `RedisCircuit` (the daemon's, shared with the abuse limits; one
+    of its own made with `timeout` otherwise): while Redis cannot be reached a charge fails at
+    once, and the limiter fails open or closed as configured, instead of holding the request.
     """
 
     def __init__(
@@ -124,17 +124,14 @@ class RedisCounters:
         clock: IReactorTime,
         timeout: float = 2.0,
         prefix: str = "apid:throttle:",
+        circuit: RedisCircuit | None = None,
     ) -> None:
-        self._pool = pool
-        self._clock = clock
-        self._timeout = timeout
+        self._circuit = circuit or RedisCircuit(pool, clock, timeout)
         self._prefix = prefix
 
     def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
         keys = [f"{self._prefix}count:{user}", f"{self._prefix}lock:{user}"]
-        charging = run_script(
-            self._pool, self._clock, self._timeout, CHARGE_SCRIPT, keys, [amount, limit, window, lock]
-        )
+        charging = self._circuit.run_script(CHARGE_SCRIPT, keys, [amount, limit, window, lock])
         return charging.addCallback(lambda reply: Charge(bool(int(reply[0])), int(reply[1]), int(reply[2]) / 1000))
 
 

@@ -18,53 +18,53 @@ BY_ID = ("id",)
 class HookController(Controller):
     name = "hook"
 
-    @action
+    @action(answers="list")
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return await self.services.hooks.list(call.caller, *call.page())
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def show(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.show(call.caller, call.fields["id"])
 
-    @action(requires=("url", "service"))
+    @action(requires=("url", "service"), answers="record")
     async def create(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.create(call.caller, call.fields["url"], call.fields["service"])
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def update(self, call: Call) -> dict[str, Any]:
         fields = call.fields
         return await self.services.hooks.update(
             call.caller, fields["id"], fields.get("url"), fields.get("service"), fields.get("version")
         )
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def delete(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.delete(call.caller, call.fields["id"])
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def enable(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.enable(call.caller, call.fields["id"], True)
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def disable(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.enable(call.caller, call.fields["id"], False)
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def rotateSecret(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.rotate_secret(call.caller, call.fields["id"])
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="list")
     async def deliveries(self, call: Call) -> builtins.list[dict[str, Any]]:
         return await self.services.hooks.deliveries(call.caller, call.fields["id"], *call.page())
 
-    @action(requires=("id", "messageId"))
+    @action(requires=("id", "messageId"), answers="record")
     async def redeliver(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.redeliver(call.caller, call.fields["id"], call.fields["messageId"])
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def ping(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.ping(call.caller, call.fields["id"])
 
-    @action
+    @action(answers="record")
     async def hookable(self, call: Call) -> dict[str, Any]:
         return {"services": self.services.hooks.services(call.caller)}

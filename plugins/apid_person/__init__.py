@@ -43,7 +43,7 @@ class PersonController(Controller):
             raise InvalidFields(errors=[{"field": "roles", "reason": f"unknown roles: {unknown}"}])
         return roles
 
-    @action(requires=("username", "password", "email"), validate=account_policy)
+    @action(requires=("username", "password", "email"), validate=account_policy, answers="record")
     async def create(self, call: Call) -> dict[str, Any]:
         fields = call.fields
         account = await self.services.accounts.create(
@@ -56,7 +56,7 @@ class PersonController(Controller):
         )
         return account.to_dict()
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def show(self, call: Call) -> dict[str, Any]:
         person_id = self._own_or_superuser(call)
         account = await self.services.accounts.get(person_id)
@@ -64,11 +64,11 @@ class PersonController(Controller):
             raise NotFound(f"no person with id {person_id}")
         return account.to_dict()
 
-    @action
+    @action(answers="list")
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return [account.to_dict() for account in await self.services.accounts.list(*call.page())]
 
-    @action(requires=BY_ID, validate=account_policy)
+    @action(requires=BY_ID, validate=account_policy, answers="record")
     async def update(self, call: Call) -> dict[str, Any]:
         """Changing one's own password or e-mail address needs the current password, so a
         stolen token cannot take the account over (`Accounts.update` with `by`)."""
@@ -87,7 +87,7 @@ class PersonController(Controller):
         )
         return account.to_dict()
 
-    @action(requires=BY_ID)
+    @action(requires=BY_ID, answers="record")
     async def delete(self, call: Call) -> dict[str, Any]:
         person_id = self._own_or_superuser(call)
         if person_id == call.caller.id:

@@ -10,7 +10,7 @@ from apid.plugin import Call, Controller, action
 class ServerController(Controller):
     name = "server"
 
-    @action
+    @action(answers="record")
     async def pingServers(self, call: Call) -> dict[str, Any]:
         """Every peer of `servers` (service_server.yml) asked at once for its /health."""
         return await self.services.pinger.ping_all()

@@ -89,4 +89,4 @@ def test_with_redis_down_and_on_failure_open_logins_go_through_uncounted(tmp_pat
     with redis_down(tmp_path_factory.mktemp("open"), "open") as daemon:
         assert_problem(log_in(daemon, ADMIN[0], "wrong-password", "127.0.0.91"), 401)
         assert "token" in assert_json(log_in(daemon, ADMIN[0], ADMIN[1], "127.0.0.91"))
-        assert "abuse limiting store unreachable" in daemon.stderr and "failing open" in daemon.stderr
+        assert "Redis unreachable" in daemon.stderr and "failing open" in daemon.stderr

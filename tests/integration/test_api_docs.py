@@ -115,7 +115,7 @@ def test_openapi_with_a_token_describes_the_callers_api(daemon, who, roles):
     document = openapi(daemon, daemon.login(*who[:2]))
     assert api_operations(document) == expected_api_paths(states(daemon), roles, groups(daemon), "0.1")
     assert "/teamCount" in document["paths"]  # a plugin route: any logged-in caller may call it
-    assert "servers" not in document  # relative to where it was read from
+    assert document["servers"][0]["url"].startswith("http")  # baseUrl
 
 
 def test_openapi_with_a_bad_token_is_refused_not_downgraded(daemon):
@@ -196,3 +196,30 @@ def test_after_a_reload_the_docs_follow_the_new_rules(reloading):
     assert (f"{V}/person/show", "get") not in api_operations(openapi(reloading, user))
     admin = reloading.login(*ADMIN[:2])
     assert ("person", "1", "show") in documented_calls(apidoc(reloading, admin))
+
+
+def test_openapi_is_answered_with_an_etag_and_304_while_it_holds(daemon, admin_token):
+    first = daemon.request("GET", "/openapi.json", token=admin_token)
+    assert first.status == 200
+    tag = first.headers["etag"]
+    assert first.headers["cache-control"] == "private, no-cache"
+    again = daemon.request("GET", "/openapi.json", token=admin_token, headers={"If-None-Match": tag})
+    assert (again.status, again.body) == (304, b"")
+    public = daemon.request("GET", "/openapi.json", headers={"If-None-Match": tag})
+    assert public.status == 200 and public.headers["etag"] != tag
+
+
+def test_the_served_documents_say_exactly_what_each_action_answers(daemon, admin_token, user_token):
+    admin, user = openapi(daemon, admin_token), openapi(daemon, user_token)
+    assert admin["servers"] and admin["servers"][0]["url"].startswith("http")
+    for document in (admin, user):
+        schemas = document["components"]["schemas"]
+        assert not [n for n in schemas if n.startswith("person.") and n.endswith(".output") and "anyOf" in schemas[n]]
+        assert "ConflictProblem" in schemas and "BlankChain" in schemas
+        assert "allOf" not in json.dumps(schemas["PostChain"])
+    shared = set(admin["components"]["schemas"]) & set(user["components"]["schemas"])
+    for name in shared - {"ChainLink", "BlankChain", "PostChain", "PreChain", "ChainAnswer"}:
+        assert admin["components"]["schemas"][name] == user["components"]["schemas"][name], name
+    create = admin["components"]["schemas"]["person.1.create.ROLE_ADMIN.request"]
+    assert create["required"] == ["username", "password", "email"]
+    assert {"routes"} - {tag["name"] for tag in openapi(daemon)["tags"]} == {"routes"}

@@ -441,11 +441,50 @@ def test_a_prechain_called_with_another_method_is_405_and_creates_nothing(daemon
     assert reply.headers["Allow"] == "POST"
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
-def test_a_blankchain_not_called_with_get_is_422(daemon, admin_token, led, nothing_changes, method):
+@pytest.mark.parametrize("method", ["PUT", "DELETE"])
+def test_a_blankchain_not_called_with_get_or_post_is_422(daemon, admin_token, led, nothing_changes, method):
     _, team = led
     reply = daemon.request(method, f"{C}/team/show/{team['id']}", leader_chain(type="blankchain"), token=admin_token)
-    assert "GET" in assert_rule(reply, "request-method")["detail"]
+    assert "GET or POST" in assert_rule(reply, "request-method")["detail"]
+
+
+def test_a_blankchain_may_be_posted_as_browsers_send_a_body(daemon, admin_token, led):
+    """fetch cannot send a GET with a body: a blankchain is POSTed too, its type said."""
+    leader, team = led
+    reply = daemon.request(
+        "POST", f"{C}/team/show/{team['id']}", leader_chain(type="blankchain", combine=True), token=admin_token
+    )
+    assert [out["id"] for out in assert_json(reply)] == [team["id"], leader["id"]]
+    untyped = daemon.request("POST", f"{C}/team/show/{team['id']}", leader_chain(), token=admin_token)
+    assert error_fields(assert_problem(untyped, 400)) == {"chain.type"}
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_order_may_be_an_array_of_links_with_their_keys(daemon, admin_token, led, method):
+    """JSON does not promise the order of an object's members; an array keeps it."""
+    leader, team = led
+    chain = {
+        "key": "leaderId",
+        "type": "blankchain",
+        "combine": True,
+        "order": [{"link": "person/show", "key": "id"}, {"link": "team/list", "key": "return"}],
+    }
+    reply = daemon.request(method, f"{C}/team/show/{team['id']}", {"chain": chain}, token=admin_token)
+    body = assert_json(reply)
+    assert [body[0]["id"], body[1]["id"]] == [team["id"], leader["id"]]
+    assert team["id"] in [t["id"] for t in body[2]]
+
+
+def test_a_postchain_takes_the_array_form_too(daemon, admin_token, led):
+    leader, team = led
+    email = f"array{next(_serial)}@example.com"
+    body = {
+        "email": email,
+        "chain": {"key": "leaderId", "type": "postchain", "order": [{"link": "person/update", "key": "return"}]},
+    }
+    reply = daemon.request("PUT", f"{C}/team/show/{team['id']}", body, token=admin_token)
+    assert assert_json(reply)["id"] == leader["id"]
+    assert show_person(daemon, admin_token, leader["id"])["email"] == email
 
 
 @pytest.mark.parametrize("chain_type", ["absent", "blankchain"])
@@ -519,7 +558,7 @@ MALFORMED = [
     ("key-number", _chain(key=5), "chain.key"),
     ("no-order", _chain(order=...), "chain.order"),
     ("order-empty", _chain(order={}), "chain.order"),
-    ("order-list", _chain(order=["person/update"]), "chain.order"),
+    ("order-list", _chain(order=["person/update"]), "chain.order.0"),
     ("order-string", _chain(order="person/update"), "chain.order"),
     ("unknown-type", _chain(type="sidechain"), "chain.type"),
     ("type-absent-not-get", _chain(type=...), "chain.type"),

@@ -2,70 +2,30 @@
 the OpenAPI document of whoever logs in, calls "Try it out" with their token, breaks no rule of
 its Content-Security-Policy, and asks nothing of any host but the daemon.
 
-Screenshots go to tests/output/docs_browser/ (ignored by git). Without Chromium the test is
-skipped, except on CI (`CI` set), where it fails: scripts/system-deps installs it there.
+Screenshots go to tests/output/docs_browser/ (ignored by git). Chromium as tests/browsers.py
+runs it: skipped without it, except on CI.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from browsers import WAIT_SECONDS, headless_chromium
 from harness import ADMIN, REPO, USER
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 OUTPUT = REPO / "tests" / "output" / "docs_browser"
-WAIT_SECONDS = 15
-# Headless, and quiet: without the background-networking flags Chromium reaches out to
-# Google's services, which a closed network refuses (and which would be requests to other hosts).
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1280,1400",
-]
-
-
-def chromium_or_skip() -> None:
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
-    if not missing:
-        return
-    message = (
-        f"the docs page browser test needs Debian's chromium and chromium-driver ({', '.join(missing)} "
-        "missing): run scripts/system-deps as root, or apt-get install chromium chromium-driver"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(message + " (on CI this test must run)")
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    chromium_or_skip()
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    driver.set_page_load_timeout(WAIT_SECONDS)
-    yield driver
-    driver.quit()
+    with headless_chromium(tmp_path_factory.mktemp("chromium-profile")) as driver:
+        yield driver
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,13 @@ def test_the_page_and_its_files_answer_without_a_token(daemon):
     assert page.headers["Cache-Control"] == "no-store"
     assert page.headers["Content-Security-Policy"].startswith("default-src 'none'; script-src 'self'")
     urls = re.findall(r'(?:href|src)="([^"]+)"', page.body.decode())
-    assert len(urls) == 5 and all(url.startswith("/docs/assets/") for url in urls)
+    assert len(urls) == 6 and all(url.startswith("/docs/assets/") for url in urls)
     for url in urls:
         asset = daemon.request("GET", url)
         assert asset.status == 200, url
         assert asset.headers["X-Content-Type-Options"] == "nosniff"
         assert asset.headers["Cache-Control"] == "public, max-age=31536000, immutable"
-        assert asset.content_type.split(";")[0] in ("text/javascript", "text/css", "image/png")
+        assert asset.content_type.split(";")[0] in ("text/javascript", "text/css", "image/png", "text/html")
     assert daemon.request("GET", "/docs/assets/index.html").status == 404
 
 

@@ -82,7 +82,8 @@ def test_a_listen_apid_cannot_use_is_a_usage_error_naming_the_form_to_use(plain,
     done = plain.cli(*args, env=env)
     assert done.returncode == 2
     line = one_line(done.stderr)
-    assert line.startswith("apid: configuration error: listen 'localhost:8080': ")
+    # a log line as `logFormat` writes it (text: time and namespace first), with the message
+    assert "apid: configuration error: listen 'localhost:8080': " in line
     assert "tcp:PORT:interface=ADDR" in line
 
 

@@ -160,6 +160,7 @@ def test_a_batch_carries_the_links_of_its_target_endpoint(daemon, admin_token, u
         f"{REL}team/byleader": (f"{V}/team/byLeader", "GET"),
         f"{REL}team/summary": (f"{V}/team/summary", "GET"),
         f"{REL}team/audit": (f"{V}/team/audit", "GET"),
+        f"{REL}team/relay": (f"{V}/team/relay", "GET"),
     }
     batch = {"batch": [{"id": team["id"]}, {"id": team["id"]}]}
     assert links(daemon.request("POST", f"{B}/team/show", batch, token=user_token, headers=WANT)) == expected

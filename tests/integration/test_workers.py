@@ -127,6 +127,7 @@ def test_a_worker_that_cannot_start_stops_the_parent_with_its_error(tmp_path):
 def test_a_worker_started_by_hand_refuses_with_one_line():
     """`apid worker` is the parent's: run without its socket, channel and configuration, it says so."""
     command = [sys.executable, "-m", "apid", "worker", "--index", "0", "--family", "AF_INET", "--reactor", "default"]
+    command += ["--parent", str(os.getpid())]
     alone = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert (alone.returncode, alone.stderr) == (
         1,

@@ -16,6 +16,7 @@ from apid.chain import (
     check_length,
     check_shape,
     handoff_field,
+    order_names,
     parse_chain,
 )
 from apid.iostate import ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
@@ -142,7 +143,30 @@ def test_a_chain_is_called_with_its_prechain_method_or_get_and_the_methods_a_pos
     )
     assert chain_methods(endpoints["a1"], rules, frozenset({"ROLE_ADMIN"})) == ["PUT"]
     assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_ADMIN"})) == ["DELETE", "GET", "POST", "PUT"]
-    assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_USER"})) == ["GET", "PUT"]
+    assert chain_methods(endpoints["a0"], rules, frozenset({"ROLE_USER"})) == ["GET", "POST", "PUT"]  # a blank POST
+
+
+def test_order_may_be_an_array_of_links_in_their_order():
+    order = [{"link": "person/show", "key": "id"}, {"link": "team/list", "key": "return"}]
+    chain = parse_chain(TARGET, {"chain": {"key": "leaderId", "type": "blankchain", "order": order}}, "POST")
+    assert [link.path for link in chain.links] == ["team/show", "person/show", "team/list"]
+    assert [link.passes for link in chain.links] == ["leaderId", "id", "return"]
+    assert order_names({"order": order}) == order_names({"order": {"person/show": "id", "team/list": "return"}})
+
+
+@pytest.mark.parametrize("entry", [{"link": "person/show"}, {"link": "person/show", "key": "return", "x": 1}, "a/b"])
+def test_a_malformed_array_entry_is_a_400_naming_its_index(entry):
+    with pytest.raises(BadRequest) as raised:
+        parse_chain(TARGET, {"chain": {"key": "id", "order": [entry]}}, "GET")
+    assert raised.value.extensions["errors"][0]["field"] == "chain.order.0"
+
+
+def test_a_blankchain_may_be_called_with_get_or_post_only():
+    chain = chain_of(ChainType.BLANKCHAIN, 2)
+    for method in ("GET", "POST"):
+        check_shape(chain, [endpoint("GET", 0), endpoint("GET", 1)], method)
+    with pytest.raises(ChainRuleBroken):
+        check_shape(chain, [endpoint("GET", 0), endpoint("GET", 1)], "PUT")
 
 
 def test_a_get_chain_without_type_is_a_blankchain():

@@ -62,7 +62,7 @@ def test_an_answer_carries_the_security_headers_and_no_twisted_version(connectio
     assert answer.status == 200
     assert answer.json == {"body": {}, "query": {"a": ["1"]}}
     assert_answer_headers(answer)
-    assert connection.site.in_flight.count == 0
+    assert not connection.channel.requests
 
 
 def test_a_handler_keeps_its_own_cache_control(connection):
@@ -99,7 +99,7 @@ def test_a_declared_length_over_the_limit_is_413_before_the_body(connection, exp
     assert body["limit"] == LIMIT and body["instance"] == "/echo"
     assert answer.headers["Connection"] == "close"
     assert_answer_headers(answer)
-    assert connection.site.in_flight.count == 0
+    assert not connection.channel.requests
     assert_closed_in_stages(connection)
 
 
@@ -110,7 +110,7 @@ def test_a_chunked_body_is_cut_off_at_the_limit_with_413(connection):
     assert connection.transport.value() == b""
     connection.send(chunk + chunk + b"0\r\n\r\n")
     assert_problem(connection.only_answer(), 413)
-    assert connection.site.in_flight.count == 0
+    assert not connection.channel.requests
     assert_closed_in_stages(connection)
 
 
@@ -142,7 +142,7 @@ def test_a_request_twisted_cannot_parse_is_a_400_problem(connection, raw):
     answer = connection.send(raw).only_answer()
     assert_problem(answer, 400, instance=None)  # a path only where Twisted read the request line
     assert_answer_headers(answer)
-    assert connection.site.in_flight.count == 0
+    assert not connection.channel.requests
     assert_closed_in_stages(connection)
 
 
@@ -160,7 +160,7 @@ def test_too_many_headers_are_431(connection):
 def test_a_request_line_over_the_line_limit_is_414(connection):
     answer = connection.send(b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n").only_answer()
     assert_problem(answer, 414, instance=False)
-    assert connection.site.in_flight.count == 0
+    assert not connection.channel.requests
 
 
 # --- paths and queries ------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_headers_trickled_a_byte_a_second_are_cut_with_408_at_their_deadline(slo
     assert body["detail"] == "the request's headers did not arrive within 10 s of its first byte"
     assert answer.headers["Connection"] == "close"
     assert_answer_headers(answer)
-    assert slow.site.in_flight.count == 0 and not slow.deadlines()
+    assert not slow.channel.requests and not slow.deadlines()
     assert_closed_in_stages(slow)
 
 
@@ -229,7 +229,7 @@ def test_a_request_line_never_finished_is_cut_with_408_too(slow):
     slow.send(b"GET /never-ending")
     slow.clock.advance(10)
     assert_problem(slow.only_answer(), 408, instance=False)
-    assert slow.site.in_flight.count == 0
+    assert not slow.channel.requests
 
 
 def test_time_between_requests_is_the_idle_timeouts_and_a_whole_request_starts_no_timer(slow):
@@ -255,7 +255,7 @@ def test_a_body_has_its_own_time_for_its_declared_size_whatever_its_headers_took
     assert body["detail"] == (
         "the request body arrived too slowly: 10 s and one more for every 256 bytes of it are allowed"
     )
-    assert slow.site.in_flight.count == 0 and not slow.deadlines()
+    assert not slow.channel.requests and not slow.deadlines()
     assert_closed_in_stages(slow)
 
 

@@ -551,7 +551,7 @@ def test_check_actions_refuses_an_action_the_controller_does_not_implement(secur
     message = str(info.value)
     assert message.startswith("team.json: controller team, version 2, action archive")
     assert "apid-sample" in message
-    assert "create, list, show" in message
+    assert "(it has: audit, byLeader, create, list, relay, show, summary)" in message
 
 
 # --- RATELIMIT: calls per window per caller, on top of the daily limit ------------------------

@@ -117,7 +117,7 @@ def test_plain_calls_have_their_fields_as_query_parameters_or_a_json_body():
         {
             "name": "id",
             "in": "query",
-            "required": False,
+            "required": True,  # @action(requires=("id",))
             "schema": {
                 "type": "integer",
                 "format": "int64",
@@ -133,19 +133,18 @@ def test_plain_calls_have_their_fields_as_query_parameters_or_a_json_body():
     assert {"$ref": "#/components/parameters/LinkRelations"} in by_id["parameters"]
 
     update = doc["paths"]["/v0.1/person/update/{id}"]["put"]
-    body = schema(doc, update["requestBody"]["content"]["application/json"]["schema"])
-    assert set(body["properties"]) == {"id", "version", "email", "password", "currentPassword"}
+    body = update["requestBody"]["content"]["application/json"]["schema"]  # the id is the path's
+    assert set(body["properties"]) == {"version", "email", "password", "currentPassword"}
     assert body["additionalProperties"] is False
     output = schema(doc, update["responses"]["200"]["content"]["application/json"]["schema"])
-    record = schema(doc, output["anyOf"][0])
+    record = schema(doc, {"$ref": output["$ref"]})  # @action(answers="record")
     assert set(record["properties"]) == {"id", "version"}
-    assert output["anyOf"][1] == {"type": "array", "items": output["anyOf"][0]}
 
 
 def test_the_admin_sees_admin_fields_and_the_user_does_not():
     admin, user = document(ADMIN), document(USER)
-    fields = lambda doc: set(doc["components"]["schemas"]["person.1.show.record"]["properties"])  # noqa: E731
-    assert fields(admin) - fields(user) == {
+    fields = lambda doc, name: set(doc["components"]["schemas"][name]["properties"])  # noqa: E731
+    assert fields(admin, "person.1.show.ROLE_ADMIN.record") - fields(user, "person.1.show.record") == {
         "enabled",
         "accountLocked",
         "accountExpired",
@@ -154,8 +153,66 @@ def test_the_admin_sees_admin_fields_and_the_user_does_not():
         "dateCreated",
         "lastUpdated",
     }
-    assert "budget" in admin["components"]["schemas"]["team.1.show.record"]["properties"]
+    assert "budget" in admin["components"]["schemas"]["team.1.show.ROLE_ADMIN.record"]["properties"]
     assert "budget" not in user["components"]["schemas"]["team.1.show.record"]["properties"]
+
+
+def test_a_component_name_means_one_shape_in_every_document():
+    """Shapes are named after the roles whose own fields they hold, so clients generated from
+    the documents of different roles agree on what each name means."""
+    documents = [document(*roles) for roles in [(USER,), (ADMIN,), (ADMIN, USER)]]
+    seen: dict[str, dict] = {}
+    for doc in documents:
+        for name, shape in doc["components"]["schemas"].items():
+            if name != "ChainAnswer" and not name.startswith(("ChainLink", "BlankChain", "PostChain", "PreChain")):
+                assert seen.setdefault(name, shape) == shape, name
+    assert "person.1.show.record" not in documents[1]["components"]["schemas"]
+
+
+def test_outputs_say_what_each_action_declares_it_answers():
+    schemas = document(ADMIN)["components"]["schemas"]
+    assert schemas["person.1.create.ROLE_ADMIN.output"]["$ref"].endswith("person.1.create.ROLE_ADMIN.record")
+    assert schemas["person.1.list.output"]["type"] == "array"
+    assert "anyOf" not in schemas["team.1.list.output"]
+
+
+def test_request_schemas_require_what_the_action_requires_and_never_as_null():
+    doc = document(ADMIN)
+    create = doc["components"]["schemas"]["person.1.create.ROLE_ADMIN.request"]
+    assert create["required"] == ["username", "password", "email"]
+    assert create["properties"]["username"]["type"] == "string"
+    assert create["properties"]["enabled"]["type"] == ["boolean", "null"]
+    body = doc["paths"]["/v0.1/person/update/{id}"]["put"]["requestBody"]
+    assert "required" not in body["content"]["application/json"]["schema"]  # the id is in the path
+
+
+def test_a_create_links_to_the_show_update_and_delete_of_what_it_made():
+    links = document(ADMIN)["paths"]["/v0.1/person/create"]["post"]["responses"]["200"]["links"]
+    assert set(links) == {"show", "update", "delete"}
+    assert links["show"] == {
+        "operationId": "person.show.byId",
+        "parameters": {"id": "$response.body#/id"},
+        "description": "person/show of the record created",
+    }
+    operation_ids = {op["operationId"] for op in operations(document(ADMIN)).values()}
+    assert {link["operationId"] for link in links.values()} <= operation_ids
+
+
+def test_gets_say_their_etag_and_304_and_every_call_takes_a_request_id():
+    doc = document(USER)
+    show = doc["paths"]["/v0.1/person/show"]["get"]
+    assert {"$ref": "#/components/parameters/IfNoneMatch"} in show["parameters"]
+    assert {"$ref": "#/components/parameters/RequestId"} in show["parameters"]
+    assert "ETag" in show["responses"]["200"]["headers"]
+    assert show["responses"]["304"] == {"$ref": "#/components/responses/NotModified"}
+    assert doc["servers"] == [{"url": CONFIG.server.base_url}]
+    assert "<" not in json.dumps({k: v["description"] for k, v in doc["components"]["headers"].items()})
+
+
+def test_the_document_without_a_token_has_no_empty_tag():
+    doc = document()
+    used = {tag for item in doc["paths"].values() for op in item.values() for tag in op.get("tags", ())}
+    assert {tag["name"] for tag in doc["tags"]} == used
 
 
 def test_values_types_become_json_schema_with_their_mock_data_as_example():
@@ -209,30 +266,37 @@ def test_chain_forms_start_a_blankchain_postchain_or_prechain():
     starting_with_show = doc["paths"]["/c0.1/team/show/{id}"]
     assert set(starting_with_show) == {"get", "put", "post", "delete"}
     blank = starting_with_show["get"]["requestBody"]["content"]["application/json"]["schema"]
-    assert blank["required"] == ["chain"] and blank["properties"]["chain"] == {"$ref": "#/components/schemas/Chain"}
+    assert blank["required"] == ["chain"]
+    assert blank["properties"]["chain"] == {"$ref": "#/components/schemas/BlankChain"}
+    post = starting_with_show["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert post["properties"]["chain"]["anyOf"] == [
+        {"$ref": "#/components/schemas/BlankChain"},
+        {"$ref": "#/components/schemas/PostChain"},
+    ]
+    assert starting_with_show["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ChainAnswer"
+    }
     assert "422" in starting_with_show["put"]["responses"]
     prechain = doc["paths"]["/c0.1/team/create"]
     assert set(prechain) == {"post"}
     body = prechain["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["properties"]) == {"name", "leaderId", "budget", "chain"}
-    chain = doc["components"]["schemas"]["Chain"]
-    assert chain["required"] == ["key", "order"]
-    assert chain["properties"]["type"]["enum"] == ["postchain", "prechain", "blankchain"]
+    for name, kind in (("BlankChain", "blankchain"), ("PostChain", "postchain"), ("PreChain", "prechain")):
+        chain = doc["components"]["schemas"][name]
+        assert "allOf" not in json.dumps(chain)
+        assert chain["required"] == ["key", "type", "order"]
+        assert chain["properties"]["type"] == {"type": "string", "enum": [kind]}
+        assert chain["properties"]["order"]["anyOf"][0]["items"] == {"$ref": "#/components/schemas/ChainLink"}
 
 
 def test_a_postchain_or_prechain_names_its_type_and_links_are_those_the_roles_may_call():
     admin, user = document(ADMIN), document(USER)
     body = admin["paths"]["/c0.1/team/show/{id}"]["put"]["requestBody"]["content"]["application/json"]["schema"]
-    assert body["properties"]["chain"] == {
-        "allOf": [
-            {"$ref": "#/components/schemas/Chain"},
-            {"required": ["type"], "properties": {"type": {"const": "postchain"}}},
-        ]
-    }
+    assert body["properties"]["chain"] == {"$ref": "#/components/schemas/PostChain"}
     prechain = admin["paths"]["/c0.1/team/create"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert prechain["properties"]["chain"]["allOf"][1]["properties"]["type"] == {"const": "prechain"}
-    admin_links = admin["components"]["schemas"]["Chain"]["properties"]["order"]["propertyNames"]["enum"]
-    user_links = user["components"]["schemas"]["Chain"]["properties"]["order"]["propertyNames"]["enum"]
+    assert prechain["properties"]["chain"] == {"$ref": "#/components/schemas/PreChain"}
+    admin_links = admin["components"]["schemas"]["ChainLink"]["properties"]["link"]["enum"]
+    user_links = user["components"]["schemas"]["ChainLink"]["properties"]["link"]["enum"]
     assert {"person/create", "person/show", "team/show"} <= set(admin_links)
     assert "person/show" in user_links and "person/create" not in user_links
     assert admin["components"]["schemas"]["Combine"]["anyOf"][0] == {"type": ["boolean", "null"]}
@@ -243,7 +307,7 @@ def test_every_call_may_answer_the_conflicts_and_refusals_plugins_raise():
     for (path, method), operation in api_operation_map(doc).items():
         assert {"409", "422"} <= set(operation["responses"]), (path, method)
     assert schema(doc, doc["paths"]["/v0.1/person/create"]["post"]["responses"]["409"])["content"] == {
-        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/ConflictProblem"}}
     }
 
 
@@ -266,17 +330,17 @@ def test_public_endpoints_refuse_empty_strings_and_say_the_account_policy():
 def test_errors_are_rfc_9457_problems_and_calls_say_their_headers():
     doc = document(USER)
     show = doc["paths"]["/v0.1/person/show"]["get"]["responses"]
-    assert set(show["200"]["headers"]) == {"RateLimit", "RateLimit-Policy", "Link"}
+    assert set(show["200"]["headers"]) == {"RateLimit", "RateLimit-Policy", "Link", "ETag", "X-Request-ID"}
     for status in ("400", "401", "403", "404", "405", "409", "413", "415", "422", "429", "500", "503"):
         response = schema(doc, show[status])
-        assert response["content"] == {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        assert set(response["content"]) == {"application/problem+json"}
     problem = doc["components"]["schemas"]["Problem"]
     assert problem["required"] == ["type", "title", "status", "detail"]
-    assert problem["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/FieldError"}
     assert set(doc["components"]["responses"]["TooManyRequests"]["headers"]) == {
         "Retry-After",
         "RateLimit",
         "RateLimit-Policy",
+        "X-Request-ID",
     }
     assert doc["components"]["securitySchemes"]["bearerAuth"] == {
         "type": "http",
@@ -285,6 +349,29 @@ def test_errors_are_rfc_9457_problems_and_calls_say_their_headers():
         "description": "The access token from POST /authenticate, as Authorization: Bearer <token>",
     }
     assert doc["security"] == [{"bearerAuth": []}]
+
+
+def test_each_problem_type_has_its_schema_told_apart_by_type():
+    doc = document(USER)
+    schemas = doc["components"]["schemas"]
+    conflict = schemas["ConflictProblem"]
+    assert conflict["properties"]["type"] == {"type": "string", "const": "urn:apid:problem:conflict"}
+    assert conflict["properties"]["currentVersion"]["type"] == "integer"
+    assert conflict["externalDocs"]["url"] == "/docs/assets/problems.html#conflict"
+    assert schemas["InvalidFieldsProblem"]["required"][-1] == "errors"
+    assert schemas["InvalidFieldsProblem"]["properties"]["errors"]["items"] == {
+        "$ref": "#/components/schemas/FieldError"
+    }
+    assert "violatedPolicies" in schemas["TooManyRequestsProblem"]["properties"]
+    assert schemas["GoneProblem"]["required"][-1] == "currentApiVersion"
+    bad = doc["components"]["responses"]["BadRequest"]["content"]["application/problem+json"]["schema"]
+    assert bad["discriminator"] == {
+        "propertyName": "type",
+        "mapping": {
+            "urn:apid:problem:bad-request": "#/components/schemas/BadRequestProblem",
+            "urn:apid:problem:invalid-fields": "#/components/schemas/InvalidFieldsProblem",
+        },
+    }
 
 
 def test_operation_ids_are_unique():

@@ -1,14 +1,24 @@
 """The channel between the parent and its workers (apid.workers.channel): two workers' ends
-counting in the parent's one store, over AMP on an in-memory connection (twisted's iosim)."""
+counting in the parent's one store, and passing a change of cached answers on to each other,
+over AMP on an in-memory connection (twisted's iosim)."""
 
 from __future__ import annotations
 
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.test.iosim import connect, makeFakeClient, makeFakeServer
 
 from apid.auth.limits import MemoryWindows, Window
 from apid.throttle import MemoryCounters
-from apid.workers.channel import ParentCounters, ParentSide, ParentWindows, Ready, WorkerSide
+from apid.workers.channel import (
+    DropAnswers,
+    ParentCounters,
+    ParentSide,
+    ParentWindows,
+    Ready,
+    SiblingWorkers,
+    WorkerSide,
+)
 
 
 class Parent:
@@ -18,13 +28,19 @@ class Parent:
         self.windows = MemoryWindows(self.clock)
         self.ready: list[tuple[int, str]] = []
         self.workers_lost_parent = 0
+        self.changes: list[list[str]] = []
+        self.passing_on: Deferred[None] = succeed(None)  # what passing a change on to the others waits for
 
     def worker(self):
         """A worker's end connected to a new parent end of this parent: (worker end, pump)."""
-        parent_end = ParentSide(self.counters, self.windows, lambda *ready: self.ready.append(ready))
+        parent_end = ParentSide(self.counters, self.windows, lambda *ready: self.ready.append(ready), self._changed)
         worker_end = WorkerSide(lost=self._lose)
         pump = connect(parent_end, makeFakeServer(parent_end), worker_end, makeFakeClient(worker_end))
         return worker_end, pump
+
+    def _changed(self, controllers) -> Deferred[None]:
+        self.changes.append(list(controllers))
+        return self.passing_on
 
     def _lose(self) -> None:
         self.workers_lost_parent += 1
@@ -72,3 +88,33 @@ def test_a_worker_says_when_it_serves_and_learns_when_its_parent_is_gone():
     pump.server.transport.loseConnection()
     pump.flush()
     assert parent.workers_lost_parent == 1
+
+
+def test_a_workers_change_is_answered_once_the_parent_passed_it_on():
+    parent = Parent()
+    worker, pump = parent.worker()
+    parent.passing_on = Deferred()
+    answered = []
+    SiblingWorkers(worker).changed(["team", "person"]).addCallback(answered.append)
+    pump.flush()
+    assert parent.changes == [["team", "person"]] and answered == []  # the others have not dropped theirs yet
+    parent.passing_on.callback(None)
+    pump.flush()
+    assert answered == [None]
+
+
+def test_a_worker_drops_the_answers_the_parent_says_another_changed():
+    parent = Parent()
+    worker, pump = parent.worker()
+    dropped = []
+    SiblingWorkers(worker).on_change(dropped.append)
+    assert result_of(pump.server.callRemote(DropAnswers, controllers=["team"]), pump) == {}
+    assert dropped == [["team"]]
+
+
+def test_a_change_told_to_a_parent_that_is_gone_does_not_fail_the_write():
+    parent = Parent()
+    worker, pump = parent.worker()
+    pump.server.transport.loseConnection()
+    pump.flush()
+    assert result_of(SiblingWorkers(worker).changed(["team"]), pump) is None

@@ -19,7 +19,7 @@ from twisted.web.http import Request
 
 from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.health import Health
-from apid.http import query_fields, write_json, write_problem
+from apid.http import query_fields, request_sender, write_json, write_problem
 from apid.iostate.types import value_type
 from apid.metrics import scrape
 from apid.openapi.parts import STRING, json_answer, problem_answer, query_parameter
@@ -123,7 +123,9 @@ def error_status(query: Mapping[str, list[str]]) -> int:
 
 
 def client_address(request: Request) -> str:
-    return getattr(request.getClientAddress(), "host", "unknown")
+    """The client's address, as every per-address limit counts it: behind `trustedProxies`,
+    the one they forward (apid.proxies), else the peer's."""
+    return request_sender(request).host
 
 
 def write_text(request: Request, text: str, status: int = 200) -> bytes:

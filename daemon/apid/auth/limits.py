@@ -34,7 +34,7 @@ from apid import metrics
 from apid.accounts import email_key
 from apid.config import AbuseLimit
 from apid.problems import TooManyRequests
-from apid.store.redis import run_script, store_unreachable
+from apid.store.redis import RedisCircuit, RedisUnreachable, store_unreachable
 
 if TYPE_CHECKING:
     import txredisapi
@@ -131,25 +131,30 @@ return 0
 
 class RedisWindows:
     """Windows in Redis, shared by every process and daemon using the same server; each
-    reservation is one script, so it is atomic, and bounded by `timeout`."""
+    reservation is one script, so it is atomic, run through a `RedisCircuit` (the daemon's,
+    shared with the rate limits; one of its own made with `timeout` otherwise), so it fails at
+    once while Redis cannot be reached."""
 
     def __init__(
-        self, pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float = 2.0, prefix: str = "apid:abuse:"
+        self,
+        pool: txredisapi.ConnectionHandler,
+        clock: IReactorTime,
+        timeout: float = 2.0,
+        prefix: str = "apid:abuse:",
+        circuit: RedisCircuit | None = None,
     ) -> None:
-        self._pool = pool
-        self._clock = clock
-        self._timeout = timeout
+        self._circuit = circuit or RedisCircuit(pool, clock, timeout)
         self._prefix = prefix
 
     def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
         keys = [self._prefix + window.key for window in windows]
         args = [seconds * 1000, *(window.limit for window in windows)]
-        reserving = run_script(self._pool, self._clock, self._timeout, RESERVE_SCRIPT, keys, args)
+        reserving = self._circuit.run_script(RESERVE_SCRIPT, keys, args)
         return reserving.addCallback(lambda wait_ms: int(wait_ms) / 1000)
 
     def release(self, keys: Sequence[str]) -> Deferred[None]:
         keys = [self._prefix + key for key in keys]
-        return run_script(self._pool, self._clock, self._timeout, RELEASE_SCRIPT, keys, []).addCallback(lambda _: None)
+        return self._circuit.run_script(RELEASE_SCRIPT, keys, []).addCallback(lambda _: None)
 
 
 def account_key(account: str) -> str:
@@ -196,6 +201,8 @@ class AbuseLimiter:
         reached this only logs: the attempt then counts until its windows end."""
         try:
             await self._store.release([window.key for window in self.windows(kind, address, account)])
+        except RedisUnreachable:
+            return  # the circuit logs the outage, once
         except Exception as error:
             log.error(
                 "abuse limiting store unreachable ({error}); a login that succeeded stays counted",

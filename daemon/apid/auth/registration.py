@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.http import Request
 
 from apid.accounts import (
@@ -56,7 +57,7 @@ from apid.openapi.parts import (
     text_answer,
 )
 from apid.problems import BadRequest, NotFound
-from apid.store.database import Database
+from apid.store.database import Database, DatabaseUnavailable
 from apid.store.tables import person
 
 log = Logger(namespace="apid.accounts")
@@ -323,9 +324,7 @@ class AccountEndpoints:
         body = read_json_body(request)
         (email,) = fields_of(body, lambda: email_field(body), allowed=("email",))
         await self._limiter.reserve("reset", client_address(request), email)
-        Deferred.fromCoroutine(self._send_reset(email)).addErrback(
-            lambda failure: log.failure("a password reset request failed", failure)
-        )
+        Deferred.fromCoroutine(self._send_reset(email)).addErrback(_reset_failed)
         return write_text(request, SENT)
 
     async def _send_reset(self, email: str) -> None:
@@ -367,3 +366,10 @@ class AccountEndpoints:
             raise BadRequest(onetime.BAD_LINK)
         await self._revocations.revoke_person(person_id)
         return write_text(request, RESET_DONE)
+
+
+def _reset_failed(failure: Failure) -> None:
+    """A reset request answered, then lost: logged, unless the database was out of reach,
+    which its outage's own lines say once (`apid.store.outage`) rather than once a request."""
+    if not failure.check(DatabaseUnavailable):
+        log.failure("a password reset request failed", failure)

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from apid.auth.onetime import digest, new_secret, now
 from apid.auth.standing import Standings, changed_since, note_change, purge_changes
 from apid.auth.tokens import Principal
-from apid.store.database import Database
+from apid.store.database import Database, DatabaseUnavailable
 from apid.store.tables import person, refresh_token, revoked_token
 
 log = Logger(namespace="apid.sessions")
@@ -213,6 +213,8 @@ class Revocations:
         started = now()
         try:
             revoked = await self._db.read(revoked_since, self._since, self._lifetime)
+        except DatabaseUnavailable:
+            return  # the outage is logged once, by the database's
         except Exception:
             log.failure("reading revocations failed; trying again")
             return
@@ -226,7 +228,11 @@ class Revocations:
         if moment - self._purged > PURGE_SECONDS:
             self._purged = moment
             self._db.write(purge_changes).addErrback(
-                lambda failure: log.failure("purging account changes failed", failure)
+                lambda failure: (
+                    None
+                    if failure.check(DatabaseUnavailable)  # the outage is logged once, by the database's
+                    else log.failure("purging account changes failed", failure)
+                )
             )
 
     async def deny_token(self, principal: Principal) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import html
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +24,9 @@ from twisted.web.http import Request
 
 from apid.auth.endpoints import PublicRoute
 from apid.auth.tokens import Principal
+from apid.compression import accepts_gzip
 from apid.http import query_fields
-from apid.problems import NotFound
+from apid.problems import PROBLEM_TYPES, TYPES_PAGE, NotFound, type_uri
 
 PAGE_PATH = "/docs"
 ASSETS_PATH = "/docs/assets"
@@ -54,6 +56,7 @@ CONTENT_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".png": "image/png",
+    ".html": "text/html; charset=utf-8",
 }
 
 
@@ -96,7 +99,33 @@ def load_assets() -> dict[str, Asset]:
         "docs.js": HERE / "docs.js",
         "docs.css": HERE / "docs.css",
     }
-    return {name: Asset(name, path.read_bytes(), CONTENT_TYPES[path.suffix]) for name, path in files.items()}
+    assets = {name: Asset(name, path.read_bytes(), CONTENT_TYPES[path.suffix]) for name, path in files.items()}
+    name = TYPES_PAGE.rpartition("/")[2]
+    assets[name] = Asset(name, problem_types_page(), CONTENT_TYPES[".html"])
+    return assets
+
+
+def problem_types_page() -> bytes:
+    """The page every problem `type` leads to (RFC 9457 3.1.1): one section per type, its
+    anchor the type's slug, saying its status, what it means and the members it carries."""
+    sections = []
+    for kind in PROBLEM_TYPES:
+        members = ", ".join(f"<code>{html.escape(name)}</code>" for name in kind.members) or "none beyond RFC 9457's"
+        sections.append(
+            f'<section id="{kind.slug}"><h2>{kind.slug}</h2>'
+            f"<p><code>{html.escape(type_uri(kind))}</code>, status {kind.status}</p>"
+            f"<p>{html.escape(' '.join((kind.__doc__ or '').split()))}</p>"
+            f"<p>Members: {members}</p></section>"
+        )
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>apid problem types</title></head>'
+        "<body><h1>apid problem types</h1><p>Every error apid answers is an RFC 9457 problem "
+        "(<code>application/problem+json</code>) with <code>type</code>, <code>title</code>, "
+        "<code>status</code>, <code>detail</code>, <code>instance</code> and <code>requestId</code>; "
+        "in a chain also <code>link</code> and <code>nonSafeCallCompleted</code>.</p>"
+        + "".join(sections)
+        + "</body></html>"
+    ).encode("utf-8")
 
 
 def render_page(assets: dict[str, Asset], spec_url: str = SPEC_URL) -> bytes:
@@ -104,19 +133,6 @@ def render_page(assets: dict[str, Asset], spec_url: str = SPEC_URL) -> bytes:
     template = (HERE / "page.html").read_text(encoding="utf-8")
     urls = {name: asset.url for name, asset in assets.items()}
     return template.format(url=urls, spec_url=spec_url).encode("utf-8")
-
-
-def accepts_gzip(request: Request) -> bool:
-    """Whether the request's Accept-Encoding names gzip with a weight above 0."""
-    for coding in (request.getHeader(b"accept-encoding") or b"").decode("latin-1").lower().split(","):
-        name, *params = (part.strip() for part in coding.split(";"))
-        if name == "gzip":
-            weight = next((param[2:] for param in params if param.startswith("q=")), "1")
-            try:
-                return float(weight) > 0
-            except ValueError:
-                return False
-    return False
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,31 @@
     return new URL(url, window.location.href).origin === window.location.origin;
   }
 
+  // "Try it out" calls the daemon serving this page, whatever server the document names
+  // (`baseUrl`, the default of generated clients, which may be another name of it): only here
+  // does the token go, and the page's Content-Security-Policy lets it connect nowhere else.
+  const apiRoot = window.location.origin + window.location.pathname.replace(/\/docs\/?$/, "");
+
+  function onThisDaemon(url) {
+    const server = ui ? ui.specSelectors.specJson().getIn(["servers", 0, "url"]) : null;
+    if (!server) {
+      return url;
+    }
+    const named = new URL(server, window.location.href).href.replace(/\/$/, "");
+    return url.startsWith(named + "/") ? apiRoot + url.slice(named.length) : url;
+  }
+
   // Every request Swagger UI makes (the document, and "Try it out") carries the token, but
-  // only to this origin: a `servers` entry naming another host never gets it.
-  const ui = SwaggerUIBundle({
+  // only to this origin.
+  let ui = null;
+  ui = SwaggerUIBundle({
     url: specUrl,
     domNode: root,
     validatorUrl: null,
     deepLinking: false,
     tryItOutEnabled: false,
     requestInterceptor(request) {
+      request.url = onThisDaemon(request.url);
       if (token !== null && sameOrigin(request.url)) {
         request.headers.Authorization = "Bearer " + token;
       }

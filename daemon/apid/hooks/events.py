@@ -28,7 +28,7 @@ from apid.hooks.queue import NewMessage, Subscriber, insert_messages, subscriber
 from apid.http import dumps
 from apid.iostate import Endpoint, RuleSet
 from apid.problems import InternalError
-from apid.store.database import Database
+from apid.store.database import Database, DatabaseUnavailable
 
 log = Logger(namespace="apid.hooks")
 T = TypeVar("T")
@@ -108,8 +108,12 @@ class EventRecorder:
             messages = messages_for(found, endpoint, output, now, self._filter)
             if messages:
                 await self._db.write(insert_messages, messages, now)
-        except Exception:
-            log.failure("the webhook events of {endpoint} could not be recorded", endpoint=endpoint.path)
+        except Exception as error:
+            # A 500, not the outage's 503: the call was carried out, and must not be sent again
+            if isinstance(error, DatabaseUnavailable):  # the outage's own lines tell why
+                log.error("the webhook events of {endpoint} could not be recorded", endpoint=endpoint.path)
+            else:
+                log.failure("the webhook events of {endpoint} could not be recorded", endpoint=endpoint.path)
             raise InternalError(
                 f"{endpoint.path} was carried out, but its webhook events could not be recorded; the error was logged"
             ) from None

@@ -37,7 +37,7 @@ from apid import metrics
 from apid.config import WebhooksConfig
 from apid.hooks.delivery import Deliverer
 from apid.hooks.queue import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
-from apid.store.database import Database
+from apid.store.database import Database, DatabaseUnavailable
 
 log = Logger(namespace="apid.hooks")
 
@@ -144,6 +144,8 @@ class DeliveryWorker:
                     self._send(host)
                 if not self._claim_again and len(claimed) < room:
                     break
+        except DatabaseUnavailable:
+            pass  # the outage is logged once, by the database's; claimed again at the next poll
         except Exception:
             log.failure("claiming webhook deliveries failed; trying again at the next poll")
         finally:
@@ -192,6 +194,8 @@ class DeliveryWorker:
                 now = time.time()
                 try:
                     disabled = await self._db.write(settle, self.owner, batch, self._max_attempts, self._backoff, now)
+                except DatabaseUnavailable:
+                    pass  # the outage is logged once, by the database's; the leases will expire
                 except Exception:
                     log.failure("recording {n} webhook attempts failed; their leases will expire", n=len(batch))
                 else:
@@ -218,6 +222,8 @@ class DeliveryWorker:
     async def _count_pending(self) -> None:
         try:
             metrics.webhooks_pending(await self._db.read(pending_counts))
+        except DatabaseUnavailable:
+            pass  # the outage is logged once, by the database's
         except Exception:
             log.failure("reading the webhook backlog for the metrics failed")
 
@@ -225,6 +231,8 @@ class DeliveryWorker:
         """Lease renewal and purging: a failure is logged and tried again next time."""
         try:
             await self._db.write(work, *args)
+        except DatabaseUnavailable:
+            pass  # the outage is logged once, by the database's; tried again next time
         except Exception:
             log.failure("webhook upkeep ({work}) failed", work=work.__name__)
 
@@ -243,6 +251,8 @@ class DeliveryWorker:
             await deferLater(self._reactor, 0.05, lambda: None)
         try:
             await self._db.write(release, self.owner, list(self._held))
+        except DatabaseUnavailable:
+            pass  # the outage is logged once, by the database's; the leases expire
         except Exception:
             log.failure("handing back webhook leases failed; they expire in {s} s", s=self._config.lease)
         await self._deliverer.close()

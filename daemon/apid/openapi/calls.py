@@ -1,37 +1,75 @@
 """The operations of one action the roles may call: the plain call (`/v...`, and its `/{id}`
 form), the batch (`/b...`), each with the schemas of its request and output, and the marks of
-a deprecated API version. Chains starting at an action are in `apid.openapi.chains`."""
+a deprecated API version. Chains starting at an action are in `apid.openapi.chains`.
+
+What an action requires and answers comes from its `@action` declaration (`ActionRules`):
+its required fields are required (and never null) in its request, and its answer is one
+record, a list of them or null; an action that does not say answers either a record or a list.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from apid.apidoc import ActionDoc, iso_time
+from apid.apidoc import ID, ActionDoc, iso_time
 from apid.openapi.fields import field_schema, object_schema
-from apid.openapi.parts import API_ERRORS, BATCH_TAG, BEARER, JSON, header_refs, object_body, problem_answers, ref
+from apid.openapi.parts import (
+    API_ERRORS,
+    BATCH_TAG,
+    BEARER,
+    JSON,
+    NOT_MODIFIED,
+    header_refs,
+    object_body,
+    problem_answers,
+    ref,
+)
+from apid.plugin import ActionRules
+
+NO_RULES = ActionRules()
+# what the 200 of each `answers` holds, given the reference to the action's record
+ANSWERS: dict[str | None, tuple[str, Any]] = {
+    "record": ("One record", lambda record: record),
+    "list": ("A list of records", lambda record: {"type": "array", "items": record}),
+    "nothing": ("Nothing: null", lambda record: {"type": "null"}),
+    None: (
+        "One record, or a list of them (the action does not declare which)",
+        lambda record: {"anyOf": [record, {"type": "array", "items": record}]},
+    ),
+}
 
 
 class ActionNames:
-    """Component and operation names of one action."""
+    """Component and operation names of one action. A shape's name says the roles whose own
+    REQUEST or RESPONSE fields it holds (`person.1.show.ROLE_ADMIN.record`), so one name means
+    one shape in every document, whoever reads it."""
 
     def __init__(self, action: ActionDoc) -> None:
         version = "" if action.current else f".v{action.api_version}"
         self.operation = f"{action.controller}{version}.{action.action}"
-        base = f"{action.controller}.{action.api_version}.{action.action}"
+        base = ".".join((action.controller, action.api_version, action.action, *action.shape_roles))
         self.request = f"{base}.request"
         self.record = f"{base}.record"
         self.output = f"{base}.output"
 
 
-def action_schemas(action: ActionDoc) -> dict[str, Any]:
+def required_fields(action: ActionDoc, rules: ActionRules) -> list[str]:
+    """The request fields the action requires (`@action(requires=...)`) that the roles may send."""
+    sendable = {field.name for field in action.request}
+    return [name for name in rules.requires if name in sendable]
+
+
+def action_schemas(action: ActionDoc, rules: ActionRules) -> dict[str, Any]:
     names = ActionNames(action)
+    description, output = ANSWERS[rules.answers]
     return {
-        names.request: object_schema(action.request, description=f"The fields your roles may send to {action.name}"),
+        names.request: object_schema(
+            action.request,
+            required_fields(action, rules),
+            description=f"The fields your roles may send to {action.name}",
+        ),
         names.record: object_schema(action.response, description=f"The fields your roles receive from {action.name}"),
-        names.output: {
-            "description": "One record, or a list of them (IO State does not say which an action answers)",
-            "anyOf": [ref("schemas", names.record), {"type": "array", "items": ref("schemas", names.record)}],
-        },
+        names.output: {"description": description, **output(ref("schemas", names.record))},
     }
 
 
@@ -48,19 +86,26 @@ def description_of(action: ActionDoc, form: str) -> str:
     return "\n\n".join(lines)
 
 
-def ok_answer(schema: dict[str, Any], description: str) -> dict[str, Any]:
+def ok_answer(schema: dict[str, Any], description: str, *headers: str) -> dict[str, Any]:
     return {
         "description": description,
-        "headers": header_refs("RateLimit", "RateLimit-Policy", "Link"),
+        "headers": header_refs("RateLimit", "RateLimit-Policy", "Link", "X-Request-ID", *headers),
         "content": {JSON: {"schema": schema}},
     }
 
 
-def plain_operation(action: ActionDoc, with_id: bool) -> dict[str, Any]:
+def plain_operation(
+    action: ActionDoc, with_id: bool, rules: ActionRules = NO_RULES, links: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A plain call; `links` are the OpenAPI links of its 200 (a create's to the calls of the
+    record it made)."""
     names = ActionNames(action)
-    parameters: list[dict[str, Any]] = [ref("parameters", "LinkRelations")]
+    required = required_fields(action, rules)
+    parameters: list[dict[str, Any]] = [ref("parameters", "LinkRelations"), ref("parameters", "RequestId")]
+    if action.is_safe:
+        parameters.append(ref("parameters", "IfNoneMatch"))
     if with_id:
-        id_field = next(f for f in action.request if f.name == "id")
+        id_field = next(f for f in action.request if f.name == ID)
         parameters.append(
             {
                 "name": "id",
@@ -91,7 +136,7 @@ def plain_operation(action: ActionDoc, with_id: bool) -> dict[str, Any]:
                     {
                         "name": field.name,
                         "in": "query",
-                        "required": False,
+                        "required": field.name in required,
                         "schema": field_schema(field, nullable=False),
                     }
                 )
@@ -101,16 +146,44 @@ def plain_operation(action: ActionDoc, with_id: bool) -> dict[str, Any]:
                 "content": {JSON: {"schema": ref("schemas", names.request)}},
             }
     elif action.request:
-        operation["requestBody"] = {"required": False, "content": {JSON: {"schema": ref("schemas", names.request)}}}
+        body = ref("schemas", names.request)
+        if with_id and ID in required:  # the path holds the id: the body need not
+            body = object_schema(body_fields, [name for name in required if name != ID])
+        operation["requestBody"] = {"required": bool(required), "content": {JSON: {"schema": body}}}
     operation["parameters"] = parameters
-    operation["responses"] = {
-        "200": ok_answer(ref("schemas", names.output), "The output, with your roles' RESPONSE fields only"),
-        **problem_answers(*API_ERRORS),
-    }
+    ok = ok_answer(
+        ref("schemas", names.output),
+        "The output, with your roles' RESPONSE fields only",
+        *(("ETag",) if action.is_safe else ()),
+    )
+    if links:
+        ok["links"] = links
+    operation["responses"] = {"200": ok, **problem_answers(*API_ERRORS)}
+    if action.is_safe:
+        operation["responses"]["304"] = ref("responses", NOT_MODIFIED)
     return operation
 
 
+def record_links(created: ActionDoc, actions: list[ActionDoc]) -> dict[str, Any]:
+    """The OpenAPI links of a create's answer: the show, update and delete of the record it
+    made (its `id`), in the same API version, that the roles may call by id."""
+    if created.action != "create" or not any(field.name == ID for field in created.response):
+        return {}
+    return {
+        target.action: {
+            "operationId": ActionNames(target).operation + ".byId",
+            "parameters": {ID: f"$response.body#/{ID}"},
+            "description": f"{target.name} of the record created",
+        }
+        for target in actions
+        if (target.controller, target.api_version) == (created.controller, created.api_version)
+        and target.action in ("show", "update", "delete")
+        and target.takes_id
+    }
+
+
 def batch_operation(action: ActionDoc, limit: int) -> dict[str, Any]:
+    """A batch call: its elements are request bodies, so each holds the fields the action requires."""
     names = ActionNames(action)
     output = ref("schemas", names.output)
     return {
@@ -125,6 +198,7 @@ def batch_operation(action: ActionDoc, limit: int) -> dict[str, Any]:
             ),
         ),
         "security": BEARER,
+        "parameters": [ref("parameters", "RequestId")],
         "requestBody": object_body(
             {
                 "batch": {"type": "array", "minItems": 1, "maxItems": limit, "items": ref("schemas", names.request)},
@@ -140,7 +214,7 @@ def batch_operation(action: ActionDoc, limit: int) -> dict[str, Any]:
             "207": {
                 "description": "Some elements failed: their problems, always, and the outputs with null "
                 "in a failed element's place",
-                "headers": header_refs("RateLimit", "RateLimit-Policy"),
+                "headers": header_refs("RateLimit", "RateLimit-Policy", "X-Request-ID"),
                 "content": {
                     JSON: {
                         "schema": {

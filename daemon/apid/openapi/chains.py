@@ -1,5 +1,11 @@
-"""The chains starting at an action: a blankchain of GET calls, a postchain ending in a PUT,
-POST or DELETE, or a prechain starting with one, each with its chain object and answers."""
+"""The chains starting at an action: a blankchain of GET calls (called with GET, or POST, which
+browsers' `fetch` can send a body with), a postchain ending in a PUT, POST or DELETE, or a
+prechain starting with one, each with its chain object and answers.
+
+Each chain type has one plain schema (`BlankChain`, `PostChain`, `PreChain`) that client
+generators can turn into one class, with `order` in both forms: the array of `ChainLink`s,
+whose order JSON keeps, and the SPEC's object, whose member order JSON does not promise.
+"""
 
 from __future__ import annotations
 
@@ -21,28 +27,88 @@ from apid.openapi.parts import (
     schema_body,
 )
 
+LINK_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*$"
+CHAIN_SCHEMAS = {"blankchain": "BlankChain", "postchain": "PostChain", "prechain": "PreChain"}
+WHERE = {
+    "blankchain": "GET calls only",
+    "postchain": "GET calls, then the one PUT, POST or DELETE last",
+    "prechain": "the one PUT, POST or DELETE first, then GET calls",
+}
 
-def _typed_chain(kind: str) -> dict[str, Any]:
-    """The chain object of a postchain or prechain (called with PUT, POST or DELETE): `type` is required."""
-    return {"allOf": [ref("schemas", "Chain"), {"required": ["type"], "properties": {"type": {"const": kind}}}]}
+
+def chain_schemas(links: Iterable[str], outputs: Iterable[str]) -> dict[str, Any]:
+    """`ChainLink`, one schema per chain type, and `ChainAnswer`: the outputs of `outputs`
+    (those of the actions the roles may call), one or every link's."""
+    names = sorted(links)
+    link_name = {"type": "string", "enum": names} if names else {"type": "string", "pattern": LINK_PATTERN}
+    order = {
+        "description": "Each further link in order with the field of its output passed on, the last link's "
+        '"return": an array of ChainLink, or an object "controller/action" -> key in JSON order',
+        "anyOf": [
+            {"type": "array", "minItems": 1, "items": ref("schemas", "ChainLink")},
+            {
+                "type": "object",
+                "minProperties": 1,
+                "propertyNames": link_name,
+                "additionalProperties": {"type": "string", "minLength": 1},
+            },
+        ],
+    }
+    schemas: dict[str, Any] = {
+        "ChainLink": {
+            "type": "object",
+            "required": ["link", "key"],
+            "additionalProperties": False,
+            "properties": {
+                "link": {**link_name, "description": "The link's endpoint, controller/action"},
+                "key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": 'The field of its output passed to the next link; "return" on the last link',
+                },
+            },
+        }
+    }
+    for kind, name in CHAIN_SCHEMAS.items():
+        schemas[name] = {
+            "type": "object",
+            "description": f"A {kind}: {WHERE[kind]}",
+            "required": ["key", "type", "order"],
+            "additionalProperties": False,
+            "properties": {
+                "key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The field of the first link's output passed to the second link",
+                },
+                "type": {"type": "string", "enum": [kind]},
+                "combine": ref("schemas", "Combine"),
+                "order": order,
+            },
+        }
+    one = {"anyOf": [ref("schemas", output) for output in sorted(set(outputs))]} if outputs else {}
+    schemas["ChainAnswer"] = {
+        "description": "The last link's output, or every link's output in order (combine true)",
+        "anyOf": [one, {"type": "array", "items": one}] if one else [{}],
+    }
+    return schemas
 
 
 def chain_operations(action: ActionDoc, non_safe_methods: Iterable[str], limit: int) -> dict[str, Any]:
-    """A chain starting at `action`: a GET starts a blankchain (GET) or a postchain (called with
-    the method of its last, non-safe call); a PUT, POST or DELETE starts a prechain."""
+    """A chain starting at `action`: a GET starts a blankchain (GET or POST) or a postchain
+    (called with the method of its last, non-safe call); a PUT, POST or DELETE starts a prechain."""
     names = ActionNames(action)
-    chain = ref("schemas", "Chain")  # a blankchain's: its type may be left out
     answer = {
         "description": "The last link's output, or every link's output in order (combine true)",
-        "headers": header_refs("RateLimit", "RateLimit-Policy"),
-        "content": {JSON: {"schema": {}}},
+        "headers": header_refs("RateLimit", "RateLimit-Policy", "X-Request-ID"),
+        "content": {JSON: {"schema": ref("schemas", "ChainAnswer")}},
     }
     errors = problem_answers(*API_ERRORS)
     common = {"tags": [CHAIN_TAG], "security": BEARER}
-    parameters = []
+    parameters: list[dict[str, Any]] = [ref("parameters", "RequestId")]
     if action.takes_id:
         id_field = next(f for f in action.request if f.name == "id")
-        parameters = [
+        parameters.append(
             {
                 "name": "id",
                 "in": "path",
@@ -50,33 +116,49 @@ def chain_operations(action: ActionDoc, non_safe_methods: Iterable[str], limit: 
                 "schema": field_schema(id_field, nullable=False),
                 "description": "The first link's id",
             }
-        ]
+        )
     forms: dict[str, dict[str, Any]] = {}
     if action.is_safe:
-        forms["get"] = {
-            "operationId": names.operation + ".chain",
+        blank = {
             "summary": f"Chain (blankchain): {summary_of(action)}, then more GET calls",
             "description": description_of(
-                action, f"A chain of GET calls only, at most {limit} links, starting with {action.name}."
+                action,
+                f"A chain of GET calls only, at most {limit} links, starting with {action.name}. "
+                "GET and POST alike: POST for clients that cannot send a GET with a body (fetch).",
             ),
-            "requestBody": object_body({"chain": chain}, ["chain"]),
+            "requestBody": object_body({"chain": ref("schemas", "BlankChain")}, ["chain"]),
         }
-        for method in sorted(set(non_safe_methods)):
-            forms[method.lower()] = {
-                "operationId": f"{names.operation}.chain.{method.lower()}",
-                "summary": f"Chain (postchain): {summary_of(action)}, GET calls, then a {method} call",
+        forms["get"] = {"operationId": names.operation + ".chain", **blank}
+        methods = sorted(set(non_safe_methods) - {"POST"})
+        post_ends = "POST" in set(non_safe_methods)
+        for method in methods:
+            forms[method.lower()] = _postchain(action, names, method, limit)
+        if post_ends:
+            # one POST operation: a blankchain, or a postchain ending with a POST, told apart by chain.type
+            forms["post"] = {
+                "operationId": f"{names.operation}.chain.post",
+                "summary": f"Chain (blankchain, or postchain ending with a POST): {summary_of(action)}, ...",
                 "description": description_of(
                     action,
-                    (
-                        f"Starts with {action.name}; the last of at most {limit} links is the chain's one "
-                        f"non-safe call, a {method}, which gets the body's other members as its fields."
-                    ),
+                    f"A blankchain (GET calls only), or a postchain whose last of at most {limit} links is the "
+                    "chain's one non-safe call, a POST, which gets the body's other members as its fields; "
+                    "`chain.type` says which.",
                 ),
-                "requestBody": object_body({"chain": _typed_chain("postchain")}, ["chain"], others=True),
+                "requestBody": schema_body(
+                    {
+                        "type": "object",
+                        "required": ["chain"],
+                        "additionalProperties": True,
+                        "properties": {"chain": {"anyOf": [ref("schemas", "BlankChain"), ref("schemas", "PostChain")]}},
+                    }
+                ),
             }
+        else:
+            forms["post"] = {"operationId": f"{names.operation}.chain.blank", **blank}
     else:
-        schema = object_schema(action.request, required=["chain"])
-        schema["properties"]["chain"] = _typed_chain("prechain")
+        schema = object_schema(action.request, description=f"{action.name}'s fields, and the chain")
+        schema["properties"]["chain"] = ref("schemas", "PreChain")
+        schema["required"] = ["chain"]
         forms[action.method.lower()] = {
             "operationId": names.operation + ".chain",
             "summary": f"Chain (prechain): {summary_of(action)}, then GET calls",
@@ -91,7 +173,21 @@ def chain_operations(action: ActionDoc, non_safe_methods: Iterable[str], limit: 
         }
     for operation in forms.values():
         operation.update(common)
-        if parameters:
-            operation["parameters"] = parameters
+        operation["parameters"] = parameters
         operation["responses"] = {"200": answer, **errors}
     return forms
+
+
+def _postchain(action: ActionDoc, names: ActionNames, method: str, limit: int) -> dict[str, Any]:
+    return {
+        "operationId": f"{names.operation}.chain.{method.lower()}",
+        "summary": f"Chain (postchain): {summary_of(action)}, GET calls, then a {method} call",
+        "description": description_of(
+            action,
+            (
+                f"Starts with {action.name}; the last of at most {limit} links is the chain's one "
+                f"non-safe call, a {method}, which gets the body's other members as its fields."
+            ),
+        ),
+        "requestBody": object_body({"chain": ref("schemas", "PostChain")}, ["chain"], others=True),
+    }

@@ -12,18 +12,27 @@ one, the API calls of the anonymous role (`security.anonymousRole`, `anonymous_v
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from apid.apidoc import ApiView, api_view
 from apid.config import Config
 from apid.iostate.model import RuleSet
-from apid.openapi.calls import action_schemas, batch_operation, plain_operation, with_deprecation
+from apid.openapi.calls import (
+    NO_RULES,
+    ActionNames,
+    action_schemas,
+    batch_operation,
+    plain_operation,
+    record_links,
+    with_deprecation,
+)
 from apid.openapi.chains import chain_operations
 from apid.openapi.components import shared_components
 from apid.openapi.parts import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
+from apid.plugin import ActionRules, action_rules
 
 if TYPE_CHECKING:
     from apid.plugins import LoadedController
@@ -42,20 +51,29 @@ class DocumentSettings:
     server_url: str | None = None
     routes: tuple[RouteDoc, ...] = ()
     anonymous_role: str = "ROLE_ANONYMOUS"
+    # what each action declares (`@action`), by "controller/action": what it requires and answers
+    declared: Mapping[str, ActionRules] = field(default_factory=dict)
 
 
 def document_settings(
     config: Config, controllers: Iterable[LoadedController], server_url: str | None = None
 ) -> DocumentSettings:
-    """The settings of a deployment's documents: `controllers` are the loaded ones (their routes)."""
+    """The settings of a deployment's documents: `controllers` are the loaded ones (their
+    routes and their actions' declarations); the server is `baseUrl` unless given."""
+    controllers = list(controllers)
     return DocumentSettings(
         version=config.api.version,
         reserved_uris=config.api.reserved_uris,
         batch_limit=config.api.batch_limit,
         chain_limit=config.api.chain_limit,
-        server_url=server_url,
+        server_url=server_url or config.server.base_url,
         routes=plugin_routes(controllers),
         anonymous_role=config.api.security.anonymous_role,
+        declared={
+            f"{loaded.cls.name}/{name}": action_rules(handler)
+            for loaded in controllers
+            for name, handler in loaded.cls.actions().items()
+        },
     )
 
 
@@ -73,14 +91,16 @@ def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any
     non_safe = {action.method for action in actions if not action.is_safe}
     app = settings.version
     for action in actions:
-        schemas.update(action_schemas(action))
+        rules = settings.declared.get(action.name, NO_RULES)
+        links = record_links(action, actions)
+        schemas.update(action_schemas(action, rules))
         method = action.method.lower()
         paths.setdefault(action.path("v", app), {})[method] = with_deprecation(
-            action, plain_operation(action, with_id=False)
+            action, plain_operation(action, False, rules, links)
         )
         if action.takes_id:
             paths.setdefault(action.path("v", app, with_id=True), {})[method] = with_deprecation(
-                action, plain_operation(action, with_id=True)
+                action, plain_operation(action, True, rules, links)
             )
         if action.batch:
             paths.setdefault(action.path("b", app), {})["post"] = with_deprecation(
@@ -101,10 +121,13 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
     a caller without a token: the endpoints that answer without one, and what `view` (the
     anonymous role's, `anonymous_view`) may call."""
     without_token = view is None or not token
-    components = shared_components(sorted({action.name for action in view.actions()}) if view is not None else ())
+    actions = list(view.actions()) if view is not None else []
+    components = shared_components(
+        sorted({action.name for action in actions}), [ActionNames(action).output for action in actions]
+    )
     paths = public_paths(settings.routes, settings.reserved_uris, anonymous=without_token)
     tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]
-    if settings.routes:
+    if any(ROUTES_TAG in op.get("tags", ()) for operations in paths.values() for op in operations.values()):
         tags.append({"name": ROUTES_TAG, "description": "Plugins' own paths, outside IO State"})
     if view is None or not token:
         description = (

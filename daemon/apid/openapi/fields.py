@@ -10,9 +10,10 @@ from apid.apidoc import FieldDoc
 
 
 def field_schema(field: FieldDoc, *, nullable: bool = True) -> dict[str, Any]:
-    """The JSON Schema of a field's values. In JSON every type also admits null: a request may
-    send null for any field, and IO State does not say which answers never hold one. Text (a
-    query parameter, the path's id) cannot be null."""
+    """The JSON Schema of a field's values. In JSON a type also admits null unless `nullable`
+    is false: a request may send null for any field the action does not require (null is
+    absent), and IO State does not say which answers never hold one. Text (a query parameter,
+    the path's id) cannot be null, and neither can a required field (null is missing)."""
     schema = dict(field.value_type.json_schema)
     if nullable:
         schema["type"] = [schema["type"], "null"]
@@ -32,14 +33,18 @@ def field_schema(field: FieldDoc, *, nullable: bool = True) -> dict[str, Any]:
     return schema
 
 
-def object_schema(fields: Iterable[FieldDoc], **extra: Any) -> dict[str, Any]:
-    """A JSON object of these fields and no others; `extra` adds keywords (`required`, `description`)."""
-    return {
+def object_schema(fields: Iterable[FieldDoc], required: Iterable[str] = (), **extra: Any) -> dict[str, Any]:
+    """A JSON object of these fields and no others, the `required` ones never null; `extra`
+    adds keywords (`description`)."""
+    needed = list(required)
+    schema: dict[str, Any] = {
         "type": "object",
-        "properties": {f.name: field_schema(f) for f in fields},
+        "properties": {f.name: field_schema(f, nullable=f.name not in needed) for f in fields},
         "additionalProperties": False,
-        **extra,
     }
+    if needed:
+        schema["required"] = needed
+    return {**schema, **extra}
 
 
 def _sentence(text: str, more: str) -> str:

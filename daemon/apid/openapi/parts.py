@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from apid.openapi.problems import status_schema
 from apid.problems import MEDIA_TYPE as PROBLEM_MEDIA_TYPE
 
 JSON = "application/json"
@@ -21,6 +22,7 @@ BEARER: list[dict[str, list[str]]] = [{SECURITY_SCHEME: []}]
 NO_TOKEN: list[dict[str, list[str]]] = []
 STRING = {"type": "string"}
 FILLED_STRING = {"type": "string", "minLength": 1}  # a required string field: an empty one is refused
+NOT_MODIFIED = "NotModified"  # the 304 of a GET whose If-None-Match names the answer's ETag
 
 
 def ref(kind: str, name: str) -> dict[str, str]:
@@ -32,65 +34,73 @@ def header_refs(*names: str) -> dict[str, Any]:
     return {name: ref("headers", name) for name in names}
 
 
-def problem_answer(description: str, *headers: str) -> dict[str, Any]:
-    """An answer whose body is a problem, with these shared headers."""
-    response: dict[str, Any] = {
+def problem_answer(description: str, *headers: str, status: int | None = None) -> dict[str, Any]:
+    """An answer whose body is a problem, of one of the types of `status` when given (else any
+    type), with these shared headers."""
+    return {
         "description": description,
-        "content": {PROBLEM_MEDIA_TYPE: {"schema": ref("schemas", "Problem")}},
+        "headers": header_refs("X-Request-ID", *headers),
+        "content": {
+            PROBLEM_MEDIA_TYPE: {"schema": ref("schemas", "Problem") if status is None else status_schema(status)}
+        },
     }
-    if headers:
-        response["headers"] = header_refs(*headers)
-    return response
+
+
+def _status_answer(status: int, description: str, *headers: str) -> dict[str, Any]:
+    return problem_answer(description, *headers, status=status)
 
 
 # status -> (the name of its shared response component, the response)
 PROBLEM_RESPONSES: Mapping[str, tuple[str, dict[str, Any]]] = {
     "400": (
         "BadRequest",
-        problem_answer(
+        _status_answer(
+            400,
             "Malformed request, or bad fields: `errors` lists every bad field at once (unknown, not allowed "
-            "for your roles, badly typed, missing)"
+            "for your roles, badly typed, missing)",
         ),
     ),
     "401": (
         "Unauthorized",
-        problem_answer("No, a malformed, an invalid, an expired or a revoked access token", "WWW-Authenticate"),
+        _status_answer(401, "No, a malformed, an invalid, an expired or a revoked access token", "WWW-Authenticate"),
     ),
-    "403": ("Forbidden", problem_answer("None of your roles may do this")),
-    "404": ("NotFound", problem_answer("No such application version, controller, API version, action or record")),
-    "405": ("MethodNotAllowed", problem_answer("Not called with this method", "Allow")),
+    "403": ("Forbidden", _status_answer(403, "None of your roles may do this")),
+    "404": ("NotFound", _status_answer(404, "No such application version, controller, API version, action or record")),
+    "405": ("MethodNotAllowed", _status_answer(405, "Not called with this method", "Allow")),
     "409": (
         "Conflict",
-        problem_answer(
-            "The action refused a change that conflicts with what is stored (a name taken, a stale version)"
+        _status_answer(
+            409, "The action refused a change that conflicts with what is stored (a name taken, a stale version)"
         ),
     ),
     "410": (
         "Gone",
-        problem_answer(
-            "This API version is past its sunset: `currentApiVersion` names the one to call, `successor` its path"
+        _status_answer(
+            410, "This API version is past its sunset: `currentApiVersion` names the one to call, `successor` its path"
         ),
     ),
-    "413": ("PayloadTooLarge", problem_answer("The body is over maxBodyBytes, or a batch over batchLimit")),
-    "415": ("UnsupportedMediaType", problem_answer("A body that is not application/json")),
+    "413": ("PayloadTooLarge", _status_answer(413, "The body is over maxBodyBytes, or a batch over batchLimit")),
+    "415": ("UnsupportedMediaType", _status_answer(415, "A body that is not application/json")),
     "422": (
         "Unprocessable",
-        problem_answer(
+        _status_answer(
+            422,
             "Well-formed but refused: a chain breaks a chain rule (`rule` names it), checked before any link "
-            "runs, or a link returned no key to pass on; or an action's own rule"
+            "runs, or a link returned no key to pass on; or an action's own rule",
         ),
     ),
     "429": (
         "TooManyRequests",
-        problem_answer(
+        _status_answer(
+            429,
             "Your daily request limit, or the endpoint's RATELIMIT, is used up",
             "Retry-After",
             "RateLimit",
             "RateLimit-Policy",
         ),
     ),
-    "500": ("InternalError", problem_answer("The call failed; the error was logged")),
-    "503": ("ServiceUnavailable", problem_answer("A dependency is down", "Retry-After")),
+    "500": ("InternalError", _status_answer(500, "The call failed; the error was logged")),
+    "503": ("ServiceUnavailable", _status_answer(503, "A dependency is down", "Retry-After")),
 }
 # Every status an API call may answer: apid's own, and those plugins raise through apid.plugin
 # (Conflict, Unprocessable) from any action.

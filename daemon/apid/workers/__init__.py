@@ -3,19 +3,33 @@ N workers and keeps them running (`parent`), what a worker gets from it (`worker
 channel between them (`channel`).
 
 This module imports nothing of the daemon: `share_metrics` must run before anything imports
-prometheus_client, which reads its multiprocess setting once, on import.
+prometheus_client, which reads its multiprocess setting once, on import; and a worker imports
+`apid.workers.orphans` first of all, before any slow import.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from apid.config import Config
+if TYPE_CHECKING:
+    from apid.config import Config
 
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 PORT_FD = 3  # a worker's copy of the listening socket
 CHANNEL_FD = 4  # a worker's end of its channel to the parent
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """What the parent hands each worker, pickled on its standard input: the configuration it
+    loaded and the versions of the code it started with (`apid.workers.versions`)."""
+
+    config: Config
+    versions: Mapping[str, str]
 
 
 def worker_count(config: Config) -> int:

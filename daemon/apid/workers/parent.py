@@ -4,10 +4,12 @@ The parent migrates the database, binds the listening socket (or takes systemd's
 accepts on it: it starts N workers that each serve the same socket, and the kernel gives each
 new connection to one of the workers waiting in accept. It prints the ready line and tells
 systemd READY=1 once every worker serves; replaces a worker that dies (after 1 s, doubling
-up to 30 s while it keeps dying young); passes SIGHUP on to one worker, whose reload reaches
-every worker and daemon through the database (`apid.reloading`); and on SIGTERM or SIGINT
-closes its copy of the socket and has each worker stop as a single daemon does (stop
-accepting, finish the requests in flight), killing those still running after the drain time.
+up to 30 s while it keeps dying young), but not one that refused the code installed since the
+parent started (`apid.workers.versions`): the daemon must be restarted for that; passes SIGHUP
+on to one worker, whose reload reaches every worker and daemon through the database
+(`apid.reloading`); and on SIGTERM or SIGINT has each worker stop as a single daemon does
+(fail /health while serving, stop accepting, finish the requests in flight), keeping the
+socket open while /health fails, and kills those still running after the drain time.
 Without Redis it keeps the counts that must be exact across workers (`apid.workers.channel`).
 """
 
@@ -19,7 +21,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
@@ -35,9 +37,11 @@ from twisted.python.failure import Failure
 from apid.auth.limits import MemoryWindows
 from apid.config import Config
 from apid.reactors import Reactor
+from apid.shutdown import Shutdown, stop_on_signals
 from apid.throttle import MemoryCounters
-from apid.workers import CHANNEL_FD, PORT_FD
+from apid.workers import CHANNEL_FD, PORT_FD, WorkerStart
 from apid.workers.channel import DropAnswers, ParentSide, adopt
+from apid.workers.versions import CODE_CHANGED, code_changes, installed_versions
 
 log = Logger(namespace="apid.workers")
 
@@ -45,7 +49,7 @@ FIRST_BACKOFF = 1.0  # seconds before a dead worker is replaced
 MOST_BACKOFF = 30.0
 STEADY_SECONDS = 60.0  # a worker that served this long before dying is replaced after FIRST_BACKOFF again
 PASS_ON_SECONDS = 1.0  # a worker's change waits at most this long for the others to drop their answers
-KILL_AFTER = 5.0  # seconds past the workers' own drain time before they are killed (within TimeoutStopSec=30)
+KILL_AFTER = 5.0  # seconds past the workers' own drain time before they are killed (within TimeoutStopSec)
 # Systemd's variables are the parent's: a worker must neither notify nor take the sockets itself
 NOT_INHERITED = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 
@@ -98,15 +102,23 @@ class Parent:
     """The workers of one `apid serve`, started, watched and stopped."""
 
     def __init__(
-        self, reactor: Reactor, config: Config, port: tcp.Port, count: int, reactor_choice: str, drain_seconds: float
+        self,
+        reactor: Reactor,
+        start: WorkerStart,
+        port: tcp.Port,
+        count: int,
+        reactor_choice: str,
+        shutdown: Shutdown,
     ) -> None:
         self._reactor = reactor
-        self._config = pickle.dumps(config)
+        self._versions = start.versions
+        self._config = pickle.dumps(start)
         self._port = port
         self._count = count
         self._family = address_family(port)
         self._reactor_choice = reactor_choice
-        self._drain_seconds = drain_seconds
+        self._shutdown = shutdown
+        self._refused: set[int] = set()  # workers that refused the code installed now: not replaced
         self._counters = MemoryCounters(reactor)
         self._windows = MemoryWindows(reactor)
         self._workers: dict[int, Worker] = {}
@@ -140,6 +152,8 @@ class Parent:
             self._family.name,
             "--reactor",
             self._reactor_choice,
+            "--parent",
+            str(os.getpid()),
         ]
         try:
             transport = self._reactor.spawnProcess(
@@ -196,6 +210,9 @@ class Parent:
             if not self._serving.called:  # the first to fail says why; the parent is stopping
                 self._serving.errback(RuntimeError(f"worker {index} {how} before it served (its error is above)"))
             return
+        if isinstance(reason.value, ProcessTerminated) and reason.value.exitCode == CODE_CHANGED:
+            self._code_changed(index, worker.pid)
+            return
         ran = self._reactor.seconds() - worker.started
         failures = 1 if ran >= STEADY_SECONDS else self._failures.get(index, 0) + 1
         self._failures[index] = failures
@@ -210,6 +227,35 @@ class Parent:
         _count_restart()
         self._restarts[index] = self._reactor.callLater(delay, self._spawn, index)
 
+    def _code_changed(self, index: int, pid: int) -> None:
+        """Worker `index` refused the code installed since the parent started: a replacement
+        would refuse it too, until the daemon restarts, so its place stays empty (no restarts
+        in a loop) and the other workers serve on."""
+        first = not self._refused
+        self._refused.add(index)
+        if not first:
+            log.error(
+                "worker {index} (pid {pid}) refused the code installed too; not replaced until apid restarts",
+                index=index,
+                pid=pid,
+            )
+            return
+        serving = len(self._workers)
+
+        def tell(now: dict[str, str]) -> None:
+            log.critical(
+                "the code installed changed since apid started ({changes}): restart apid to serve it. Worker "
+                "{index} (pid {pid}) refused to serve it and is not replaced until then; {serving} workers serve on",
+                changes="; ".join(code_changes(self._versions, now)),
+                index=index,
+                pid=pid,
+                serving=serving,
+            )
+
+        deferToThread(installed_versions).addCallback(tell).addErrback(
+            lambda failure: log.failure("reading the versions installed failed", failure)
+        )
+
     def reload(self) -> None:
         """SIGHUP: one worker validates the files and, when they load, has every process reload."""
         for worker in self._workers.values():
@@ -219,19 +265,23 @@ class Parent:
         log.error("SIGHUP ignored: no worker serves to reload the IO State")
 
     async def stop(self) -> None:
-        """Stop accepting, let every worker drain and end, killing the late."""
+        """Have every worker drain (each fails its /health while serving, then finishes what is
+        in flight), keeping the socket open while their /health fails; kill the late."""
         self._stopping = True
         for restart in self._restarts.values():
             restart.cancel()
         self._restarts.clear()
-        # a socket apid bound is shut down, so that every worker stops accepting at once and
-        # new clients are refused rather than left waiting; systemd's stays open for the next start
-        await self._port.stopListening()
         if self._workers:
             self._all_ended = Deferred()
             for worker in self._workers.values():
                 _signal(worker, "TERM")
-            late = self._reactor.callLater(self._drain_seconds + KILL_AFTER, self._kill_all)
+        await self._shutdown.health_drain()
+        # a socket apid bound is shut down, so that every worker stops accepting at once and
+        # new clients are refused rather than left waiting; systemd's stays open for the next start
+        await self._port.stopListening()
+        if self._all_ended is not None:
+            kill_in = self._shutdown.deadline - self._reactor.seconds() + KILL_AFTER
+            late = self._reactor.callLater(max(0.0, kill_in), self._kill_all)
             await self._all_ended
             if late.active():
                 late.cancel()
@@ -275,10 +325,14 @@ def _count_restart() -> None:
     worker_restarted()
 
 
-def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: str) -> int:
-    """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker started."""
-    from apid.daemon import DRAIN_SECONDS, describe, notify_systemd, server_endpoint
+def serve_workers(
+    config: Config, count: int, reactor_choice: str, metrics_dir: str, versions: Mapping[str, str]
+) -> int:
+    """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker
+    started. `versions`: the code installed as it started, which every worker must find too."""
+    from apid.daemon import describe, notify_systemd, server_endpoint
     from apid.metrics import count_if_read, listen_metrics
+    from apid.proxies import socket_listen
     from apid.reactors import installed
     from apid.store.migration_child import MigrationChild
 
@@ -287,7 +341,7 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
     outcome = {"status": 0}
 
     def failed(exc: Exception) -> None:
-        print(f"apid: cannot start: {exc}", file=sys.stderr, flush=True)
+        log.critical("apid: cannot start: {error}", error=str(exc))
         outcome["status"] = 1
         reactor.stop()
 
@@ -317,7 +371,8 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
         except Exception as exc:
             failed(exc)
             return
-        parent = Parent(reactor, config, port, count, reactor_choice, DRAIN_SECONDS)
+        start = WorkerStart(config, versions)
+        parent = Parent(reactor, start, port, count, reactor_choice, Shutdown(reactor, config.server.shutdown))
         reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(parent, metrics)))
         signal.signal(signal.SIGHUP, lambda *_: reactor.callFromThread(parent.reload))
         try:
@@ -332,8 +387,11 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
         )
         notify_systemd(f"READY=1\nSTATUS=serving with {count} workers")
 
-    endpoint = server_endpoint(reactor, config.server.listen)  # a bad `listen` ends here, exit 2
+    # the socket alone (a bad `listen` ends here, exit 2): each worker serves it through the PROXY
+    # protocol when `listen` says so (apid.proxies.client_endpoint), this process never reads it
+    endpoint = server_endpoint(reactor, socket_listen(config.server.listen))
     migration = MigrationChild.fork(config)  # now, while this process runs one thread
+    reactor.callWhenRunning(stop_on_signals, reactor)
     reactor.callWhenRunning(lambda: defer.ensureDeferred(begin()))
     reactor.run()
     shutil.rmtree(metrics_dir, ignore_errors=True)

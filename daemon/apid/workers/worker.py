@@ -3,7 +3,8 @@
 The parent starts each worker as `python -m apid worker` with the configuration it loaded,
 pickled on standard input (so that a worker restarted later serves the same configuration as
 the others, whatever the files say by then), the listening socket as descriptor `PORT_FD` and
-its end of the channel as `CHANNEL_FD`.
+its end of the channel as `CHANNEL_FD`. A worker whose parent is gone stops in a hurry
+(`apid.workers.orphans`): whether its channel is lost or the kernel signals it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ from twisted.internet.interfaces import (
     IStreamServerEndpoint,
 )
 from twisted.internet.protocol import ServerFactory
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from apid.private_apis import OneAcceptPerRead, adopt_listening_port
 from apid.reactors import Reactor
+from apid.shutdown import Shutdown
 from apid.workers import CHANNEL_FD, PORT_FD
 from apid.workers.channel import ParentCounters, ParentWindows, Ready, SiblingWorkers, WorkerSide, adopt
+from apid.workers.orphans import PARENT_GONE_SECONDS, orphaned
+
+log = Logger(namespace="apid.workers")
 
 
 class SharedPort(OneAcceptPerRead):
@@ -70,6 +76,13 @@ class WorkerLink:
     index: int
     endpoint: AdoptedPort
     channel: WorkerSide
+    parent: int  # the pid of the parent that started it
+    shutdown: Shutdown
+
+    def check_parent(self) -> None:
+        """At a signal: a worker whose parent is gone (the kernel's SIGTERM) stops in a hurry."""
+        if orphaned(self.parent):
+            _hurry(self.shutdown)
 
     def ready(self, reactor_name: str) -> Deferred[dict]:
         return self.channel.callRemote(Ready, index=self.index, reactor=reactor_name)
@@ -84,13 +97,27 @@ class WorkerLink:
         return SiblingWorkers(self.channel)
 
 
-def link(reactor: Reactor, index: int, family: socket.AddressFamily) -> WorkerLink:
+def link(reactor: Reactor, index: int, family: socket.AddressFamily, parent: int, shutdown: Shutdown) -> WorkerLink:
     """Adopt the channel now (so a parent gone while this worker starts stops it) and the port
     when the daemon listens."""
-    channel = adopt(reactor, CHANNEL_FD, WorkerSide(lost=lambda: _parent_gone(reactor)))
-    return WorkerLink(index=index, endpoint=AdoptedPort(reactor, PORT_FD, family), channel=channel)
+    channel = adopt(reactor, CHANNEL_FD, WorkerSide(lost=lambda: _parent_gone(reactor, shutdown)))
+    return WorkerLink(
+        index=index,
+        endpoint=AdoptedPort(reactor, PORT_FD, family),
+        channel=channel,
+        parent=parent,
+        shutdown=shutdown,
+    )
 
 
-def _parent_gone(reactor: IReactorCore) -> None:
+def _parent_gone(reactor: IReactorCore, shutdown: Shutdown) -> None:
+    _hurry(shutdown)
     with contextlib.suppress(ReactorNotRunning):  # stopping already
-        reactor.stop()  # the shutdown triggers drain what is in flight, as for SIGTERM
+        reactor.stop()
+
+
+def _hurry(shutdown: Shutdown) -> None:
+    """Nobody waits for this worker's answers now: what is in flight gets a moment, not the drain."""
+    if not shutdown.hurried:
+        log.warn("the parent is gone: stopping within {seconds:g} s", seconds=PARENT_GONE_SECONDS)
+    shutdown.hurry(PARENT_GONE_SECONDS)

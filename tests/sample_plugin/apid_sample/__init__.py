@@ -5,7 +5,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from apid.plugin import Call, Controller, NotFound, RouteCall, action, route
+from apid.plugin import Call, Controller, NotFound, Problem, RouteCall, action, route
+
+
+class AuditUnavailable(Problem):
+    """No audit service is configured (`APID_SAMPLE_AUDIT_URL`), as under `make run`: a
+    dependency that is not there, the daemon's 503 type, not an internal error."""
+
+    status, slug = 503, "service-unavailable"
 
 
 class TeamController(Controller):
@@ -16,7 +23,7 @@ class TeamController(Controller):
         self._ids = itertools.count(1)
         self._teams: dict[int, dict[str, Any]] = {}
 
-    @action(requires=("name", "leaderId"))
+    @action(requires=("name", "leaderId"), answers="record")
     def create(self, call: Call) -> dict[str, Any]:
         team_id = next(self._ids)
         self._teams[team_id] = {
@@ -31,7 +38,7 @@ class TeamController(Controller):
 
     # A team is the same for every caller (the roles decide its fields): IO State may share its
     # cached answers (CACHE "shared": true), as it may the list's.
-    @action(requires=("id",), caller_independent=True)
+    @action(requires=("id",), caller_independent=True, answers="record")
     def show(self, call: Call) -> dict[str, Any]:
         self.shown += 1
         team = self._teams.get(call.fields["id"])
@@ -39,21 +46,21 @@ class TeamController(Controller):
             raise NotFound(f"no team with id {call.fields['id']}")
         return team
 
-    @action(caller_independent=True)
+    @action(caller_independent=True, answers="list")
     async def list(self, call: Call) -> list[dict[str, Any]]:
         leader = call.fields.get("leaderId")
         offset, limit = call.page(default=100, maximum=1000)
         teams = [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
         return teams[offset : offset + limit]
 
-    @action(requires=("leaderId",))
+    @action(requires=("leaderId",), answers="record")
     def byLeader(self, call: Call) -> dict[str, Any]:
         for team in self._teams.values():
             if team["leaderId"] == call.fields["leaderId"]:
                 return team
         raise NotFound(f"person {call.fields['leaderId']} leads no team")
 
-    @action(requires=("id",))
+    @action(requires=("id",), answers="record")
     def summary(self, call: Call) -> dict[str, Any]:
         team = self.show(call)
         return {
@@ -70,7 +77,7 @@ class TeamController(Controller):
 
     cancelled_audits = 0  # audits stopped because their caller went away: GET /teamAudits
 
-    @action(requires=("id",))
+    @action(requires=("id",), answers="record")
     async def audit(self, call: Call) -> dict[str, Any]:
         """One team, once an audit service (POST $APID_SAMPLE_AUDIT_URL/audit/{id}) has been told who
         read it and who leads it; a 503 from the service is tried again once, a moment later.
@@ -88,7 +95,7 @@ class TeamController(Controller):
         record = {"team": team["id"], "reader": call.caller.username, "leader": leader.username if leader else None}
         service = os.environ.get("APID_SAMPLE_AUDIT_URL")
         if not service:
-            raise Problem("no audit service: the daemon's APID_SAMPLE_AUDIT_URL is not set")
+            raise AuditUnavailable("no audit service: the daemon's APID_SAMPLE_AUDIT_URL is not set")
         url = f"{service}/audit/{team['id']}"
         try:
             async with httpx.AsyncClient(timeout=30) as client:
@@ -102,6 +109,37 @@ class TeamController(Controller):
             raise
         if reply.is_error:
             raise Problem(f"the audit service answered {reply.status_code}")
+        return team
+
+    relay_timeout = 1.0  # seconds the relay service has to answer
+
+    @action(requires=("id",))
+    async def relay(self, call: Call) -> dict[str, Any]:
+        """One team, once a relay service (POST $APID_SAMPLE_AUDIT_URL/relay/{id}) took it: what
+        goes wrong upstream is answered as docs/plugins.md says, "When a service you call fails"."""
+        import os
+
+        import httpx  # a test dependency: only this action and `audit` need it
+
+        from apid.plugin import BadGateway, GatewayTimeout, ServiceUnavailable
+
+        team = self.show(call)
+        url = f"{os.environ.get('APID_SAMPLE_AUDIT_URL', 'http://127.0.0.1:9')}/relay/{team['id']}"
+        try:
+            async with httpx.AsyncClient(timeout=self.relay_timeout) as client:
+                reply = await client.post(url, json=team)
+        except httpx.TimeoutException:
+            raise GatewayTimeout(f"the relay service did not answer within {self.relay_timeout:g} s") from None
+        except httpx.ConnectError:
+            raise ServiceUnavailable("the relay service cannot be reached", retry_after=30) from None
+        except httpx.TransportError as error:
+            raise BadGateway(f"the relay service failed: {type(error).__name__}") from None
+        if reply.status_code == 503:
+            raise ServiceUnavailable(
+                "the relay service is down", retry_after=float(reply.headers.get("Retry-After", 30))
+            )
+        if reply.is_error:
+            raise BadGateway(f"the relay service answered {reply.status_code}")
         return team
 
     @route("/teamAudits", "GET")

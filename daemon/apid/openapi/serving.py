@@ -1,0 +1,22 @@
+"""How `/openapi.json` is answered: with an ETag, revalidated on every use (`private, no-cache`:
+the document is the caller's own, and changes with a reload), and 304 for a client holding it."""
+
+from __future__ import annotations
+
+from twisted.web.http import Request
+
+from apid.caching import entity_tag
+
+DOCUMENT_CACHING = b"private, no-cache"
+
+
+def revalidated(request: Request, body: bytes) -> bytes:
+    """`body` with its ETag, or 304 and nothing when If-None-Match names it (or is `*`)."""
+    tag = entity_tag(body)
+    request.setHeader(b"ETag", tag)
+    request.setHeader(b"Cache-Control", DOCUMENT_CACHING)
+    held = (request.getHeader(b"If-None-Match") or b"").split(b",")
+    if any(candidate.strip().removeprefix(b"W/") in (tag, b"*") for candidate in held):
+        request.setResponseCode(304)
+        return b""
+    return body

@@ -1,0 +1,66 @@
+"""apid's pytest plugin (`apid.pytest_plugin`) as a plugin's tests use it: the shipped
+`apid_daemon` fixture runs the real `apid serve` (here on the asyncio reactor) with the
+installed sample plugin, and `webhook_receiver` stands in for the service its asyncio
+actions call and receives the daemon's signed webhooks."""
+
+from __future__ import annotations
+
+import pytest
+
+from apid.testing import Answer, ApidDaemon, WebhookReceiver
+
+
+@pytest.fixture(scope="module")
+def apid_daemon_settings(webhook_receiver):
+    """The sample plugin's actions call the module's receiver; the daemon runs on asyncio."""
+    return {"reactor": "asyncio", "env": {"APID_SAMPLE_AUDIT_URL": webhook_receiver.origin}}
+
+
+def admin_login(daemon: ApidDaemon):
+    return daemon.caller("ROLE_ADMIN")
+
+
+def new_team(daemon: ApidDaemon, admin, name: str) -> dict:
+    reply = daemon.post("/v0.1/team/create", {"name": name, "leaderId": admin.id}, caller=admin)
+    assert reply.status == 200, reply.text
+    return reply.json
+
+
+def test_the_fixture_serves_on_the_reactor_asked_with_its_accounts(apid_daemon):
+    assert "reactor asyncio" in apid_daemon.ready
+    admin, user = apid_daemon.accounts
+    assert (admin.username, user.username) == ("admin", "user")
+    assert apid_daemon.login(user.username, user.password)
+
+
+def test_an_asyncio_action_through_the_shipped_daemon(apid_daemon, webhook_receiver: WebhookReceiver):
+    admin = admin_login(apid_daemon)
+    team = new_team(apid_daemon, admin, "audited")
+    webhook_receiver.script(f"/audit/{team['id']}", 503, 200)
+    reply = apid_daemon.get(f"/v0.1/team/audit/{team['id']}", caller=admin)
+    assert reply.status == 200, reply.text
+    first, second = webhook_receiver.wait_for(2, path=f"/audit/{team['id']}")
+    assert second.at - first.at >= 0.1
+
+
+def test_an_upstream_that_is_down_answers_503_with_retry_after(apid_daemon, webhook_receiver):
+    admin = admin_login(apid_daemon)
+    team = new_team(apid_daemon, admin, "relayed")
+    webhook_receiver.script(f"/relay/{team['id']}", Answer(503, {"Retry-After": "12"}))
+    reply = apid_daemon.get(f"/v0.1/team/relay/{team['id']}", caller=admin)
+    assert reply.status == 503, reply.text
+    assert reply.problem["type"] == "urn:apid:problem:service-unavailable"
+    assert reply.headers["retry-after"] == "12"
+
+
+def test_a_hook_to_the_receiver_gets_signed_deliveries(apid_daemon, webhook_receiver):
+    admin = admin_login(apid_daemon)
+    hook = apid_daemon.post(
+        "/v0.1/hook/create", {"url": webhook_receiver.url("/hooks/team"), "service": "team"}, caller=admin
+    )
+    assert hook.status == 200, hook.text
+    team = new_team(apid_daemon, admin, "hooked")
+    [delivery] = webhook_receiver.wait_for(1, path="/hooks/team")
+    assert delivery.json["type"] == "team/create" and delivery.json["data"]["id"] == team["id"]
+    assert delivery.verified(hook.json["secret"])
+    assert not delivery.verified("whsec_" + "A" * 44)
