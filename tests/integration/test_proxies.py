@@ -267,7 +267,8 @@ def test_the_proxy_protocol_on_systemds_socket_with_two_workers(tmp_path):
             reply = through(proxy, "GET", "/health", source="127.0.0.71", headers={"X-Request-ID": request_id})
             assert reply.status == 200
             assert access_log(err.read_text, request_id)["client"] == "127.0.0.71"
-        assert out.read_text().rstrip().endswith("2 workers)")
+        # the parent's ready line follows the last worker's: one may serve before the other is up
+        assert wait_for(lambda: out.read_text().rstrip().endswith("2 workers)")), out.read_text()
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(60)

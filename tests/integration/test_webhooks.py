@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks import Webhook
 
-from harness import ADMIN, USER, Daemon, V, burst, deployment_with_accounts, new_person, running_daemon
+from harness import ADMIN, USER, Daemon, V, burst, deployment_with_accounts, new_person, running_daemon, wait_for
 from receiver import Answer, Receiver
 
 ATTEMPTS = 3
@@ -132,8 +132,12 @@ def test_a_row_inserted_with_the_spec_sql_receives_a_signed_event(daemon, admin_
     assert abs(int(event.headers["webhook-timestamp"]) - time.time()) < 30
     assert event.json["type"] == "person/create"
     assert event.json["data"] == {"id": person["id"], "version": 0}
-    stored = database.execute("select state, tries from hook_message where id = ?", (event.json["id"],)).fetchone()
-    assert tuple(stored) == ("delivered", 1)
+
+    def stored():  # recorded once the receiver's answer is in: a moment after the event arrived
+        row = database.execute("select state, tries from hook_message where id = ?", (event.json["id"],)).fetchone()
+        return tuple(row)
+
+    assert wait_for(lambda: stored() == ("delivered", 1)), stored()
 
 
 def test_the_payload_is_the_owners_view_not_the_callers(daemon, admin_token, user_token, receiver, database, path):
@@ -252,8 +256,12 @@ def test_a_receiver_that_never_answers_is_cut_off_by_the_timeout(daemon, admin_t
 
     first, second = arrivals(receiver, path, 2)
     assert first.headers["webhook-id"] == second.headers["webhook-id"]
-    log = daemon.request("GET", f"{V}/hook/deliveries/{hook_id}", token=admin_token).json
-    retried, timed_out = log
+
+    def attempts() -> list:  # the retry's attempt is recorded once its answer is in, a moment after it arrived
+        return daemon.request("GET", f"{V}/hook/deliveries/{hook_id}", token=admin_token).json
+
+    assert wait_for(lambda: len(attempts()) == 2), attempts()
+    retried, timed_out = attempts()
     assert timed_out["statusCode"] is None and "within 1 s" in timed_out["error"]
     assert 900 <= timed_out["durationMs"] < 5000
     assert (retried["statusCode"], retried["messageState"]) == (200, "delivered")
