@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
+from apid.auth.apikeys import refuse_key
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations, revoke_person
 from apid.auth.standing import note_change
@@ -472,6 +473,8 @@ class Accounts:
         Without `by`, a `current_password` given is checked (uncounted) and `keep_session` kept.
         """
         changes = dict(changes)
+        if by is not None and (password is not None or changes.get("email") is not None):
+            refuse_key(by.api_key, "change a password or an e-mail address")
         new_address = None
         if by is not None and by.id == account_id:
             current = await self.get(account_id)

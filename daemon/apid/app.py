@@ -23,7 +23,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.resource import IResource
 
+from apid.auth.apikeys import OUT_OF_SCOPE, is_key
 from apid.auth.endpoints import PublicRoute, client_address
+from apid.auth.issuers import ExternalIssuers
+from apid.auth.key_verifier import KeyVerifier
 from apid.auth.sessions import Revocations
 from apid.auth.standing import Standings
 from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_caller
@@ -42,7 +45,7 @@ from apid.openapi.serving import revalidated
 from apid.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.plugin import Caller, Controller, RouteCall
 from apid.preconditions import checked_write, single_calls_only, unchanged_since
-from apid.problems import NotFound, Problem, Unauthorized
+from apid.problems import Forbidden, NotFound, Problem, Unauthorized
 from apid.routes import answer_failure, klein_routes
 from apid.routing import Target, parse_target
 from apid.throttle import RateLimiter
@@ -60,6 +63,7 @@ class Application:
         version: str,
         reserved_uris: frozenset[str],
         tokens: TokenService,
+        keys: KeyVerifier,
         revocations: Revocations,
         standings: Standings,
         pipeline: Pipeline,
@@ -71,10 +75,13 @@ class Application:
         openapi: Callable[[frozenset[str] | None], Any] | None = None,
         anonymous_role: str = "ROLE_ANONYMOUS",
         cache: AnswerCache | None = None,
+        issuers: ExternalIssuers | None = None,
     ) -> None:
         self.version = version
+        self._issuers = issuers  # the trusted OpenID providers (security.issuers), if any
         self._reserved = reserved_uris
         self._tokens = tokens
+        self._keys = keys
         self._revocations = revocations
         self._standings = standings
         self._pipeline = pipeline
@@ -104,7 +111,13 @@ class Application:
             raise Unauthorized(NEEDS_TOKEN)
         if not token:
             raise Unauthorized("the Authorization header must read Bearer <token>")
-        principal = self._tokens.verify(token)
+        if self._issuers is not None and self._issuers.issued(token):
+            # a trusted OpenID provider's token: kept, or verified once
+            principal = self._issuers.kept(token) or await self._issuers.verify(token)
+        elif is_key(token):  # an API key: kept, or read once a minute
+            principal = self._keys.kept(token) or await self._keys.verify(token)
+        else:
+            principal = self._tokens.verify(token)
         if self._revocations.refuses(principal):
             raise Unauthorized("the access token was revoked; log in again")
         return await self._standings.admit(principal)
@@ -134,6 +147,8 @@ class Application:
             if path in self._reserved:
                 return await route.handler(request, None)
             principal = await self.authenticate(request)
+            if principal.key_scopes is not None:  # a plugin's own path is in no key's scope
+                raise Forbidden(OUT_OF_SCOPE.format(path=route.path))
             await self._charge(request, principal, 1)
             return await route.handler(request, principal)
 
@@ -390,6 +405,7 @@ def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> C
                 session=principal.session,
                 all_roles=principal.roles,
                 address=client_address(request),
+                api_key=principal.key_id,
             )
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))

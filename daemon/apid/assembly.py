@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from twisted.web.resource import IResource
@@ -20,6 +20,9 @@ from apid.accounts import Accounts
 from apid.app import Application, plugin_routes
 from apid.auth.address_change import AddressChanges
 from apid.auth.endpoints import ServiceEndpoints
+from apid.auth.identities import ExternalIdentities
+from apid.auth.issuers import PASSWORD_PATHS, external_issuers
+from apid.auth.key_verifier import KeyVerifier
 from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows, WindowStore
 from apid.auth.login import SessionEndpoints
 from apid.auth.passwords import Passwords
@@ -38,6 +41,7 @@ from apid.health import Health
 from apid.hooks.events import AccountEvents, EventRecorder
 from apid.hooks.service import Hooks
 from apid.http import TextPaths
+from apid.lifecycle import PluginLifecycle
 from apid.mail import Outbox, make_mailer
 from apid.openapi.document import OpenApiDocuments, document_settings
 from apid.ping import PeerPinger
@@ -70,6 +74,7 @@ class Assembly:
     pinger: PeerPinger
     redis: txredisapi.ConnectionHandler | None
     health: Health  # what /health answers: conditions reported by the parts that hold them
+    plugins: PluginLifecycle  # the controllers' start-up and shutdown hooks, to run
 
 
 def assemble(
@@ -92,6 +97,10 @@ def assemble(
     its events to (the testing kit collects them this way). `shared` is a worker process's
     link to its parent, which keeps the counts of every worker when Redis does not."""
     server, api = config.server, config.api
+    # each controller's own settings, first: the file's mistakes stop the start before anything is made
+    plugin_settings = server.plugins.read(
+        {name: loaded.cls.settings_class for name, loaded in bound.controllers.items()}
+    )
     health = Health()
     db.outage.report_to(health, "database")  # /health fails while the database cannot be reached
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
@@ -127,7 +136,11 @@ def assemble(
         rules=lambda: rule_book.current,
         version=api.version,
     )
-    controllers = {name: loaded.cls(services) for name, loaded in bound.controllers.items()}
+    controllers = {
+        name: loaded.cls(replace(services, settings=plugin_settings.get(name)))
+        for name, loaded in bound.controllers.items()
+    }
+    labels = {name: loaded.plugin.label for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
     recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
     events = wrap_events(recorder) if recorder and wrap_events else recorder
@@ -156,11 +169,14 @@ def assemble(
         ).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
+    if not api.security.local_logins:  # password accounts switched off: callers sign in with a provider
+        public_routes = [route for route in public_routes if route.path not in PASSWORD_PATHS]
     rate_limiter = rate_limiting(reactor, config, circuit, shared)
     application = Application(
         version=api.version,
         reserved_uris=api.reserved_uris,
         tokens=tokens,
+        keys=KeyVerifier(reactor, db),
         revocations=revocations,
         standings=standings,
         pipeline=pipeline,
@@ -171,6 +187,12 @@ def assemble(
         rate_limiter=rate_limiter,
         anonymous_role=api.security.anonymous_role,
         cache=cache,
+        issuers=external_issuers(
+            reactor,
+            api.security.issuers,
+            ExternalIdentities(db, revocations, account_events, time.time),
+            server.jwt.leeway,
+        ),
         openapi=OpenApiDocuments(
             lambda: rule_book.current, document_settings(config, bound.controllers.values())
         ).document,
@@ -186,6 +208,7 @@ def assemble(
         pinger=pinger,
         redis=redis,
         health=health,
+        plugins=PluginLifecycle(reactor, controllers, labels, server.shutdown.drain),
     )
 
 

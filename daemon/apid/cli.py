@@ -1,5 +1,5 @@
-"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, iostate check|reload|convert,
-routes, openapi, new-plugin.
+"""The `apid` command: serve, migrate, user add, hook add|list|enable|disable, key create|list|revoke,
+iostate check|reload|convert, routes, openapi, new-plugin.
 
 Exit status 0 on success, 1 when the work failed, 2 when the command or the configuration
 is wrong; every failure prints one line saying what and where.
@@ -21,8 +21,9 @@ from apid.config import REACTORS, Config, ConfigError
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     from sqlalchemy import Engine
 
+    from apid.accounts import Account
     from apid.plugins import Bound, MigrationSource
-    from apid.store.migrate import SchemaChange
+    from apid.store.migrate import SchemaChange, Target
 
 
 def _load(args: argparse.Namespace) -> Config:
@@ -190,13 +191,110 @@ def _say(line: str) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    """Every schema up to date; or one schema to a revision (`--to`, `--down`); or what either
+    would run (`--plan`); or where each stands (`--status`); or a plugin's next revision
+    generated (`--generate`)."""
+    from apid.store.migrate import MigrationRefused, Target, TargetRefused
+
+    refused = _misused_migrate(args)
+    if refused:
+        print(f"apid: {refused}", file=sys.stderr)
+        return 2
     config = _load(args)
     if args.status:
         return _migration_status(config)
+    try:
+        target = Target.parse(args.to) if args.to else Target(args.down, None) if args.down else None
+        if args.generate:
+            return _generate_migration(config, args.generate, args.message)
+        if args.plan:
+            return _migration_plan(config, target, args.sql)
+        if target is not None:
+            return _move_schema(config, target)
+    except TargetRefused as exc:
+        raise CommandFailed(str(exc)) from None
+    except MigrationRefused as exc:
+        raise CommandFailed(str(exc)) from None
     engine, changes = _migrated(config)
     engine.dispose()
     for change in changes:
         print(f"apid: {change.describe()}")
+    return 0
+
+
+def _misused_migrate(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options given together, if anything (exit status 2)."""
+    if args.plan and (args.status or args.generate):
+        return "--plan goes alone or with --to or --down"
+    if args.sql and not args.plan:
+        return "--sql goes with --plan"
+    if bool(args.generate) != bool(args.message):
+        return "--generate PLUGIN takes -m MESSAGE, and -m only goes with --generate"
+    return None
+
+
+def _migration_plan(config: Config, target: Target | None, sql: bool) -> int:
+    """`apid migrate --plan`: per schema, the revisions `apid migrate` (or `--to`, `--down`)
+    would run, in order, each with its description, and with `--sql` the SQL they would run;
+    nothing runs."""
+    from apid.plugins import PluginError
+    from apid.store.migrate import plan, plan_sql
+
+    sources = _migration_sources()
+    engine = _database(config)
+    try:
+        plans = plan(engine, sources, target)
+        written = plan_sql(engine, sources, target) if sql else [""] * len(plans)
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
+    finally:
+        engine.dispose()
+    for planned, statements in zip(plans, written, strict=True):
+        for line in planned.describe():
+            print(line)
+        if statements:
+            print(statements.rstrip("\n"))
+    return 0
+
+
+def _move_schema(config: Config, target: Target) -> int:
+    """`apid migrate --to SCHEMA@REVISION` and `--down SCHEMA`: one schema, up or down."""
+    from apid.plugins import PluginError
+    from apid.store.migrate import move
+
+    sources = _migration_sources()
+    engine = _database(config)
+    try:
+        change = move(engine, sources, target)
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
+    finally:
+        engine.dispose()
+    print(f"apid: {change.describe()}")
+    return 0
+
+
+def _generate_migration(config: Config, plugin: str, message: str) -> int:
+    """`apid migrate --generate PLUGIN -m MESSAGE`: the plugin's next revision, from its tables."""
+    from apid.plugins import PluginError
+    from apid.store.migrate import APID, TargetRefused, generate
+
+    if plugin == APID:
+        raise TargetRefused("apid's own revisions are written by hand; --generate is for a plugin's")
+    found = {source.name: source for source in _migration_sources()}
+    if plugin not in found:
+        raise TargetRefused(
+            f"no plugin's migrations are named {plugin!r}; installed: {', '.join(sorted(found)) or 'none'}"
+        )
+    engine = _database(config)
+    try:
+        written = generate(engine, found[plugin], message)
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
+    finally:
+        engine.dispose()
+    print(f"apid: wrote {written}")
+    print("review it (autogenerate cannot see renames and some changes), then `apid migrate`")
     return 0
 
 
@@ -237,7 +335,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
     from sqlalchemy import Connection
 
-    from apid.accounts import Account, check_credentials, insert_account
+    from apid.accounts import check_credentials, insert_account
     from apid.auth.passwords import hash_password
     from apid.hooks.events import AccountEvents
     from apid.iostate.types import value_type
@@ -326,6 +424,78 @@ def cmd_hook_switch(args: argparse.Namespace) -> int:
         print(f"apid: hook {args.id} enabled; its waiting messages go out oldest first")
     else:
         print(f"apid: hook {args.id} disabled; its events are still recorded and wait until it is enabled again")
+    return 0
+
+
+def _key_owner(engine: Engine, username: str) -> Account:
+    from apid.accounts import find_login
+    from apid.store.database import run_read
+
+    found = run_read(engine, find_login, username)
+    if found is None:
+        raise CommandFailed(f"no user named {username!r}")
+    return found[0]
+
+
+def cmd_key_create(args: argparse.Namespace) -> int:
+    """The rules of `apikey/create`: the owner's roles at most, a scope that exists, an expiry ahead."""
+    from datetime import UTC, datetime
+
+    from apid.auth.apikeys import check_new_key, insert_key
+    from apid.store.database import run_write
+
+    config = _load(args)
+    rules = _bound(config).rules
+    engine = _engine(config)
+    owner = _key_owner(engine, args.user)
+    new = check_new_key(
+        args.name,
+        args.role,
+        args.scope,
+        args.expires,
+        owner.roles,
+        config.api.security.all_roles,
+        rules,
+        datetime.now(UTC),
+    )
+    record, key = run_write(engine, insert_key, owner.id, new)
+    roles = ", ".join(sorted(new.roles))
+    print(f"apid: created API key {record.id} ({record.name}) of {owner.username} with roles {roles}")
+    print(f"key: {key}")
+    print("(shown once: only its hash is kept; send it as Authorization: Bearer <key>)")
+    return 0
+
+
+def cmd_key_list(args: argparse.Namespace) -> int:
+    from apid.auth.apikeys import PREFIX, list_keys
+    from apid.store.database import run_read
+
+    engine = _engine(_load(args))
+    owner = _key_owner(engine, args.user).id if args.user else None
+    offset = 0
+    while page := run_read(engine, list_keys, owner, offset, 500):
+        for key in page:
+            state = f"revoked {key.revoked_at.isoformat()}" if key.revoked_at else "active"
+            expires = key.expires_at.isoformat() if key.expires_at else "never"
+            last = key.last_used_at.isoformat() if key.last_used_at else "never"
+            scope = ",".join(sorted(key.scopes)) if key.scopes is not None else "*"
+            print(
+                f"{key.id}\t{key.username}\t{key.name}\t{PREFIX}{key.prefix}\t{','.join(sorted(key.roles))}"
+                f"\tscope {scope}\texpires {expires}\tlast used {last}\t{state}"
+            )
+        offset += len(page)
+    return 0
+
+
+def cmd_key_revoke(args: argparse.Namespace) -> int:
+    """Every daemon on the database refuses the key within a second (it reads the deny list)."""
+    from apid.auth.apikeys import revoke_key
+    from apid.store.database import run_write
+
+    record = run_write(_engine(_load(args)), revoke_key, args.id, None)
+    if record is None:
+        raise CommandFailed(f"no API key with id {args.id}")
+    print(f"apid: API key {record.id} ({record.name}) of {record.username} is revoked")
     return 0
 
 
@@ -497,11 +667,36 @@ def parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser(
         "migrate", parents=[common], help="bring the database schema up to date, apid's then each plugin's"
     )
-    migrate.add_argument(
+    what = migrate.add_mutually_exclusive_group()
+    what.add_argument(
         "--status",
         action="store_true",
         help="show each schema's revision, head and pending migrations, change nothing "
         "(exit status 1 while any is pending)",
+    )
+    what.add_argument(
+        "--to",
+        metavar="SCHEMA@REVISION",
+        help="bring one schema (apid, or a plugin's migrations name) to a revision, head or base, "
+        "upgrading or downgrading it",
+    )
+    what.add_argument("--down", metavar="SCHEMA", help="take one schema one revision down")
+    what.add_argument(
+        "--generate",
+        metavar="PLUGIN",
+        help="write the plugin's next revision into its migrations package, from the difference between "
+        "the tables it declares and the database (review it before `apid migrate`)",
+    )
+    migrate.add_argument("-m", "--message", help="the description of the revision --generate writes")
+    migrate.add_argument(
+        "--plan",
+        action="store_true",
+        help="list the revisions the command would run (with --to or --down: that move), change nothing",
+    )
+    migrate.add_argument(
+        "--sql",
+        action="store_true",
+        help="with --plan: print the SQL those revisions would run on this database, written without running them",
     )
     migrate.set_defaults(run=cmd_migrate)
 
@@ -531,6 +726,25 @@ def parser() -> argparse.ArgumentParser:
         switch = hook.add_parser(name, parents=[common], help=text)
         switch.add_argument("id", type=int)
         switch.set_defaults(run=cmd_hook_switch, enable=enable)
+
+    key = commands.add_parser("key", help="manage API keys").add_subparsers(dest="key_command", required=True)
+    key_create = key.add_parser("create", parents=[common], help="create an API key of an account, shown once")
+    key_create.add_argument("--user", required=True, help="the owner's username: the key acts for this account")
+    key_create.add_argument("--name", required=True, help="what the key is for")
+    key_create.add_argument(
+        "--role", action="append", required=True, help="a role of the owner's to give the key (repeatable)"
+    )
+    key_create.add_argument(
+        "--scope", action="append", help="a controller or controller/action the key may call (repeatable; default: any)"
+    )
+    key_create.add_argument("--expires", help="when the key stops working: ISO 8601 date or date-time (default: never)")
+    key_create.set_defaults(run=cmd_key_create)
+    key_list = key.add_parser("list", parents=[common], help="every API key (never the keys themselves)")
+    key_list.add_argument("--user", help="only this account's keys")
+    key_list.set_defaults(run=cmd_key_list)
+    key_revoke = key.add_parser("revoke", parents=[common], help="revoke an API key, everywhere within a second")
+    key_revoke.add_argument("id", type=int)
+    key_revoke.set_defaults(run=cmd_key_revoke)
 
     iostate = commands.add_parser("iostate", help="IO State files").add_subparsers(
         dest="iostate_command", required=True

@@ -11,14 +11,17 @@ so `etc/` beside `iostate/` and `var/` works from any working directory.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from apid.plugin_settings import PLUGINS, PluginSections
 from apid.proxies import TrustedProxies, proxy_network
 from apid.settings import (
     STRING,
@@ -72,6 +75,25 @@ def http_url(value: str) -> str:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"must be an absolute http:// or https:// URL such as https://api.example.com, got {value!r}")
+    return value
+
+
+def provider_url(value: str) -> str:
+    """`value` if it is an https:// URL, or an http:// one on a loopback address (a provider
+    on this machine, as the tests run one): an OpenID provider's keys decide who may call
+    apid, so they never cross a network in clear text."""
+    parts = urlsplit(http_url(value))
+    host = parts.hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if parts.scheme != "https" and not loopback:
+        raise ValueError(
+            f"must be an https:// URL (http:// only on a loopback address such as 127.0.0.1), got {value!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(f"must have no query or fragment, got {value!r}")
     return value
 
 
@@ -220,6 +242,38 @@ def _seconds(node: Node, _: Reading) -> float:
 
 
 SECONDS = Kind("number ≥ 0", _seconds)
+
+
+def _issuer(node: Node, _: Reading) -> str:
+    try:
+        return provider_url(node.string())
+    except ValueError as exc:
+        raise node.fail(str(exc)) from None
+
+
+def _claim(node: Node, _: Reading) -> str:
+    text = node.string()
+    if not all(text.split(".")):
+        raise node.fail(f"must be a claim name or a dotted path such as realm_access.roles, got {text!r}")
+    return text
+
+
+def _claim_roles(node: Node, _: Reading) -> dict[str, frozenset[str]]:
+    """Claim value -> the roles it grants; each role is checked against networkRoles by
+    `SecurityConfig.conflicts`."""
+    table = {}
+    for value, roles in node.mapping().items():
+        table[value] = frozenset((roles.string(),) if isinstance(roles.value, str) else roles.strings())
+        if not table[value]:
+            raise roles.fail("expected a role or a non-empty list of roles")
+    if not table:
+        raise node.fail("expected at least one claim value and its roles")
+    return table
+
+
+ISSUER = Kind("URL", _issuer)
+CLAIM = Kind("claim name or dotted path", _claim)
+CLAIM_ROLES = Kind("mapping value -> role or list of roles", _claim_roles)
 
 
 # --- service_server.yml, per environment --------------------------------------------------------------
@@ -607,6 +661,12 @@ class ServerConfig:
     )
     connections: ConnectionLimits = section("connections")
     shutdown: ShutdownConfig = section("shutdown")
+    plugins: PluginSections = section(
+        "plugins",
+        kind=PLUGINS,
+        doc="Each plugin's settings, under its controller's name: the keys its controller declares "
+        "([plugins.md](plugins.md#settings)), checked when the daemon starts its plugins; see [plugins](#plugins).",
+    )
 
 
 # --- service_api.yml, shared ----------------------------------------------------------------------------
@@ -629,6 +689,61 @@ class ThrottleConfig:
     expires: int = setting(
         "expires", default=3600, at_least=1, doc="Seconds a user stays locked once the limit is reached."
     )
+
+
+@settings
+class IssuerConfig:
+    """An OpenID provider whose access tokens apid accepts, and what their claims grant
+    (docs/accounts.md, Signing in with your identity provider)."""
+
+    issuer: str = setting(
+        "issuer",
+        kind=ISSUER,
+        doc="The provider's issuer, exactly as its tokens' `iss` and its discovery document "
+        "(`{issuer}/.well-known/openid-configuration`) give it: https, or http on a loopback address only.",
+    )
+    audience: str = setting(
+        "audience",
+        doc="The `aud` its tokens must hold: Keycloak's client id (or an audience mapper's value), Entra ID's "
+        "application ID URI or client id.",
+    )
+    claim: str = setting(
+        "claim",
+        kind=CLAIM,
+        doc="The claim whose values map to roles: a name (`groups`, `roles`, `scope`) or a dotted path "
+        "(`realm_access.roles`), holding a list of strings or a string of space-separated values.",
+    )
+    roles: Mapping[str, frozenset[str]] = setting(
+        "roles",
+        kind=CLAIM_ROLES,
+        doc="Claim value -> an apid role or a list of roles, each in `security.networkRoles`. A token whose values "
+        "map to no role is refused (401).",
+    )
+    keys_refresh: float = setting(
+        "keysRefresh",
+        default=60.0,
+        doc="Seconds at least between two fetches of the provider's keys: a token naming a key apid does not hold "
+        "(the provider rotated its keys, or the token is forged) fetches them at most this often.",
+    )
+    keys_lifetime: float = setting(
+        "keysLifetime",
+        default=3600.0,
+        also="at least `keysRefresh`",
+        doc="Seconds the keys fetched are used before they are fetched again, so that a key the provider withdrew "
+        "stops being trusted (while the provider cannot be reached, the keys held go on serving).",
+    )
+
+    def roles_of(self, claims: Mapping[str, Any]) -> frozenset[str]:
+        """The roles `claims` grant: those of each string value at the claim's path."""
+        value: Any = claims
+        for name in self.claim.split("."):
+            value = value.get(name) if isinstance(value, dict) else None
+        values = value.split() if isinstance(value, str) else value if isinstance(value, list) else ()
+        return frozenset().union(*(self.roles.get(each, ()) for each in values if isinstance(each, str)))
+
+    def conflicts(self, given: frozenset[str]) -> Iterator[Invalid]:
+        if self.keys_lifetime < self.keys_refresh:
+            yield Invalid("must be at least keysRefresh", "keysLifetime", "keysRefresh")
 
 
 @settings
@@ -663,6 +778,21 @@ class SecurityConfig:
         "`apid user add --role`, by `throttle` and by the `person` controller). Every role an IO State file names "
         "must be in its group's list.",
     )
+    issuers: tuple[IssuerConfig, ...] = setting(
+        "issuers",
+        default=(),
+        kind=list_of(IssuerConfig, "providers"),
+        doc="OpenID providers whose access tokens apid accepts beside its own, each token acting as its subject's "
+        "own account (made on its first call); see "
+        "[accounts.md](accounts.md#signing-in-with-your-identity-provider).",
+    )
+    local_logins: bool = setting(
+        "localLogins",
+        default=True,
+        doc="`false` switches password accounts off: `/authenticate`, `/refreshToken`, `/logout`, `/register`, "
+        "`/validate`, `/forgotPassword`, `/validateResetPassword` and `/resetPassword` are not served (404), and "
+        "callers sign in with a provider of `issuers`.",
+    )
 
     @property
     def all_roles(self) -> frozenset[str]:
@@ -682,6 +812,17 @@ class SecurityConfig:
                 yield Invalid(f"role {role!r} is the anonymous role: every caller without a token would hold it", key)
         if "anonymousRole" in given and self.anonymous_role not in self.all_roles:
             yield Invalid(f"role {self.anonymous_role!r} is in no group of networkRoles", "anonymousRole")
+        seen: set[str] = set()
+        for index, issuer in enumerate(self.issuers):
+            if issuer.issuer in seen:
+                yield Invalid(f"issuers[{index}]: {issuer.issuer} is listed twice", "issuers")
+            seen.add(issuer.issuer)
+            for value, roles in issuer.roles.items():
+                for role in sorted(roles - self.all_roles):
+                    yield Invalid(
+                        f"issuers[{index}].roles: role {role!r} (for {value!r}) is in no group of networkRoles",
+                        "issuers",
+                    )
 
 
 @settings
@@ -865,5 +1006,10 @@ def load(
         raise ConfigError(
             f"{config_dir / SERVER_FILE}: {environment}.metrics.role: role {server.metrics.role!r} "
             f"is not in security.networkRoles ({API_FILE})"
+        )
+    if any(issuer.issuer == server.jwt.issuer for issuer in api.security.issuers):
+        raise ConfigError(
+            f"{config_dir / API_FILE}: security.issuers: {server.jwt.issuer!r} is apid's own issuer "
+            f"(jwt.issuer, {SERVER_FILE})"
         )
     return Config(server=server, api=api, root=root)

@@ -1,11 +1,12 @@
 """Starting and running the daemon: storage, plugins, the application (wired by
 `apid.assembly`, as the testing kit wires it), the listening port.
 
-Start order matters: the database is migrated and reachable and every plugin is bound to
-valid IO State before the port listens; only then the ready line and systemd's READY=1.
-On SIGTERM /health fails first while everything else is served (`shutdown.healthDrain`),
-then the port closes, in-flight requests finish (up to `shutdown.drain`), then the pools
-(`apid.shutdown` says why in that order).
+Start order matters: the database is migrated and reachable, every plugin is bound to
+valid IO State and has started (`Controller.started`, apid.lifecycle) before the port
+listens; only then the ready line and systemd's READY=1. On SIGTERM /health fails first
+while everything else is served (`shutdown.healthDrain`), then the port closes, in-flight
+requests finish (up to `shutdown.drain`), the plugins stop (`Controller.stopping`), then the
+pools (`apid.shutdown` says why in that order).
 
 A daemon holds only what its configuration uses: the migration runs in a child process
 (`apid.store.migration_child`), and Redis's client, the webhook worker, the metrics and SMTP
@@ -38,6 +39,7 @@ from apid.coroutines import end_tasks
 from apid.docspage import DocsPage
 from apid.health import Health
 from apid.http import ApidSite, OpenConnections
+from apid.lifecycle import PluginLifecycle
 from apid.mail import Outbox
 from apid.ping import PeerPinger
 from apid.plugins import RuleBook, load_all
@@ -111,6 +113,7 @@ class Running:
     redis: txredisapi.ConnectionHandler | None
     deliveries: DeliveryWorker | None
     health: Health
+    plugins: PluginLifecycle
     metrics_port: IListeningPort | None = None  # `metrics.listen`
 
 
@@ -168,6 +171,7 @@ async def start(
     try:
         await parts.revocations.start()
         await rules_watcher.start(generation)
+        await parts.plugins.start()
         site = ApidSite(
             parts.resource,
             api.max_body_bytes,
@@ -182,6 +186,7 @@ async def start(
     except BaseException:
         if metrics_port is not None:
             metrics_port.stopListening()
+        await parts.plugins.stop(reactor.seconds() + server.shutdown.drain, hurried=False)  # those started, if any
         parts.revocations.stop()
         await rules_watcher.stop()
         db.stop()
@@ -207,6 +212,7 @@ async def start(
         redis=parts.redis,
         deliveries=deliveries,
         health=parts.health,
+        plugins=parts.plugins,
         metrics_port=metrics_port,
     )
 
@@ -258,6 +264,7 @@ async def stop(running: Running, shutdown: Shutdown) -> None:
         stopping = running.metrics_port.stopListening()  # scraped until the last request was answered
         if stopping is not None:
             await stopping
+    await running.plugins.stop(shutdown.deadline, shutdown.hurried)
     running.revocations.stop()
     await running.rules_watcher.stop()
     await running.pinger.close()

@@ -162,6 +162,13 @@ def connection_pool(reactor: IReactorTime, per_host: int) -> HTTPConnectionPool:
     return pool
 
 
+def single_use_pool(reactor: IReactorTime) -> HTTPConnectionPool:
+    """A pool keeping no connection: each request gets a new one, closed after its answer.
+    For requests too rare to keep one open (an OpenID provider's keys), and nothing to close
+    at shutdown."""
+    return _ConnectionPool(reactor, persistent=False)
+
+
 @implementer(IAgentEndpointFactory)
 class _Endpoints:
     """Endpoints by (scheme, host, port), made on first use: TCP, with TLS for https

@@ -15,16 +15,19 @@ import enum
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from apid.auth.apikeys import OUT_OF_SCOPE
 from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.coroutines import asyncio_required, needs_asyncio, started
 from apid.current_request import REQUEST_ID
 from apid.iostate import ControllerState, Endpoint, RuleSet
+from apid.iostate.types import Conversion
 from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem, Unauthorized
 
@@ -141,6 +144,9 @@ def authorize(endpoint: Endpoint, principal: Principal, purpose: Purpose) -> fro
         raise Unauthorized(NEEDS_TOKEN)
     if not granted:
         raise Forbidden(f"your roles may not call {endpoint.path}")
+    scopes = principal.key_scopes  # an API key's: the controllers or endpoints it may call
+    if scopes is not None and endpoint.controller not in scopes and endpoint.path not in scopes:
+        raise Forbidden(OUT_OF_SCOPE.format(path=endpoint.path))
     if batch_refused:
         raise Forbidden(f"your roles may not call {endpoint.path} in a batch")
     return granted
@@ -157,13 +163,16 @@ def admit_fields(
     declared: ActionRules = NO_RULES,
 ) -> dict[str, Any]:
     """The request fields, typed. One 400 lists every field the role may not send, every bad
-    value, every field the action requires that is missing, and what the action's own
-    `validate` says of the fields admitted."""
+    value, every field the action requires that is missing, a paging field out of the action's
+    `Page`, and what the action's own `validate` says of the fields admitted."""
     fields, errors = typed_fields(state, endpoint, granted, request)
     missing = [name for name in declared.requires if fields.get(name) is None]
     if missing:
         flagged = {error["field"] for error in errors}
         errors += [{"field": name, "reason": "is required"} for name in missing if name not in flagged]
+    if declared.page is not None:
+        flagged = {error["field"] for error in errors}
+        errors += [error for error in declared.page.errors(fields) if error["field"] not in flagged]
     if declared.validate is not None:
         errors += _validated(declared.validate, fields, endpoint)
     if errors:
@@ -257,12 +266,20 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-def filter_output(data: Any, allowed: frozenset[str]) -> Any:
-    """Keep only the allowed keys of a record, or of each record of a list or tuple."""
+NO_CONVERSIONS: Mapping[str, Conversion] = MappingProxyType({})
+
+
+def filter_output(data: Any, allowed: frozenset[str], conversions: Mapping[str, Conversion] = NO_CONVERSIONS) -> Any:
+    """Keep only the allowed keys of a record, or of each record of a list or tuple, each value
+    in its VALUES type's form (`Endpoint.conversions`: a Float stored as 1 answers 1.0)."""
     if isinstance(data, Mapping):
-        return {key: value for key, value in data.items() if key in allowed}
+        record = {key: value for key, value in data.items() if key in allowed}
+        for key, convert in conversions.items():
+            if key in record:
+                record[key] = convert(record[key])
+        return record
     if isinstance(data, (list, tuple)):
-        return [filter_output(item, allowed) for item in data]
+        return [filter_output(item, allowed, conversions) for item in data]
     return data
 
 
@@ -302,6 +319,7 @@ class Pipeline:
             session=principal.session,
             all_roles=principal.roles,
             address=address,
+            api_key=principal.key_id,
         )
         action = getattr(self._controllers[endpoint.controller], endpoint.action)
         return Admission(
@@ -346,7 +364,9 @@ class Pipeline:
         try:
             fields = admit_fields(admitted.state, endpoint, admitted.granted, request, admitted.action_rules)
             unit = CallUnit(self._db, self._events, endpoint)
-            call = Call(endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit)
+            call = Call(
+                endpoint=endpoint, fields=fields, caller=admitted.caller, unit=unit, paging=admitted.action_rules.page
+            )
             output = admitted.action(call)
         except Exception:
             return fail().addErrback(self._action_failed, endpoint, request_id)
@@ -379,7 +399,7 @@ class Pipeline:
             endpoint=endpoint,
             granted=granted,
             page=call.paged,
-            data=filter_output(output, endpoint.response_fields(granted)),
+            data=filter_output(output, endpoint.response_fields(granted), endpoint.conversions),
         )
         events = self._events is not None and endpoint.emits_events and not unit.recorded
         changed = self._changed is not None and not endpoint.is_safe and admitted.state.caches

@@ -7,16 +7,18 @@ returns is filtered to the caller's RESPONSE fields by the daemon, never by the 
 
 This module is the whole contract. What the daemon lends a controller (`Services`) is named
 by small protocols defined here, which the daemon's own classes keep, so the module imports
-nothing of the daemon but its problems (`apid.problems`, which imports nothing of apid), and
-the daemon's inner modules depend on it, never the other way round.
+nothing of the daemon but its problems (`apid.problems`) and the declaration of settings
+(`apid.plugin_settings`, over `apid.settings`), which import nothing else of apid, and the
+daemon's inner modules depend on it, never the other way round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 
+from apid.plugin_settings import setting, settings
 from apid.problems import (
     BadGateway,
     BadRequest,
@@ -32,7 +34,7 @@ from apid.problems import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy import Select
+    from sqlalchemy import Select, Table
     from twisted.internet.defer import Deferred
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Hooks",
     "InvalidFields",
     "NotFound",
+    "Page",
     "PeerPinger",
     "Problem",
     "RouteCall",
@@ -66,6 +69,8 @@ __all__ = [
     "Validator",
     "action",
     "route",
+    "setting",
+    "settings",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,6 +87,33 @@ of records, or nothing (`null`). The API documents type the action's answer from
 
 
 @dataclass(frozen=True)
+class Page:
+    """How an action that lists records pages them, declared beside it with
+    `@action(page=Page(default=20, maximum=100))`: `max` records a page, 1 to `maximum`
+    (`default` when not sent), from `offset`, 0 or more. The daemon checks both fields with the
+    call's others (one 400), `call.page()` reads them, and the API documents state the same
+    ranges: one declaration for the three."""
+
+    default: int = 20
+    maximum: int = 100
+
+    def window(self, fields: Mapping[str, Any]) -> tuple[int, int]:
+        """(offset, limit) of the fields sent; an absent or null one is the first page, or `default` records."""
+        offset, limit = fields.get("offset"), fields.get("max")
+        return (0 if offset is None else offset, self.default if limit is None else limit)
+
+    def errors(self, fields: Mapping[str, Any]) -> list[FieldError]:
+        """What is out of range in the window of the fields sent."""
+        offset, limit = self.window(fields)
+        errors: list[FieldError] = []
+        if offset < 0:
+            errors.append({"field": "offset", "reason": "must be at least 0"})
+        if not 1 <= limit <= self.maximum:
+            errors.append({"field": "max", "reason": f"must be 1 to {self.maximum}"})
+        return errors
+
+
+@dataclass(frozen=True)
 class ActionRules:
     """What an action declares about its request fields, checked by the daemon before the action
     runs, together with the IO State checks, so that one 400 lists every bad field at once;
@@ -95,12 +127,14 @@ class ActionRules:
     may say `"shared": true`. A cached answer skips the action, and with it any check the
     action makes of who calls: the daemon cannot see inside an action, so it refuses a shared
     cache unless the action says this. `answers`: what the action answers (`Answers`), or None
-    when it does not say, so that the API documents can type its answer exactly."""
+    when it does not say, so that the API documents can type its answer exactly. `page`: how
+    a list action pages (`Page`), or None."""
 
     requires: tuple[str, ...] = ()
     validate: Validator | None = None
     caller_independent: bool = False
     answers: Answers | None = None
+    page: Page | None = None
 
 
 @overload
@@ -114,6 +148,7 @@ def action(
     validate: Validator | None = None,
     caller_independent: bool = False,
     answers: Answers | None = None,
+    page: Page | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -124,15 +159,22 @@ def action(
     validate: Validator | None = None,
     caller_independent: bool = False,
     answers: Answers | None = None,
+    page: Page | None = None,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
     `@action(requires=("name",), validate=check, caller_independent=True, answers="record")` to
-    declare its field rules, whether callers may share its cached answers and what it answers
-    (`ActionRules`)."""
+    declare its field rules, whether callers may share its cached answers, what it answers and,
+    for a list, how it pages (`page=Page(...)`) (`ActionRules`)."""
     if answers not in (None, "record", "list", "nothing"):
         raise ValueError(f'@action(answers=...) is "record", "list" or "nothing", not {answers!r}')
+    if page is not None and not 1 <= page.default <= page.maximum:
+        raise ValueError(f"@action(page=...): the default is 1 to the maximum, not {page}")
     rules = ActionRules(
-        requires=tuple(requires), validate=validate, caller_independent=caller_independent, answers=answers
+        requires=tuple(requires),
+        validate=validate,
+        caller_independent=caller_independent,
+        answers=answers,
+        page=page,
     )
 
     def mark(handler: F) -> F:
@@ -181,6 +223,9 @@ class Caller:
     # The client's address, as the per-address abuse limits count it (`Accounts.update` counts
     # an owner's wrong `currentPassword` there, as a failed login).
     address: str = ""
+    # The API key the call is made with (its id), None for a login's access token: a key never
+    # changes a password or an e-mail address (`Accounts.update`), nor manages keys.
+    api_key: int | None = None
 
 
 class Endpoint(Protocol):
@@ -357,7 +402,8 @@ class Hooks(Protocol):
 class Services:
     """What the daemon lends a controller: the database, the accounts, the role settings, the
     pinger of the peer servers and the hooks (for the first-party `server` and `hook`
-    controllers), the IO State rule set in force and the application version (for `apidoc`)."""
+    controllers), the IO State rule set in force and the application version (for `apidoc`),
+    and the controller's own settings (`Controller.settings`)."""
 
     db: Database
     accounts: Accounts
@@ -366,6 +412,7 @@ class Services:
     hooks: Hooks
     rules: Callable[[], RuleSet]  # the rule set in force now: call it each time, a reload swaps it
     version: str  # the application version of every path, MAJOR.MINOR ("0.1" in /v0.1/...)
+    settings: Any = None  # the controller's `settings_class`, read from plugins.<name>; None without one
 
 
 @dataclass(frozen=True)
@@ -374,6 +421,7 @@ class Call:
     fields: Mapping[str, Any]
     caller: Caller
     unit: UnitOfWork | None = None  # set by the daemon for every call
+    paging: Page | None = None  # what the action declared (`@action(page=...)`), set by the daemon
     # (offset, limit) of the page `page()` chose: the daemon builds a list answer's links from it
     paged: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -401,22 +449,19 @@ class Call:
                 errors=[{"field": name, "reason": "is required"} for name in missing],
             )
 
-    def page(self, default: int = 20, maximum: int = 100) -> tuple[int, int]:
-        """(offset, limit) from the `offset` and `max` fields, for actions that list records;
-        the answer then gets `next`/`prev`/`first` links (apid.links.page_links)."""
-        offset = self.fields.get("offset")
-        limit = self.fields.get("max")
-        offset = 0 if offset is None else offset
-        limit = default if limit is None else limit
-        errors = []
-        if offset < 0:
-            errors.append({"field": "offset", "reason": "must be at least 0"})
-        if not 1 <= limit <= maximum:
-            errors.append({"field": "max", "reason": f"must be 1 to {maximum}"})
+    def page(self, default: int | None = None, maximum: int | None = None) -> tuple[int, int]:
+        """(offset, limit) from the `offset` and `max` fields, for actions that list records,
+        within the action's `@action(page=...)` (else `Page()`: 20 and 100), whose `default` and
+        `maximum` the arguments override; the answer then gets `next`/`prev`/`first` links
+        (apid.links.page_links). Declare the page instead: the API documents then say it."""
+        declared = self.paging or Page()
+        page = Page(declared.default if default is None else default, declared.maximum if maximum is None else maximum)
+        errors = page.errors(self.fields)
         if errors:
             raise InvalidFields(errors=errors)
-        object.__setattr__(self, "paged", (offset, limit))
-        return offset, limit
+        window = page.window(self.fields)
+        object.__setattr__(self, "paged", window)
+        return window
 
 
 @dataclass(frozen=True)
@@ -430,12 +475,29 @@ class RouteCall:
 
 
 class Controller:
-    """Base class of controllers: subclasses set `name` and mark actions with `@action`."""
+    """Base class of controllers: subclasses set `name` and mark actions with `@action`, and
+    declare the fields their code stores and answers: the keys of `table`'s columns and
+    `fields`. IO State may name no other field, so that rules needing new code wait for it; a
+    controller declaring neither (both None) is not checked. It may declare its settings
+    (`settings_class`, read from `plugins.<name>` in service_server.yml into `settings`) and
+    open and close what its actions share in `started` and `stopping`, which the daemon awaits
+    as it starts and stops."""
 
     name: str = ""
+    table: Table | None = None
+    fields: Collection[str] | None = None
+    settings_class: ClassVar[type[Any] | None] = None
+    settings: Any
 
     def __init__(self, services: Services) -> None:
         self.services = services
+        self.settings = services.settings
+
+    async def started(self) -> None:
+        """Awaited once the daemon's database is reachable, before it listens: a failure stops the start."""
+
+    async def stopping(self) -> None:
+        """Awaited once the requests in flight have finished, within the shutdown's deadline."""
 
     @classmethod
     def actions(cls) -> Mapping[str, Callable[..., Any]]:

@@ -2,7 +2,9 @@
 
 discover (entry points of group `apid.controllers`) -> load (import, check the class)
 -> bind (attach each controller to its IO State: the file in `iostateDir` if there is one,
-else the one the plugin ships in its package at `iostate/<name>.json`).
+else the one the plugin ships in its package at `iostate/<name>.json`, and check it against
+the code: its actions, its shared caches, and its fields against those the controller
+declares, so that rules needing code that is not running are refused at start and reload).
 Every error names the distribution, so an operator knows which package to fix.
 
 Beside them, `migration_sources` finds the plugins' Alembic revisions (entry point group
@@ -21,6 +23,9 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqlalchemy import Table
+from twisted.logger import Logger
+
 from apid.config import SecurityConfig
 from apid.iostate import (
     ControllerState,
@@ -28,11 +33,14 @@ from apid.iostate import (
     RuleSet,
     bind_references,
     check_actions,
+    check_fields,
     check_shared_caches,
     parse_text,
     read_dir,
 )
 from apid.plugin import Controller, action_rules
+
+log = Logger(namespace="apid.plugins")
 
 GROUP = "apid.controllers"
 MIGRATIONS_GROUP = "apid.migrations"
@@ -111,8 +119,30 @@ def load(found: Iterable[FoundPlugin]) -> list[LoadedController]:
             raise PluginError(
                 f"plugin {plugin.label}: controller {cls.name!r} is already provided by {loaded[cls.name].plugin.label}"
             )
+        if declared_fields(cls, plugin.label) is None:
+            log.warn(
+                "plugin {plugin}: controller {controller} declares no fields (`table` or `fields`), so its "
+                "IO State is not checked against its code: rules naming a field it cannot store or answer "
+                "would load, and the field be dropped",
+                plugin=plugin.label,
+                controller=cls.name,
+            )
         loaded[cls.name] = LoadedController(plugin=plugin, cls=cls)
     return list(loaded.values())
+
+
+def declared_fields(cls: type[Controller], plugin: str) -> frozenset[str] | None:
+    """The fields a controller's code stores or answers: the keys of its `table`'s columns and
+    its `fields`; None when it declares neither."""
+    if cls.table is None and cls.fields is None:
+        return None
+    if cls.table is not None and not isinstance(cls.table, Table):
+        raise PluginError(f"plugin {plugin}: {cls.__qualname__}.table must be a sqlalchemy Table, not {cls.table!r}")
+    fields = cls.fields if cls.fields is not None else ()
+    if isinstance(fields, str) or not all(isinstance(name, str) for name in fields):
+        raise PluginError(f"plugin {plugin}: {cls.__qualname__}.fields must be a collection of field names")
+    columns = () if cls.table is None else (str(column.key) for column in cls.table.columns)
+    return frozenset(fields).union(columns)
 
 
 def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
@@ -132,8 +162,9 @@ def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
 
 
 def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig) -> Bound:
-    """Attach every controller to its IO State and check that each action exists, and that
-    only the actions declared caller-independent share cached answers."""
+    """Attach every controller to its IO State and check that each action exists, that only the
+    actions declared caller-independent share cached answers, and that every field is one the
+    controller declares (when it declares them)."""
     controllers = {c.cls.name: c for c in loaded}
     overrides = read_dir(iostate_dir, security)
     for name, state in overrides.items():
@@ -155,6 +186,7 @@ def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: Securi
             state = parse_text(text, source, security)
         actions = controller.cls.actions()
         check_actions(state, actions, controller.plugin.label)
+        check_fields(state, declared_fields(controller.cls, controller.plugin.label), controller.plugin.label)
         check_shared_caches(
             state,
             [action for action, handler in actions.items() if action_rules(handler).caller_independent],

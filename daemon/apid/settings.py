@@ -89,6 +89,13 @@ class Node:
         self.line = line
         self._lines = lines or {}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled, as a worker process gets its configuration: each mapping's lines are
+        known by its id(), which unpickling changes (the mappings stay shared, pickle keeps
+        one copy of each)."""
+        state["_lines"] = {id(held): (held, lines) for held, lines in state["_lines"].values()}
+        self.__dict__.update(state)
+
     def fail(self, message: str) -> ConfigError:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         if self.path is None:

@@ -113,12 +113,16 @@ class InMemoryApid(ApiCalls):
       ships (the daemon's `iostateDir`).
     - `api_settings`: service_api.yml settings over the kit's (which are apid's defaults, the
       roles of the shipped file and no `reservedUris`), such as `security` with a plugin's roles.
+    - `plugin_settings`: each controller's settings by its name, as service_server.yml's
+      `plugins` holds them, read and checked as the daemon reads them.
     - `rate_limits`: requests per role and day; given, rate limiting is on (`apiThrottle`).
     - `reactor`: `"default"` (Twisted's coroutine driver: an action awaiting asyncio answers
       the daemon's 500 naming `reactor: asyncio`) or `"asyncio"` (an asyncio loop of the kit's
       own runs each coroutine action as a task, as the daemon's asyncio reactor does).
     - `timeout`: under `"asyncio"`, the seconds a call may wait for real I/O before
       `StillWaiting`.
+
+    The controllers' `started()` hooks run as the kit is built, their `stopping()` at `close()`.
 
     Webhooks are on: every event a call emits is kept in `events`, and messages for hooks
     are written to the outbox table as the daemon writes them; none is ever sent. A hook's
@@ -141,6 +145,7 @@ class InMemoryApid(ApiCalls):
         rate_limits: Mapping[str, int] | None = None,
         reactor: Literal["default", "asyncio"] = "default",
         timeout: float = 30.0,
+        plugin_settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if reactor not in ("default", "asyncio"):
             raise ValueError(f'reactor is "default" or "asyncio", not {reactor!r}')
@@ -152,7 +157,7 @@ class InMemoryApid(ApiCalls):
             if reactor == "asyncio":
                 self._loop = new_loop()[0]
                 bridge_tasks(self._loop)  # its tasks may await Deferreds, as the daemon's may
-            self._build(list(controllers), list(migrations), iostate_dir, api_settings, rate_limits)
+            self._build(list(controllers), list(migrations), iostate_dir, api_settings, rate_limits, plugin_settings)
         except BaseException:
             self._end_loop()
             self._folder.cleanup()
@@ -165,9 +170,14 @@ class InMemoryApid(ApiCalls):
         iostate_dir: Path | str | None,
         api_settings: Mapping[str, Any] | None,
         rate_limits: Mapping[str, int] | None,
+        plugin_settings: Mapping[str, Mapping[str, Any]] | None,
     ) -> None:
         root = Path(self._folder.name)
-        server = {"apiThrottle": rate_limits is not None, "database": {"migrate": False}}
+        server = {
+            "apiThrottle": rate_limits is not None,
+            "database": {"migrate": False},
+            "plugins": {name: dict(values) for name, values in (plugin_settings or {}).items()},
+        }
         api: dict[str, Any] = {} if iostate_dir is None else {"iostateDir": str(Path(iostate_dir).resolve())}
         if rate_limits is not None:
             api["throttle"] = {"rateLimit": dict(rate_limits)}
@@ -201,6 +211,7 @@ class InMemoryApid(ApiCalls):
         self._db.start()
         self._passwords.start()
         self._settled(lambda: Deferred.fromCoroutine(self._parts.revocations.start()), "reading the revocations")
+        self._settled(lambda: Deferred.fromCoroutine(self._parts.plugins.start()), "starting the plugins")
 
     def caller(self, *roles: str, username: str | None = None) -> Login:
         """A new enabled account holding `roles`, logged in: its access token is real, so
@@ -261,11 +272,17 @@ class InMemoryApid(ApiCalls):
         if self._closed:
             return
         self._closed = True
-        self._parts.revocations.stop()
-        self._db.stop()
-        self._passwords.stop()
-        self._end_loop()
-        self._folder.cleanup()
+        try:
+            until = self._reactor.seconds() + self._timeout
+            self._settled(  # within the kit's `timeout`, no more: hurried
+                lambda: Deferred.fromCoroutine(self._parts.plugins.stop(until, hurried=True)), "stopping the plugins"
+            )
+        finally:
+            self._parts.revocations.stop()
+            self._db.stop()
+            self._passwords.stop()
+            self._end_loop()
+            self._folder.cleanup()
 
     def __enter__(self) -> InMemoryApid:
         return self

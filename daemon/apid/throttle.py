@@ -186,6 +186,8 @@ class RateLimiter:
         number of calls (RATELIMIT); a caller without a token is counted by the client
         `address` (they have no account to count). The RateLimit fields to answer with, or a 429."""
         counted = f"address:{address}" if principal.anonymous else str(principal.user_id)
+        if principal.key_id is not None:  # an API key is counted apart from its owner
+            counted = f"key:{principal.key_id}"
         quotas = [
             (rule, "rate", counted, amount, self._expires) for rule in [self.rule(principal.roles)] if rule is not None
         ]

@@ -10,6 +10,7 @@ from apid.plugin import Call, Controller, NotFound, action
 
 class ApidocController(Controller):
     name = "apidoc"
+    fields = frozenset({"controller", "version", "roles", "controllers"})  # what `api_view` answers, and the filter
 
     @action(answers="record")
     def show(self, call: Call) -> dict[str, Any]:

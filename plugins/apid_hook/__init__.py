@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from apid.plugin import Call, Controller, action
+from apid.plugin import Call, Controller, Page, action
 
 # What the actions on one hook require: its id.
 BY_ID = ("id",)
@@ -17,8 +17,16 @@ BY_ID = ("id",)
 
 class HookController(Controller):
     name = "hook"
+    # The fields of a hook and of a delivery as `services.hooks` answers them, and what the actions
+    # read besides (IO State may name no other)
+    fields = frozenset(
+        {"id", "version", "userId", "url", "service", "format", "isEnabled", "attempts", "disabledReason"}
+        | {"dateCreated", "lastModified", "pending", "secret"}
+        | {"messageId", "hookId", "hookEnabled", "type", "state", "messageState", "attemptedAt", "statusCode"}
+        | {"durationMs", "error", "services", "offset", "max"}
+    )
 
-    @action(answers="list")
+    @action(answers="list", page=Page(default=20, maximum=100))
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return await self.services.hooks.list(call.caller, *call.page())
 
@@ -53,7 +61,7 @@ class HookController(Controller):
     async def rotateSecret(self, call: Call) -> dict[str, Any]:
         return await self.services.hooks.rotate_secret(call.caller, call.fields["id"])
 
-    @action(requires=BY_ID, answers="list")
+    @action(requires=BY_ID, answers="list", page=Page(default=20, maximum=100))
     async def deliveries(self, call: Call) -> builtins.list[dict[str, Any]]:
         return await self.services.hooks.deliveries(call.caller, call.fields["id"], *call.page())
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from apid.accounts import check_credentials
-from apid.plugin import Call, Conflict, Controller, Forbidden, InvalidFields, NotFound, action
+from apid.plugin import Call, Conflict, Controller, Forbidden, InvalidFields, NotFound, Page, action
 
 # Request field -> account attribute, for the fields an update may change.
 CHANGEABLE = ("username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired")
@@ -27,6 +27,11 @@ def account_policy(fields: Mapping[str, Any]) -> None:
 
 class PersonController(Controller):
     name = "person"
+    # What `Account.to_dict` answers, and what the actions read besides (IO State may name no other)
+    fields = frozenset(
+        {"id", "version", "username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired"}
+        | {"roles", "dateCreated", "lastUpdated", "password", "currentPassword", "offset", "max"}
+    )
 
     def _own_or_superuser(self, call: Call) -> int:
         person_id = call.fields["id"]
@@ -64,7 +69,7 @@ class PersonController(Controller):
             raise NotFound(f"no person with id {person_id}")
         return account.to_dict()
 
-    @action(answers="list")
+    @action(answers="list", page=Page(default=20, maximum=100))
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return [account.to_dict() for account in await self.services.accounts.list(*call.page())]
 

@@ -9,6 +9,7 @@ from apid.plugin import Call, Controller, action
 
 class ServerController(Controller):
     name = "server"
+    fields = frozenset({"peers", "total", "up", "down"})  # what `services.pinger.ping_all` answers
 
     @action(answers="record")
     async def pingServers(self, call: Call) -> dict[str, Any]:

@@ -154,3 +154,22 @@ def test_the_token_is_kept_in_memory_only(daemon, browser):
         "return [window.localStorage.length, window.sessionStorage.length, document.cookie]"
     )
     assert stored == [0, 0, ""]  # the refresh cookie is HttpOnly: not readable by script
+
+
+def test_a_pasted_api_key_shows_and_calls_what_its_roles_may(daemon, browser, admin_token):
+    """A key goes where the token goes, kept in page memory as well; forgetting it ends no login."""
+    created = daemon.request(
+        "POST", "/v0.1/apikey/create", {"name": "docs", "roles": ["ROLE_ADMIN"]}, token=admin_token
+    )
+    assert created.status == 200, created.body
+    key = created.json["key"]
+    browser.get(f"http://127.0.0.1:{daemon.port}/docs")
+    WebDriverWait(browser, WAIT_SECONDS).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock"))
+    browser.find_element(By.ID, "login-key").send_keys(key)
+    browser.find_element(By.ID, "key-button").click()
+    wait_for_paths(browser, ["person/list", "person/create"], [])
+    assert f"Using API key {key[:17]}" in browser.find_element(By.ID, "login-state").text
+    assert key not in browser.page_source
+    assert try_it_out(browser, "person/list") == "200"  # the call carried the key
+    stored = browser.execute_script("return [window.localStorage.length, window.sessionStorage.length]")
+    assert stored == [0, 0]

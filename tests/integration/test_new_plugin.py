@@ -5,13 +5,15 @@ generated tests, which run it through `apid.testing`."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from harness import ADMIN, ADMIN_ACCOUNT, Daemon, deployment_with_accounts
+from harness import ADMIN, ADMIN_ACCOUNT, Daemon, deployment_with_accounts, wait_for
 from shell_docs import OFFLINE_PIP, layered_venv
 
 APID = [sys.executable, "-m", "apid"]
@@ -90,6 +92,41 @@ def test_it_migrates_and_the_daemon_serves_it(made, tmp_path):
         assert created.status == 200, created.body
         assert created.json == {"id": 1, "name": "a crate", "version": 0}
         assert daemon.request("GET", "/v0.1/item/list", token=token).json == [created.json]
+    finally:
+        daemon.stop()
+
+
+def test_a_rules_change_that_needs_new_code_waits_for_it(made, tmp_path):
+    """Issue 27's version 2 of a plugin: its IO State adds `reorderLevel` while the daemon runs the
+    code of version 1. The reload is refused (the command and SIGHUP), and an update sending the
+    field is a 400, where it was a 200 that dropped the value."""
+    folder, python = made
+    deployment = deployment_with_accounts(tmp_path, accounts=(ADMIN_ACCOUNT,))
+    assert deployment.cli("migrate", python=python).returncode == 0
+    daemon = Daemon(deployment, python=python).start()
+    try:
+        token = daemon.login(*ADMIN[:2])
+        assert daemon.request("POST", "/v0.1/item/create", {"name": "a crate"}, token=token).status == 200
+        rules = json.loads((folder / "apid_inventory" / "iostate" / "item.json").read_text())
+        rules["VALUES"]["reorderLevel"] = {"type": "Integer", "description": "Reorder below this many"}
+        rules["VERSION"]["1"]["URI"]["update"]["REQUEST"]["permitAll"].append("reorderLevel")
+        (deployment.root / "iostate" / "item.json").write_text(json.dumps(rules))
+        refusal = (
+            "controller item, version 1, action update, REQUEST permitAll: field 'reorderLevel' is not one the "
+            "controller of item (distribution apid-inventory) stores or answers (it declares: id, max, name, "
+            "offset, version)"
+        )
+
+        done = deployment.cli("iostate", "reload", python=python)
+        assert done.returncode == 1 and refusal in done.stderr
+        daemon.process.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: "IO State reload refused" in daemon.stderr) and refusal in daemon.stderr
+
+        update = {"version": 0, "name": "a crate", "reorderLevel": 25}
+        sent = daemon.request("PUT", "/v0.1/item/update/1", update, token=token)
+        assert sent.status == 400
+        assert sent.json["errors"] == [{"field": "reorderLevel", "reason": "is not a field of item"}]
+        assert daemon.request("GET", "/v0.1/item/show/1", token=token).json["version"] == 0
     finally:
         daemon.stop()
 

@@ -125,6 +125,87 @@ def test_a_daemon_that_may_not_migrate_refuses_a_database_behind_its_plugins_unt
         daemon.stop()
 
 
+# --- apid migrate --generate, --plan, --down, --to: the author's loop -------------------------------
+
+
+def test_the_next_revision_is_generated_planned_applied_and_undone(python, tmp_path):
+    """The author adds a column to store.py (a copy of the plugin's source, first on PYTHONPATH as
+    an editable install would put it), generates the revision, reads the plan, migrates, and
+    takes it back down and up again."""
+    source = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "apid_directory", source / "apid_directory", ignore=shutil.ignore_patterns("__pycache__"))
+    store = source / "apid_directory" / "store.py"
+    declared = store.read_text()
+    name_column = '    Column("name", String(200), nullable=False),\n'
+    assert declared.count(name_column) == 2
+    store.write_text(declared.replace(name_column, name_column + '    Column("website", String(200)),\n', 1))
+    deployment = Deployment(tmp_path / "deployment")
+    deployment.write()
+    editable = {"PYTHONPATH": str(source)}
+
+    def apid(*args: str) -> subprocess.CompletedProcess:
+        return deployment.cli("migrate", *args, python=python, env=editable)
+
+    def company_columns() -> list[str]:
+        return [row[1] for row in sqlite_rows(deployment, "PRAGMA table_info(directory_company)")]
+
+    assert apid().returncode == 0
+    generated = apid("--generate", "directory", "-m", "a website for each company")
+    assert generated.returncode == 0, generated.stderr
+    written = source / "apid_directory" / "migrations" / "0002_a_website_for_each_company.py"
+    assert generated.stdout.splitlines()[0] == f"apid: wrote {written}"
+    assert "add_column" in written.read_text() and "down_revision = '0001'" in written.read_text()
+
+    planned = apid("--plan")
+    assert planned.returncode == 0, planned.stderr
+    assert re.fullmatch(r"apid: at revision \d+, nothing to run", planned.stdout.splitlines()[0])
+    assert planned.stdout.splitlines()[1:] == [
+        "directory: from revision 0001 to 0002",
+        "  upgrade 0002: a website for each company",
+    ]
+    with_sql = apid("--plan", "--sql")
+    assert with_sql.returncode == 0, with_sql.stderr
+    assert "ALTER TABLE directory_company ADD COLUMN website VARCHAR(200)" in with_sql.stdout
+    assert "website" not in company_columns()  # a plan runs nothing
+    done = apid()
+    assert done.stdout.splitlines()[1] == "apid: upgraded the schema of plugin directory from revision 0001 to 0002"
+    assert "website" in company_columns()
+
+    assert apid("--down", "directory", "--plan").stdout.splitlines() == [
+        "directory: from revision 0002 to 0001",
+        "  downgrade 0002: a website for each company",
+    ]
+    down = apid("--down", "directory")
+    assert down.stdout == "apid: downgraded the schema of plugin directory from revision 0002 to 0001\n", down.stderr
+    assert "website" not in company_columns()
+    up = apid("--to", "directory@head")
+    assert up.stdout == "apid: upgraded the schema of plugin directory from revision 0001 to 0002\n", up.stderr
+    assert "website" in company_columns()
+
+    nothing = apid("--generate", "directory", "-m", "again")
+    assert nothing.returncode == 1
+    assert "match the database: nothing to generate" in nothing.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (("--generate", "directory"), 2, "apid: --generate PLUGIN takes -m MESSAGE"),
+        (("--sql",), 2, "apid: --sql goes with --plan"),
+        (("--to", "nowhere@head"), 1, "apid: no schema named 'nowhere'; the schemas: apid, directory"),
+        (("--to", "directory@0042"), 1, "apid: directory has no revision '0042'; its revisions: 0001"),
+        (("--to", "directory"), 1, "apid: 'directory': name a schema and a revision, SCHEMA@REVISION"),
+        (("--generate", "apid", "-m", "x"), 1, "apid: apid's own revisions are written by hand"),
+    ],
+)
+def test_a_migrate_command_that_cannot_be_done_says_why(python, tmp_path, args, status, message):
+    deployment = Deployment(tmp_path)
+    deployment.write()
+    done = deployment.cli("migrate", *args, python=python)
+    assert done.returncode == status
+    assert message in done.stderr, done.stderr
+
+
 # --- the plugin's controllers over its tables -----------------------------------------------------
 
 

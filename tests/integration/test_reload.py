@@ -1,17 +1,19 @@
 """SIGHUP and `apid iostate reload` re-read the IO State files: a valid change takes effect on
-every daemon sharing the database, a broken file is refused and the rules in force stay
-everywhere."""
+every daemon sharing the database, a broken file (or one naming a field the running code does
+not declare) is refused and the rules in force stay everywhere."""
 
 from __future__ import annotations
 
 import json
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
-from harness import ADMIN, USER, Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for
+from harness import ADMIN, REPO, USER, Daemon, Deployment, deployment_with_accounts, running_daemon, wait_for
 
 
 def _edit_person(daemon: Daemon, change) -> None:
@@ -134,3 +136,46 @@ def test_the_command_and_sighup_to_the_parent_reload_every_worker(tmp_path):
         daemon.process.send_signal(signal.SIGHUP)
         assert wait_for(lambda: daemon.stderr.count("IO State reloaded") == 4, timeout=2)
         assert all(status == 200 for status in show_statuses([daemon] * 6, mine))  # whichever worker answers
+
+
+# --- rules that need code the daemon does not run ------------------------------------------------
+
+TEAM_FILE = REPO / "tests" / "sample_plugin" / "apid_sample" / "iostate" / "team.json"
+UNDECLARED = (
+    "controller team, version 1, action create, REQUEST permitAll: field 'motto' is not one the controller "
+    "of team (distribution apid-sample-plugin) stores or answers"
+)
+
+
+def _team_with_a_motto(deployment: Deployment) -> None:
+    """The sample team's rules as a version of the plugin with a `motto` would ship them, in
+    iostateDir, where they override the rules the loaded code ships."""
+    document = json.loads(TEAM_FILE.read_text())
+    document["VALUES"]["motto"] = {"type": "String", "description": "The team's motto"}
+    document["VERSION"]["1"]["URI"]["create"]["REQUEST"]["permitAll"].append("motto")
+    (deployment.root / "iostate" / "team.json").write_text(json.dumps(document))
+
+
+def test_a_reload_naming_a_field_the_code_does_not_know_is_refused_and_the_rules_stay(reloading):
+    _team_with_a_motto(reloading.deployment)
+    done = reloading.deployment.cli("iostate", "reload")
+    assert done.returncode == 1 and UNDECLARED in done.stderr
+
+    reloading.process.send_signal(signal.SIGHUP)
+    assert wait_for(lambda: "IO State reload refused" in reloading.stderr)
+    assert UNDECLARED in reloading.stderr
+    admin = reloading.login(*ADMIN[:2])
+    sent = reloading.request("POST", "/v0.1/team/create", {"name": "Core", "leaderId": 1, "motto": "go"}, token=admin)
+    assert sent.status == 400  # refused, not answered 200 with the motto dropped
+    assert sent.json["errors"] == [{"field": "motto", "reason": "is not a field of team"}]
+
+
+def test_start_up_refuses_a_field_the_code_does_not_know(tmp_path):
+    deployment = Deployment(tmp_path)
+    deployment.write()
+    _team_with_a_motto(deployment)
+    config = ["--config-dir", str(deployment.config_dir), "--env", deployment.environment]
+    serve = [sys.executable, "-m", "apid", "serve", *config, "--listen", "tcp:0:interface=127.0.0.1"]
+    started = subprocess.run(serve, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 1
+    assert "apid: cannot start: " in started.stderr and UNDECLARED in started.stderr

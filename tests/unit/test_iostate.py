@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from apid.config import API_FILE, SecurityConfig, load_api
-from apid.iostate import IOStateError, RuleSet, bind_references, check_actions, parse, parse_text, read_dir
+from apid.iostate import (
+    IOStateError,
+    RuleSet,
+    bind_references,
+    check_actions,
+    check_fields,
+    parse,
+    parse_text,
+    read_dir,
+)
 from apid.iostate.model import CallLimit, Deprecation
 from apid_person import PersonController
 from apid_sample import TeamController
@@ -617,3 +626,52 @@ def test_a_ratelimit_that_is_not_an_object_is_refused(security, person):
 def test_a_ratelimit_role_the_endpoint_does_not_admit_is_refused(security, person):
     person["VERSION"]["1"]["URI"]["list"]["RATELIMIT"] = {"ROLE_USER": "100"}  # list is ROLE_ADMIN's only
     refused(person, security, "action list", "RATELIMIT ROLE_USER", "'ROLE_USER' may not call this endpoint")
+
+
+# --- check_fields: the fields the code declares ------------------------------------------------
+
+
+def test_check_fields_accepts_the_real_controllers(security):
+    for path, controller in ((PERSON_FILE, PersonController), (TEAM_FILE, TeamController)):
+        state = parse_text(path.read_text(encoding="utf-8"), str(path), security)
+        check_fields(state, controller.fields, controller.name)
+
+
+def test_check_fields_refuses_a_request_field_the_code_does_not_declare_naming_where(security, team):
+    team["VALUES"]["reorderLevel"] = {"type": "Integer"}
+    team["VERSION"]["1"]["URI"]["create"]["REQUEST"]["ROLE_ADMIN"] = ["reorderLevel"]
+    state = parse(team, "team.json", security)
+    with pytest.raises(IOStateError) as info:
+        check_fields(state, TeamController.fields, "team (distribution apid-sample)")
+    assert str(info.value) == (
+        "team.json: controller team, version 1, action create, REQUEST ROLE_ADMIN: field 'reorderLevel' is not "
+        "one the controller of team (distribution apid-sample) stores or answers (it declares: budget, id, "
+        "leaderId, led, max, name, offset); start apid with code that handles it before loading these rules"
+    )
+
+
+def test_check_fields_refuses_a_response_field_before_an_unused_one(security, team):
+    team["VALUES"]["spare"] = {"type": "String"}
+    team["VALUES"]["motto"] = {"type": "String"}
+    team["VERSION"]["2"]["URI"]["show"]["RESPONSE"]["permitAll"].append("motto")
+    state = parse(team, "team.json", security)
+    with pytest.raises(IOStateError, match=re.escape("version 2, action show, RESPONSE permitAll: field 'motto'")):
+        check_fields(state, TeamController.fields, "apid-sample")
+    del team["VALUES"]["motto"], team["VERSION"]["2"]["URI"]["show"]["RESPONSE"]["permitAll"][-1]
+    with pytest.raises(IOStateError, match="^" + re.escape("team.json: controller team, VALUES: field 'spare'")):
+        check_fields(parse(team, "team.json", security), TeamController.fields, "apid-sample")
+
+
+def test_check_fields_leaves_a_controller_that_declares_nothing_unchecked(security, team):
+    team["VALUES"]["anything"] = {"type": "String"}
+    check_fields(parse(team, "team.json", security), None, "apid-sample")
+
+
+# --- answers in their VALUES types -------------------------------------------------------------
+
+
+def test_each_response_field_whose_type_converts_answers_converted(security, team):
+    endpoints = parse(team, "team.json", security).versions["1"].endpoints
+    assert sorted(endpoints["show"].conversions) == ["budget", "id", "leaderId"]
+    assert sorted(endpoints["summary"].conversions) == ["id", "leaderId", "led"]
+    assert endpoints["show"].conversions["budget"](1) == 1.0

@@ -87,9 +87,20 @@ def test_long_rejects_out_of_range(value):
     assert rejects(LONG.check, value) == "number out of range"
 
 
-@pytest.mark.parametrize("value", [True, False, 1.0, 1.5, "1", None, [1]])
+@pytest.mark.parametrize("value", [True, False, 1.5, float("nan"), float("inf"), "1", None, [1]])
 def test_long_rejects_what_is_not_a_json_integer(value):
     assert rejects(LONG.check, value) == "expected a whole number"
+
+
+@pytest.mark.parametrize("value, whole", [(1.0, 1), (-0.0, 0), (42.0, 42)])
+def test_a_whole_number_written_with_a_fraction_is_that_number(value, whole):
+    """JSON Schema's `integer` admits `1.0`, and so do generated clients' validators."""
+    assert type(LONG.check(value)) is int and LONG.check(value) == whole
+    assert INTEGER.check(value) == whole
+
+
+def test_a_float_past_the_range_is_out_of_range_not_a_crash():
+    assert rejects(LONG.check, 1e300) == "number out of range"
 
 
 @pytest.mark.parametrize("value", [INT32[0], 0, INT32[1]])

@@ -40,6 +40,8 @@ def test_migrations_match_the_tables(tmp_path):
         "cache_change",
         "iostate_change",
         "iostate_report",
+        "api_key",
+        "external_identity",
     }
 
 

@@ -104,10 +104,13 @@ def test_a_public_endpoint_not_in_reserved_uris_needs_the_token():
     assert "/health" not in anonymous["paths"]
     user = build(api_view(BOUND.rules, {USER}, "0.1"), settings)
     health = user["paths"]["/health"]["get"]
-    assert health["security"] == [{"bearerAuth": []}]
+    assert health["security"] == [{"bearerAuth": []}, {"apiKeyAuth": []}]
     assert "401" in health["responses"]
     team_count = user["paths"]["/teamCount"]["get"]
-    assert team_count["security"] == [{"bearerAuth": []}] and "apid-sample-plugin" in team_count["description"]
+    assert (
+        team_count["security"] == [{"bearerAuth": []}, {"apiKeyAuth": []}]
+        and "apid-sample-plugin" in team_count["description"]
+    )
 
 
 def test_plain_calls_have_their_fields_as_query_parameters_or_a_json_body():
@@ -164,7 +167,7 @@ def test_a_component_name_means_one_shape_in_every_document():
     seen: dict[str, dict] = {}
     for doc in documents:
         for name, shape in doc["components"]["schemas"].items():
-            if name != "ChainAnswer" and not name.startswith(("ChainLink", "BlankChain", "PostChain", "PreChain")):
+            if not name.startswith(("ChainLink", "BlankChain", "PostChain", "PreChain")):
                 assert seen.setdefault(name, shape) == shape, name
     assert "person.1.show.record" not in documents[1]["components"]["schemas"]
 
@@ -184,6 +187,46 @@ def test_request_schemas_require_what_the_action_requires_and_never_as_null():
     assert create["properties"]["enabled"]["type"] == ["boolean", "null"]
     body = doc["paths"]["/v0.1/person/update/{id}"]["put"]["requestBody"]
     assert "required" not in body["content"]["application/json"]["schema"]  # the id is in the path
+
+
+def test_paging_fields_state_the_range_the_action_declares_and_the_daemon_enforces():
+    doc = document(ADMIN)
+    schemas = doc["components"]["schemas"]
+    assert schemas["person.1.list.request"]["properties"]["max"] == {
+        "type": ["integer", "null"],
+        "format": "int32",
+        "minimum": 1,
+        "maximum": 100,
+        "default": 20,
+        "description": "Records per page, 1 to 100 (list)",
+        "examples": [20],
+    }
+    offset = schemas["hook.1.deliveries.request"]["properties"]["offset"]
+    assert (offset["minimum"], offset["default"]) == (0, 0)
+    query = {p["name"]: p["schema"] for p in doc["paths"]["/v0.1/team/list"]["get"]["parameters"] if "name" in p}
+    assert (query["max"]["minimum"], query["max"]["maximum"], query["max"]["default"]) == (1, 1000, 100)
+
+
+def test_a_prechain_body_requires_what_its_first_call_requires():
+    doc = document(ADMIN)
+
+    def body(path: str, method: str) -> dict:
+        return doc["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+
+    assert body("/c0.1/person/create", "post")["required"] == ["username", "password", "email", "chain"]
+    assert body("/c0.1/team/create", "post")["required"] == ["name", "leaderId", "chain"]
+    assert body("/c0.1/person/update/{id}", "put")["required"] == ["chain"]  # the id is in the path
+    assert body("/c0.1/person/create", "post")["properties"]["username"]["type"] == "string"  # never null
+
+
+def test_a_chain_answers_json_objects_a_generated_client_keeps_whole():
+    """Not a union of the output schemas: records have no required member, so a generated
+    client's union parser would read every record as the first type and drop its members."""
+    schemas = document(ADMIN)["components"]["schemas"]
+    assert schemas["ChainOutput"]["type"] == "object" and schemas["ChainOutput"]["additionalProperties"] is True
+    one, every, nothing = schemas["ChainAnswer"]["anyOf"]
+    assert one == {"$ref": "#/components/schemas/ChainOutput"} and nothing == {"type": "null"}
+    assert every["type"] == "array"
 
 
 def test_a_create_links_to_the_show_update_and_delete_of_what_it_made():
@@ -222,14 +265,8 @@ def test_values_types_become_json_schema_with_their_mock_data_as_example():
     hook = schemas["hook.1.create.record"]["properties"]
     assert person["id"]["type"] == ["integer", "null"] and person["id"]["format"] == "int64"
     assert (person["id"]["minimum"], person["id"]["maximum"]) == (-(2**63), 2**63 - 1)
-    assert schemas["person.1.list.request"]["properties"]["max"] == {
-        "type": ["integer", "null"],
-        "format": "int32",
-        "minimum": -(2**31),
-        "maximum": 2**31 - 1,
-        "description": "Records per page, 1 to 100 (list)",
-        "examples": [20],
-    }
+    assert hook["attempts"]["type"] == ["integer", "null"] and hook["attempts"]["format"] == "int32"
+    assert (hook["attempts"]["minimum"], hook["attempts"]["maximum"]) == (-(2**31), 2**31 - 1)
     assert team["budget"]["type"] == ["number", "null"] and team["budget"]["examples"] == [1000.5]
     assert person["enabled"]["type"] == ["boolean", "null"] and person["enabled"]["examples"] == [True]
     assert person["email"]["format"] == "email" and person["email"]["examples"] == ["jdoe@example.com"]
@@ -348,7 +385,20 @@ def test_errors_are_rfc_9457_problems_and_calls_say_their_headers():
         "bearerFormat": "JWT",
         "description": "The access token from POST /authenticate, as Authorization: Bearer <token>",
     }
-    assert doc["security"] == [{"bearerAuth": []}]
+    assert doc["components"]["securitySchemes"]["apiKeyAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "apid_ API key",
+        "description": "An API key of apikey/create or `apid key create`, as Authorization: Bearer apid_...",
+    }
+    assert doc["security"] == [{"bearerAuth": []}, {"apiKeyAuth": []}]
+    # an API key is no login: refreshing and logging out take the access token alone
+    assert (
+        doc["paths"]["/refreshToken"]["get"]["security"]
+        == doc["paths"]["/logout"]["post"]["security"]
+        == [{"bearerAuth": []}]
+    )
+    assert doc["paths"]["/v0.1/person/show"]["get"]["security"] == [{"bearerAuth": []}, {"apiKeyAuth": []}]
 
 
 def test_each_problem_type_has_its_schema_told_apart_by_type():

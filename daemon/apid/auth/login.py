@@ -14,6 +14,7 @@ from __future__ import annotations
 from twisted.web.http import Request
 
 from apid.accounts import Accounts, username_key
+from apid.auth.apikeys import is_key
 from apid.auth.endpoints import PublicPath, PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
 from apid.auth.sessions import Revocations, Rotation, rotate, start_family
@@ -28,6 +29,7 @@ from apid.store.database import Database
 REFRESH_COOKIE = b"apid_refresh"
 WRONG_CREDENTIALS = "the username or password is wrong"
 NO_REFRESH = "the session cannot be refreshed; log in again"
+NO_KEY = "an API key is no login: it is neither refreshed nor logged out (revoke it with apikey/revoke)"
 
 _TOKEN_ANSWER = {
     "type": "object",
@@ -145,6 +147,8 @@ class SessionEndpoints:
         token = bearer_token(request)
         if not token:
             raise Unauthorized("send the current access token as Authorization: Bearer <token>")
+        if is_key(token):
+            raise Unauthorized(NO_KEY)
         return self._tokens.verify(token, allow_expired=True)
 
     async def refresh(self, request: Request, _principal: Principal | None) -> bytes:

@@ -14,7 +14,8 @@ memory so that the check costs no query per request:
 
 The roles a request uses are those both in the token and held now: a demotion counts on the
 next request, a promotion with the next token. Tokens issued before the account existed (an
-id reused after a delete) or before its sessions were revoked are refused.
+id reused after a delete) or before its sessions were revoked are refused; a provider's token
+(`Principal.issuer`) only by the latter, since its account is made after it, on its first call.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class Standing:
     roles: frozenset[str]
     may_log_in: bool
     valid_after: float  # epoch seconds: tokens issued before are refused
+    revoked_before: float  # epoch seconds: the account's sessions were last ended then (0: never)
+
+    def accepts_from(self, principal: Principal) -> float:
+        """When the tokens the account accepts begin: a provider's token need only follow the
+        last end of the account's sessions, since the account is made after it."""
+        return self.revoked_before if principal.issuer else self.valid_after
 
 
 def _aware(moment: datetime) -> datetime:
@@ -105,6 +112,7 @@ def standings_of(connection: Connection, ids: list[int]) -> dict[int, Standing]:
                 _aware(row.date_created).timestamp() - 0.001,
                 _aware(row.tokens_valid_after or row.date_created).timestamp(),
             ),
+            revoked_before=_aware(row.tokens_valid_after).timestamp() if row.tokens_valid_after else 0.0,
         )
         for person_id, row in rows.items()
     }
@@ -127,7 +135,7 @@ class Standings:
             standing = entry[0]
         else:
             standing = await self._read(principal.user_id)
-        if standing is None or not standing.may_log_in or principal.issued_at < standing.valid_after:
+        if standing is None or not standing.may_log_in or principal.issued_at < standing.accepts_from(principal):
             raise Unauthorized(REFUSED)
         roles = principal.roles & standing.roles
         if roles == principal.roles and standing.username == principal.username:

@@ -47,6 +47,12 @@ class Principal:
     session: str | None = None  # the login (refresh family) the token belongs to
     # no token at all: the anonymous role only, admitted where IO State grants that role
     anonymous: bool = False
+    # an API key (apid.auth.key_verifier): its id, and the controllers or endpoints it may call
+    # (None: whatever its roles may)
+    key_id: int | None = None
+    key_scopes: frozenset[str] | None = None
+    # the OpenID provider that issued the token (apid.auth.issuers); None for apid's own tokens
+    issuer: str | None = None
 
 
 def anonymous_caller(role: str) -> Principal:

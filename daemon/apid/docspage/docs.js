@@ -12,7 +12,9 @@
   const state = document.getElementById("login-state");
   const error = document.getElementById("login-error");
   const logout = document.getElementById("logout-button");
+  const keyForm = document.getElementById("key-form");
   let token = null;
+  let usingKey = false; // the token is an API key (apid_...), which is no login to end
 
   function sameOrigin(url) {
     return new URL(url, window.location.href).origin === window.location.origin;
@@ -105,7 +107,12 @@
       return;
     }
     const ending = token;
+    const wasKey = usingKey;
     token = null;
+    usingKey = false;
+    if (wasKey) {
+      return; // forgetting a key is all: it stays good until revoked
+    }
     try {
       await fetch("/logout", {
         method: "POST", headers: { Authorization: "Bearer " + ending }, credentials: "same-origin",
@@ -154,6 +161,26 @@
     const roles = rolesOf(token);
     state.textContent = "Logged in as " + username + (roles.length ? " (" + roles.join(", ") + ")" : "") +
       ": showing that account's endpoints.";
+    logout.hidden = false;
+    showAuthorized(token);
+    reloadDocument();
+  });
+
+  // A pasted API key is sent as the token is; the page shows what the key's roles may call.
+  keyForm.addEventListener("submit", async function (event) {
+    event.preventDefault();
+    error.textContent = "";
+    await endLogin();
+    const key = keyForm.elements.key.value.trim();
+    keyForm.elements.key.value = "";
+    if (!key.startsWith("apid_")) {
+      error.textContent = "An API key starts with apid_";
+      showLoggedOut();
+      return;
+    }
+    token = key;
+    usingKey = true;
+    state.textContent = "Using API key " + key.slice(0, 17) + ": showing what its roles may call.";
     logout.hidden = false;
     showAuthorized(token);
     reloadDocument();

@@ -15,7 +15,7 @@ their own.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -27,11 +27,14 @@ from twisted.logger import Logger
 from apid.hooks.queue import NewMessage, Subscriber, insert_messages, subscribers
 from apid.http import dumps
 from apid.iostate import Endpoint, RuleSet
+from apid.iostate.types import Conversion
 from apid.problems import InternalError
 from apid.store.database import Database, DatabaseUnavailable
 
 log = Logger(namespace="apid.hooks")
 T = TypeVar("T")
+# The pipeline's `filter_output`: a record as RESPONSE fields show it, its values in their types' form
+OutputFilter = Callable[[Any, frozenset[str], Mapping[str, Conversion]], Any]
 
 
 def message_id() -> str:
@@ -55,7 +58,7 @@ def messages_for(
     endpoint: Endpoint,
     record: Any,
     now: float,
-    filter_output: Callable[[Any, frozenset[str]], Any],
+    filter_output: OutputFilter,
 ) -> list[NewMessage]:
     """One message of `endpoint`'s event per subscriber whose owner's roles the endpoint's
     HOOK list admits, carrying `record` as that owner may see it."""
@@ -64,7 +67,8 @@ def messages_for(
     for subscriber in found:
         if endpoint.hook_roles & subscriber.roles:
             mid = message_id()
-            shown = filter_output(data, endpoint.response_fields(endpoint.granted(subscriber.roles)))
+            allowed = endpoint.response_fields(endpoint.granted(subscriber.roles))
+            shown = filter_output(data, allowed, endpoint.conversions)
             messages.append(NewMessage(mid, subscriber.hook_id, endpoint.path, payload(mid, endpoint.path, now, shown)))
     return messages
 
@@ -74,7 +78,7 @@ def record_events(
     endpoint: Endpoint,
     record: Any,
     now: float,
-    filter_output: Callable[[Any, frozenset[str]], Any],
+    filter_output: OutputFilter,
 ) -> int:
     """In the caller's transaction: the messages of `endpoint`'s event; how many were written."""
     messages = messages_for(
@@ -92,7 +96,7 @@ class EventRecorder:
         self,
         reactor: IReactorTime,
         db: Database,
-        filter_output: Callable[[Any, frozenset[str]], Any],
+        filter_output: OutputFilter,
         wake: Callable[[], None],
     ) -> None:
         self._reactor = reactor
@@ -146,7 +150,7 @@ class AccountEvents:
     def __init__(
         self,
         rules: Callable[[], RuleSet],
-        filter_output: Callable[[Any, frozenset[str]], Any],
+        filter_output: OutputFilter,
         clock: Callable[[], float],
         wake: Callable[[], None] = lambda: None,
     ) -> None:

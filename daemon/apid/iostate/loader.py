@@ -26,7 +26,7 @@ from apid.iostate.model import (
     FieldSpec,
     RoleFields,
 )
-from apid.iostate.types import value_type
+from apid.iostate.types import Conversion, value_type
 from apid.routing import NAME
 
 PERMIT_ALL = "permitAll"
@@ -249,6 +249,7 @@ def _endpoint(
     if roles_raw.get("DEFAULT") == []:
         raise where.error("ROLES.DEFAULT is empty: name the roles, or leave it out to admit the network group's roles")
     default = roles("DEFAULT", network_roles, group_desc) or network_roles
+    response = _role_fields(raw.get("RESPONSE"), where, "RESPONSE", values, default)
     return Endpoint(
         controller=controller,
         action=action,
@@ -259,10 +260,21 @@ def _endpoint(
         batch_roles=roles("BATCH", default, "the endpoint's roles"),
         hook_roles=roles("HOOK", default, "the endpoint's roles"),
         request=_role_fields(raw.get("REQUEST"), where, "REQUEST", values, default),
-        response=_role_fields(raw.get("RESPONSE"), where, "RESPONSE", values, default),
+        response=response,
         rate_limits=_rate_limits(raw.get("RATELIMIT"), where, default),
         cache=_cache(raw, method, where),
+        conversions=_conversions(response, values),
     )
+
+
+def _conversions(response: RoleFields, values: Mapping[str, FieldSpec]) -> dict[str, Conversion]:
+    """The answer conversion of each RESPONSE field whose type has one (a Float, a Long)."""
+    conversions = {}
+    for name in sorted(response.permit_all.union(*response.by_role.values())):
+        answer = values[name].type.answer
+        if answer is not None:
+            conversions[name] = answer
+    return conversions
 
 
 def _instant(raw: Any, where: _Where, member: str) -> int:
@@ -422,6 +434,35 @@ def check_actions(state: ControllerState, implemented: Iterable[str], plugin: st
                     f"action {action}: the controller of {plugin} implements no such action "
                     f"(it has: {', '.join(sorted(implemented)) or 'none'})"
                 )
+
+
+def check_fields(state: ControllerState, declared: Iterable[str] | None, plugin: str) -> None:
+    """Every field the rules name (each REQUEST and RESPONSE entry, then the rest of VALUES) is
+    one the controller declares its code stores or answers (`Controller.table` and `fields`).
+    Rules that need new code are refused until that code runs: a field the running code does
+    not know would be accepted and silently dropped. `None`: the controller declares nothing,
+    and is not checked."""
+    if declared is None:
+        return
+    declared = frozenset(declared)
+    where = _Where(state.source, f"controller {state.name}")
+
+    def unknown(name: str, here: _Where) -> IOStateError:
+        return here.error(
+            f"field {name!r} is not one the controller of {plugin} stores or answers (it declares: "
+            f"{', '.join(sorted(declared)) or 'none'}); start apid with code that handles it before loading these rules"
+        )
+
+    for version in state.versions.values():
+        for action, endpoint in version.endpoints.items():
+            here = where.at(f"version {version.name}").at(f"action {action}")
+            for member, fields in (("REQUEST", endpoint.request), ("RESPONSE", endpoint.response)):
+                for role, names in ((PERMIT_ALL, fields.permit_all), *sorted(fields.by_role.items())):
+                    for name in sorted(names - declared):
+                        raise unknown(name, here.at(f"{member} {role}"))
+    for name in state.values:
+        if name not in declared:
+            raise unknown(name, where.at("VALUES"))
 
 
 def check_shared_caches(state: ControllerState, caller_independent: Iterable[str], plugin: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from apid.iostate.types import ValueType
+from apid.iostate.types import Conversion, ValueType
 
 SAFE_METHODS = frozenset({"GET"})
 METHODS = ("GET", "POST", "PUT", "DELETE")
@@ -94,6 +94,9 @@ class Endpoint:
     response: RoleFields
     rate_limits: Mapping[str, CallLimit] = field(default_factory=dict)  # RATELIMIT, by role
     cache: CachePolicy | None = None  # CACHE (or UPDATECACHE true) on a GET action
+    # The RESPONSE fields whose answered values take their VALUES type's form (`ValueType.answer`):
+    # a Float stored as 1 answers 1.0 from every action and event, as the database gives it back
+    conversions: Mapping[str, Conversion] = field(default_factory=dict)
     _granted: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property

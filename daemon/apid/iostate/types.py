@@ -4,7 +4,9 @@ A value arrives either as JSON (the body: it must already have the right JSON ty
 text (the path id and query parameters: it is parsed from the string). Whatever a type
 admits, the database and the daemon's JSON encoder can hold: whole numbers within 64 bits
 (SQLite's INTEGER, orjson), finite doubles. Each type also declares the JSON Schema of its
-values, with which the API documents (`apid.openapi`) type a field of it.
+values, with which the API documents (`apid.openapi`) type a field of it, and how an answer
+carries a value of it (`answer`): what a plugin stores comes back as the type says, whatever
+the database or the code made of it (a `Float` column's `1` as `1.0`, a NUMERIC's Decimal).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,20 +34,28 @@ FLOAT_TEXT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?
 FLOAT_TEXT_LIMIT = 64  # characters: a double's shortest form needs 24; more is a mistake or an attack
 CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 
+Conversion = Callable[[Any], Any]
+"""How an answer carries a value of a type: the same value in the type's JSON form."""
+
 
 @dataclass(frozen=True)
 class ValueType:
     """One VALUES type: `check` takes a JSON value, `parse` takes text; both raise ValueError.
-    `json_schema` is the JSON Schema of the values `check` admits (null aside)."""
+    `json_schema` is the JSON Schema of the values `check` admits (null aside). `answer`, when
+    the type has one, gives an answered value in the type's form; it never raises, and leaves
+    a value that is not one of the type's as it is, so a plugin's mistake stays visible."""
 
     name: str
     check: Callable[[Any], Any]
     parse: Callable[[str], Any]
     json_schema: Mapping[str, Any] = field(compare=False)
+    answer: Conversion | None = field(default=None, compare=False)
 
 
 def _integer(bounds: tuple[int, int]) -> Callable[[Any], int]:
     def check(value: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # `1.0` is a whole number: JSON Schema's integer, and JSON's
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("expected a whole number")
         if not bounds[0] <= value <= bounds[1]:
@@ -172,6 +183,37 @@ def _check_whole_numbers(value: Any) -> None:
             raise ValueError("holds a whole number outside the 64-bit range")
 
 
+def _answer_whole(value: Any) -> Any:
+    """A whole number held as a Decimal or a float (a NUMERIC column, a computed value) as an int."""
+    if isinstance(value, (Decimal, float)) and _is_whole(value):
+        whole = int(value)
+        return whole if INT64[0] <= whole <= INT64[1] else value
+    return value
+
+
+def _is_whole(value: Decimal | float) -> bool:
+    if isinstance(value, Decimal):
+        return value.is_finite() and value == value.to_integral_value()
+    return value.is_integer()
+
+
+def _answer_float(value: Any) -> Any:
+    """A number as a double: `1` answers `1.0`, as the database gives it back once stored."""
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # past a double's range: left to the encoder, as the plugin gave it
+            return value
+    return value
+
+
+def _answer_boolean(value: Any) -> Any:
+    """0 and 1 (a SQL column without a boolean type) as false and true."""
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return value
+
+
 def _text_only_in_body(kind: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         raise ValueError(f"{kind} values must be sent in the JSON body")
@@ -188,16 +230,20 @@ TYPES: dict[str, ValueType] = {
         _LONG,
         _parse_integer(_LONG),
         json_schema={"type": "integer", "format": "int64", "minimum": INT64[0], "maximum": INT64[1]},
+        answer=_answer_whole,
     ),
     "integer": ValueType(
         "Integer",
         _INTEGER,
         _parse_integer(_INTEGER),
         json_schema={"type": "integer", "format": "int32", "minimum": INT32[0], "maximum": INT32[1]},
+        answer=_answer_whole,
     ),
     "string": ValueType("String", _string, _string, json_schema={"type": "string"}),
-    "boolean": ValueType("Boolean", _boolean, _parse_boolean, json_schema={"type": "boolean"}),
-    "float": ValueType("Float", _float, _parse_float, json_schema={"type": "number", "format": "double"}),
+    "boolean": ValueType("Boolean", _boolean, _parse_boolean, json_schema={"type": "boolean"}, answer=_answer_boolean),
+    "float": ValueType(
+        "Float", _float, _parse_float, json_schema={"type": "number", "format": "double"}, answer=_answer_float
+    ),
     "date": ValueType("Date", _date, _date, json_schema={"type": "string", "format": "date-time"}),
     "email": ValueType(
         "Email", _email, _email, json_schema={"type": "string", "format": "email", "maxLength": EMAIL_LENGTH}

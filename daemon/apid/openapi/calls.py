@@ -2,9 +2,10 @@
 form), the batch (`/b...`), each with the schemas of its request and output, and the marks of
 a deprecated API version. Chains starting at an action are in `apid.openapi.chains`.
 
-What an action requires and answers comes from its `@action` declaration (`ActionRules`):
-its required fields are required (and never null) in its request, and its answer is one
-record, a list of them or null; an action that does not say answers either a record or a list.
+What an action requires, answers and pages comes from its `@action` declaration
+(`ActionRules`): its required fields are required (and never null) in its request, its paging
+fields within its `Page`, and its answer is one record, a list of them or null; an action that
+does not say answers either a record or a list.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from apid.apidoc import ID, ActionDoc, iso_time
-from apid.openapi.fields import field_schema, object_schema
+from apid.openapi.fields import field_schema, object_schema, page_bounds
 from apid.openapi.parts import (
     API_ERRORS,
     BATCH_TAG,
@@ -66,6 +67,7 @@ def action_schemas(action: ActionDoc, rules: ActionRules) -> dict[str, Any]:
         names.request: object_schema(
             action.request,
             required_fields(action, rules),
+            page_bounds(rules.page),
             description=f"The fields your roles may send to {action.name}",
         ),
         names.record: object_schema(action.response, description=f"The fields your roles receive from {action.name}"),
@@ -101,6 +103,7 @@ def plain_operation(
     record it made)."""
     names = ActionNames(action)
     required = required_fields(action, rules)
+    bounds = page_bounds(rules.page)
     parameters: list[dict[str, Any]] = [ref("parameters", "LinkRelations"), ref("parameters", "RequestId")]
     if action.is_safe:
         parameters.append(ref("parameters", "IfNoneMatch"))
@@ -137,7 +140,7 @@ def plain_operation(
                         "name": field.name,
                         "in": "query",
                         "required": field.name in required,
-                        "schema": field_schema(field, nullable=False),
+                        "schema": field_schema(field, nullable=False, bounds=bounds),
                     }
                 )
         if any(field.type == "Map" for field in body_fields):
@@ -148,7 +151,7 @@ def plain_operation(
     elif action.request:
         body = ref("schemas", names.request)
         if with_id and ID in required:  # the path holds the id: the body need not
-            body = object_schema(body_fields, [name for name in required if name != ID])
+            body = object_schema(body_fields, [name for name in required if name != ID], bounds)
         operation["requestBody"] = {"required": bool(required), "content": {JSON: {"schema": body}}}
     operation["parameters"] = parameters
     ok = ok_answer(

@@ -5,6 +5,13 @@ prechain starting with one, each with its chain object and answers.
 Each chain type has one plain schema (`BlankChain`, `PostChain`, `PreChain`) that client
 generators can turn into one class, with `order` in both forms: the array of `ChainLink`s,
 whose order JSON keeps, and the SPEC's object, whose member order JSON does not promise.
+A prechain's body requires what its first call, the non-safe one, requires.
+
+A chain's answer (`ChainAnswer`) is a link's output or every link's: which links, the request
+says, so the document can say only that each is a JSON object (`ChainOutput`), a list of them
+or null. A union of every output schema would read better but would mislead every generated
+client: records have no required member, so a generator's union parser takes any object for
+the union's first record type and drops the members that type lacks.
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from apid.apidoc import ActionDoc
-from apid.openapi.calls import ActionNames, description_of, summary_of
-from apid.openapi.fields import field_schema, object_schema
+from apid.openapi.calls import NO_RULES, ActionNames, description_of, required_fields, summary_of
+from apid.openapi.fields import field_schema, object_schema, page_bounds
 from apid.openapi.parts import (
     API_ERRORS,
     BEARER,
@@ -26,6 +33,7 @@ from apid.openapi.parts import (
     ref,
     schema_body,
 )
+from apid.plugin import ActionRules
 
 LINK_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*$"
 CHAIN_SCHEMAS = {"blankchain": "BlankChain", "postchain": "PostChain", "prechain": "PreChain"}
@@ -36,9 +44,9 @@ WHERE = {
 }
 
 
-def chain_schemas(links: Iterable[str], outputs: Iterable[str]) -> dict[str, Any]:
-    """`ChainLink`, one schema per chain type, and `ChainAnswer`: the outputs of `outputs`
-    (those of the actions the roles may call), one or every link's."""
+def chain_schemas(links: Iterable[str]) -> dict[str, Any]:
+    """`ChainLink`, one schema per chain type, `ChainOutput` (one link's output) and
+    `ChainAnswer` (one link's output or every link's)."""
     names = sorted(links)
     link_name = {"type": "string", "enum": names} if names else {"type": "string", "pattern": LINK_PATTERN}
     order = {
@@ -86,17 +94,31 @@ def chain_schemas(links: Iterable[str], outputs: Iterable[str]) -> dict[str, Any
                 "order": order,
             },
         }
-    one = {"anyOf": [ref("schemas", output) for output in sorted(set(outputs))]} if outputs else {}
+    output = ref("schemas", "ChainOutput")
+    schemas["ChainOutput"] = {
+        "type": "object",
+        "additionalProperties": True,
+        "description": "One link's record: the RESPONSE fields your roles receive from that link's action, "
+        "as the output schema of its plain call says",
+    }
     schemas["ChainAnswer"] = {
-        "description": "The last link's output, or every link's output in order (combine true)",
-        "anyOf": [one, {"type": "array", "items": one}] if one else [{}],
+        "description": "The last link's output (a record, a list of records or null), or every link's output "
+        "in order (combine true)",
+        "anyOf": [
+            output,
+            {"type": "array", "items": {"anyOf": [output, {"type": "array", "items": output}, {"type": "null"}]}},
+            {"type": "null"},
+        ],
     }
     return schemas
 
 
-def chain_operations(action: ActionDoc, non_safe_methods: Iterable[str], limit: int) -> dict[str, Any]:
+def chain_operations(
+    action: ActionDoc, non_safe_methods: Iterable[str], limit: int, rules: ActionRules = NO_RULES
+) -> dict[str, Any]:
     """A chain starting at `action`: a GET starts a blankchain (GET or POST) or a postchain
-    (called with the method of its last, non-safe call); a PUT, POST or DELETE starts a prechain."""
+    (called with the method of its last, non-safe call); a PUT, POST or DELETE starts a
+    prechain, whose body requires what `action` requires (`rules`) but an id in the path."""
     names = ActionNames(action)
     answer = {
         "description": "The last link's output, or every link's output in order (combine true)",
@@ -156,9 +178,12 @@ def chain_operations(action: ActionDoc, non_safe_methods: Iterable[str], limit: 
         else:
             forms["post"] = {"operationId": f"{names.operation}.chain.blank", **blank}
     else:
-        schema = object_schema(action.request, description=f"{action.name}'s fields, and the chain")
+        required = [name for name in required_fields(action, rules) if not (action.takes_id and name == "id")]
+        schema = object_schema(
+            action.request, required, page_bounds(rules.page), description=f"{action.name}'s fields, and the chain"
+        )
         schema["properties"]["chain"] = ref("schemas", "PreChain")
-        schema["required"] = ["chain"]
+        schema["required"] = [*required, "chain"]
         forms[action.method.lower()] = {
             "operationId": names.operation + ".chain",
             "summary": f"Chain (prechain): {summary_of(action)}, then GET calls",

@@ -12,10 +12,9 @@ from apid.openapi.parts import NOT_MODIFIED, PROBLEM_RESPONSES, SECURITY_SCHEME,
 from apid.openapi.problems import problem_schemas
 
 
-def shared_components(links: Iterable[str] = (), outputs: Iterable[str] = ()) -> dict[str, Any]:
+def shared_components(links: Iterable[str] = ()) -> dict[str, Any]:
     """The shared parts; `links` are the "controller/action" names a chain's order may hold
-    (those the roles may call), or none for a pattern of such names, and `outputs` the output
-    schemas of those actions, which a chain answers."""
+    (those the roles may call), or none for a pattern of such names."""
     headers = {
         "RateLimit": (
             'The quota left, `"POLICY";r=LEFT;t=SECONDS` (the requests left and the seconds until the '
@@ -78,7 +77,7 @@ def shared_components(links: Iterable[str] = (), outputs: Iterable[str] = ()) ->
         },
         "schemas": {
             **problem_schemas(),
-            **chain_schemas(links, outputs),
+            **chain_schemas(links),
             "Combine": {
                 "description": "true: every output, in order; false, null or absent: only the last",
                 "anyOf": [{"type": ["boolean", "null"]}, {"type": "string", "enum": ["true", "false"]}],
@@ -108,9 +107,10 @@ def shared_components(links: Iterable[str] = (), outputs: Iterable[str] = ()) ->
                 "name": "X-Request-ID",
                 "in": "header",
                 "required": False,
-                "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,128}$"},
-                "description": "Your id for the request (1 to 128 visible ASCII characters), answered back "
-                "and logged; otherwise the daemon makes one",
+                # any value is accepted: one that is not an id is replaced, never refused
+                "schema": {"type": "string"},
+                "description": "Your id for the request, answered back and logged when it is 1 to 128 visible "
+                "ASCII characters; otherwise (or without it) the daemon makes one",
             },
             "IfNoneMatch": {
                 "name": "If-None-Match",

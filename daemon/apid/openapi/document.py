@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from apid.apidoc import ApiView, api_view
+from apid.auth.issuers import PASSWORD_PATHS
+from apid.auth.jwks import discovery_url
+from apid.auth.login import LOGOUT, REFRESH_TOKEN
 from apid.config import Config
 from apid.iostate.model import RuleSet
 from apid.openapi.calls import (
     NO_RULES,
-    ActionNames,
     action_schemas,
     batch_operation,
     plain_operation,
@@ -53,6 +55,8 @@ class DocumentSettings:
     anonymous_role: str = "ROLE_ANONYMOUS"
     # what each action declares (`@action`), by "controller/action": what it requires and answers
     declared: Mapping[str, ActionRules] = field(default_factory=dict)
+    issuers: tuple[str, ...] = ()  # the trusted OpenID providers (security.issuers)
+    local_logins: bool = True  # false: the password endpoints are not served (security.localLogins)
 
 
 def document_settings(
@@ -74,6 +78,8 @@ def document_settings(
             for loaded in controllers
             for name, handler in loaded.cls.actions().items()
         },
+        issuers=tuple(issuer.issuer for issuer in config.api.security.issuers),
+        local_logins=config.api.security.local_logins,
     )
 
 
@@ -110,7 +116,7 @@ def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any
         paths.setdefault(chain_path, {}).update(
             {
                 form: with_deprecation(action, operation)
-                for form, operation in chain_operations(action, non_safe, settings.chain_limit).items()
+                for form, operation in chain_operations(action, non_safe, settings.chain_limit, rules).items()
             }
         )
     return paths, schemas
@@ -122,9 +128,7 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
     anonymous role's, `anonymous_view`) may call."""
     without_token = view is None or not token
     actions = list(view.actions()) if view is not None else []
-    components = shared_components(
-        sorted({action.name for action in actions}), [ActionNames(action).output for action in actions]
-    )
+    components = shared_components(sorted({action.name for action in actions}))
     paths = public_paths(settings.routes, settings.reserved_uris, anonymous=without_token)
     tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]
     if any(ROUTES_TAG in op.get("tags", ()) for operations in paths.values() for op in operations.values()):
@@ -168,8 +172,59 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
     }
     if settings.server_url:
         document["servers"] = [{"url": settings.server_url}]
-    document.update({"security": BEARER, "tags": tags, "paths": paths, "components": components})
+    if not settings.local_logins:
+        for path in PASSWORD_PATHS:
+            paths.pop(path, None)
+    security = [*with_providers(settings.issuers, paths, components), *with_api_keys(paths, components)]
+    document.update({"security": security, "tags": tags, "paths": paths, "components": components})
     return document
+
+
+def with_providers(issuers: Iterable[str], paths: Mapping[str, Any], components: dict[str, Any]) -> list[Any]:
+    """Declare each trusted OpenID provider (an `openIdConnect` scheme naming its discovery
+    document) as another way to send the bearer token wherever one is needed, but for
+    refreshing and logging out (apid's own logins); the document's own security requirement."""
+    schemes = {
+        "openIdConnect" + (str(index + 1) if index else ""): {
+            "type": "openIdConnect",
+            "openIdConnectUrl": discovery_url(issuer),
+            "description": f"An access token of {issuer}, as Authorization: Bearer <token>",
+        }
+        for index, issuer in enumerate(issuers)
+    }
+    if not schemes:
+        return BEARER
+    components["securitySchemes"].update(schemes)
+    providers: list[dict[str, list[str]]] = [{name: []} for name in schemes]
+    for path, operations in paths.items():
+        if path in LOGIN_ONLY:  # apid's own logins only
+            continue
+        for operation in operations.values():
+            if operation.get("security"):  # the token is needed here
+                operation["security"] = [*operation["security"], *providers]
+    return [*BEARER, *providers]
+
+
+API_KEY_SCHEME = "apiKeyAuth"
+LOGIN_ONLY = (REFRESH_TOKEN.path, LOGOUT.path)  # they take a login's access token, never an API key
+
+
+def with_api_keys(paths: Mapping[str, Any], components: dict[str, Any]) -> list[dict[str, list[str]]]:
+    """Declare API keys (`apid_...`, docs/accounts.md) as another bearer scheme wherever a
+    token is needed, but for refreshing and logging out; the document's requirement of it."""
+    components["securitySchemes"][API_KEY_SCHEME] = {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "apid_ API key",
+        "description": "An API key of apikey/create or `apid key create`, as Authorization: Bearer apid_...",
+    }
+    requirement: dict[str, list[str]] = {API_KEY_SCHEME: []}
+    for path, operations in paths.items():
+        if path not in LOGIN_ONLY:
+            for operation in operations.values():
+                if operation.get("security"):  # the token is needed here
+                    operation["security"] = [*operation["security"], requirement]
+    return [requirement]
 
 
 class OpenApiDocuments:

@@ -1,20 +1,36 @@
 """The JSON Schema of IO State fields: each field's VALUES type (`ValueType.json_schema`), with
-null admitted in JSON, and the field's description, key and mock data said."""
+null admitted in JSON, the field's description, key and mock data said, and the ranges an
+action declares for its paging fields (`Page`), which the daemon enforces."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from apid.apidoc import FieldDoc
+from apid.plugin import Page
+
+Bounds = Mapping[str, Mapping[str, Any]]  # field name -> JSON Schema keywords narrowing its type
+NO_BOUNDS: Bounds = {}
 
 
-def field_schema(field: FieldDoc, *, nullable: bool = True) -> dict[str, Any]:
-    """The JSON Schema of a field's values. In JSON a type also admits null unless `nullable`
-    is false: a request may send null for any field the action does not require (null is
-    absent), and IO State does not say which answers never hold one. Text (a query parameter,
-    the path's id) cannot be null, and neither can a required field (null is missing)."""
-    schema = dict(field.value_type.json_schema)
+def page_bounds(page: Page | None) -> Bounds:
+    """The ranges of `offset` and `max` an action's `Page` sets, as the daemon checks them."""
+    if page is None:
+        return NO_BOUNDS
+    return {
+        "offset": {"minimum": 0, "default": 0},
+        "max": {"minimum": 1, "maximum": page.maximum, "default": page.default},
+    }
+
+
+def field_schema(field: FieldDoc, *, nullable: bool = True, bounds: Bounds = NO_BOUNDS) -> dict[str, Any]:
+    """The JSON Schema of a field's values, narrowed by its `bounds`. In JSON a type also admits
+    null unless `nullable` is false: a request may send null for any field the action does not
+    require (null is absent), and IO State does not say which answers never hold one. Text (a
+    query parameter, the path's id) cannot be null, and neither can a required field (null is
+    missing)."""
+    schema = {**field.value_type.json_schema, **bounds.get(field.name, {})}
     if nullable:
         schema["type"] = [schema["type"], "null"]
     description = field.description
@@ -33,13 +49,15 @@ def field_schema(field: FieldDoc, *, nullable: bool = True) -> dict[str, Any]:
     return schema
 
 
-def object_schema(fields: Iterable[FieldDoc], required: Iterable[str] = (), **extra: Any) -> dict[str, Any]:
-    """A JSON object of these fields and no others, the `required` ones never null; `extra`
-    adds keywords (`description`)."""
+def object_schema(
+    fields: Iterable[FieldDoc], required: Iterable[str] = (), bounds: Bounds = NO_BOUNDS, **extra: Any
+) -> dict[str, Any]:
+    """A JSON object of these fields and no others, the `required` ones never null, each within
+    its `bounds`; `extra` adds keywords (`description`)."""
     needed = list(required)
     schema: dict[str, Any] = {
         "type": "object",
-        "properties": {f.name: field_schema(f, nullable=f.name not in needed) for f in fields},
+        "properties": {f.name: field_schema(f, nullable=f.name not in needed, bounds=bounds) for f in fields},
         "additionalProperties": False,
     }
     if needed:

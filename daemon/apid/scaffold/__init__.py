@@ -21,6 +21,9 @@ from string import Template
 from apid.plugins import BRANCH_NAME
 
 CONTROLLER_NAME = re.compile(r"[a-z][a-z0-9_]*")  # an IO State NAME that is also a module name
+# A name said with a vowel first takes "an": a vowel letter, but not the "you" of unit or user,
+# nor the "w" of one ("a unit", "an update", "an item", "a one_time").
+VOWEL_SOUND = re.compile(r"(?!u[^aeiou][aeiou]|eu|one)[aeiou]")
 SUFFIX = ".tmpl"
 
 
@@ -66,6 +69,7 @@ class PluginNames:
         return {
             "branch": self.branch,
             "controller": self.controller,
+            "a_controller": f"{'an' if VOWEL_SOUND.match(self.controller) else 'a'} {self.controller}",
             "class_name": "".join(part.capitalize() for part in self.controller.split("_")) + "Controller",
             "distribution": self.distribution,
             "package": self.package,

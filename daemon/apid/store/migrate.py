@@ -3,7 +3,10 @@
 apid's schema comes first, then each plugin's (`apid.plugins.MigrationSource`), since a
 plugin's tables may reference apid's. Every schema has a version table of its own
 (`alembic_version`, `alembic_version_<name>`) and is upgraded in a transaction of its own;
-apid's env.py runs the plugins' revision files too.
+apid's env.py runs the plugins' revision files too. Beside upgrading everything (`upgrade_all`),
+one schema moves to a given revision, up or down (`move`); `plan` says what either would run
+without running it; `generate` writes a plugin's next revision from the difference between
+the tables it declares (`metadata` in its migrations package) and the database.
 
 Several daemons may start at once against one PostgreSQL: the upgrade holds an advisory
 lock so that only one of them migrates and the others wait, then find nothing to do.
@@ -13,16 +16,24 @@ otherwise take the rows referencing it along) and the keys are checked before co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import importlib
+import io
+import re
+from argparse import Namespace
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, text
+from alembic.operations.ops import MigrationScript
+from alembic.script import Script, ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, MetaData, text
 
 from apid.plugins import MigrationSource, PluginError
 
@@ -39,6 +50,28 @@ class MigrationsPending(Exception):
     """The daemon may not migrate (`database.migrate: false`) and the database is behind."""
 
 
+class TargetRefused(Exception):
+    """A schema or revision named on the command line does not exist, or a plugin's next
+    migration cannot be generated now; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A schema (apid's, or a plugin's by its name) and the revision to bring it to: a
+    revision id, `head`, `base` (none of its tables), or None for the one below its current."""
+
+    schema: str
+    revision: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """`SCHEMA@REVISION` (`directory@0002`, `directory@base`)."""
+        schema, at, revision = text.partition("@")
+        if not (schema and at and revision):
+            raise TargetRefused(f"{text!r}: name a schema and a revision, SCHEMA@REVISION (directory@0002, apid@head)")
+        return cls(schema, revision)
+
+
 @dataclass(frozen=True)
 class SchemaChange:
     """What an upgrade did to one schema (apid's, or a plugin's by its name): the revision
@@ -47,14 +80,21 @@ class SchemaChange:
     before: str | None
     after: str | None
     schema: str = APID
+    down: bool = False  # a downgrade
 
     def describe(self) -> str:
-        what = "the database schema" if self.schema == APID else f"the schema of plugin {self.schema}"
+        what = _schema_name(self.schema)
         if self.before == self.after:
             return f"{what} is up to date (revision {self.after})"
         if self.before is None:
             return f"created {what} (revision {self.after})"
-        return f"upgraded {what} from revision {self.before} to {self.after}"
+        if self.after is None:
+            return f"removed {what} (it was at revision {self.before})"
+        return f"{'downgraded' if self.down else 'upgraded'} {what} from revision {self.before} to {self.after}"
+
+
+def _schema_name(schema: str) -> str:
+    return "the database schema" if schema == APID else f"the schema of plugin {schema}"
 
 
 @dataclass(frozen=True)
@@ -72,9 +112,40 @@ class SchemaStatus:
         return f"{self.schema}: current revision {self.current or 'none'}, head {self.head or 'none'}, {state}"
 
 
+@dataclass(frozen=True)
+class Step:
+    """One revision file a migration would run, up (its `upgrade()`) or down, and the first
+    line of its docstring."""
+
+    revision: str
+    down: bool
+    message: str
+
+    def describe(self) -> str:
+        return f"  {'downgrade' if self.down else 'upgrade'} {self.revision}: {self.message}"
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """What a migration would do to one schema: from `current` to `target`, by `steps` in order."""
+
+    schema: str
+    current: str | None
+    target: str | None
+    steps: tuple[Step, ...]
+
+    def describe(self) -> list[str]:
+        """A line for the schema, then one per step."""
+        if not self.steps:
+            return [f"{self.schema}: at revision {self.current or 'none'}, nothing to run"]
+        head = f"{self.schema}: from revision {self.current or 'none'} to {self.target or 'none (base)'}"
+        return [head, *(step.describe() for step in self.steps)]
+
+
 def _alembic_config(source: MigrationSource | None = None) -> AlembicConfig:
-    """apid's revisions, or a plugin's run by apid's env.py with the plugin's version table."""
-    config = AlembicConfig()
+    """apid's revisions, or a plugin's run by apid's env.py with the plugin's version table;
+    Alembic's own messages are not printed (the commands say what they did)."""
+    config = AlembicConfig(cmd_opts=Namespace(quiet=True))
     config.set_main_option("script_location", "apid.store:migrations")
     if source is not None:
         config.set_main_option("path_separator", "os")
@@ -88,12 +159,28 @@ def _version_table(config: AlembicConfig) -> str:
 
 
 @contextmanager
-def _naming(source: MigrationSource) -> Iterator[None]:
-    """A plugin's revisions that cannot be read or run fail naming the plugin."""
+def _naming(source: MigrationSource | None) -> Iterator[None]:
+    """A plugin's revisions that cannot be read or run fail naming the plugin (apid's, None,
+    fail as they are)."""
     try:
         yield
+    except (MigrationRefused, TargetRefused):
+        raise
     except Exception as exc:
+        if source is None:
+            raise
         raise PluginError(f"plugin {source.label}: migrations: {type(exc).__name__}: {exc}") from exc
+
+
+def _schema(sources: Iterable[MigrationSource], name: str) -> tuple[AlembicConfig, MigrationSource | None]:
+    """The Alembic configuration of the schema `name` (apid's, or an installed plugin's), and
+    the plugin's migrations (None for apid's)."""
+    if name == APID:
+        return _alembic_config(), None
+    found = {source.name: source for source in sources}
+    if name not in found:
+        raise TargetRefused(f"no schema named {name!r}; the schemas: {', '.join([APID, *sorted(found)])}")
+    return _alembic_config(found[name]), found[name]
 
 
 def ensure_sqlite_folder(url: str) -> None:
@@ -106,27 +193,80 @@ def upgrade_all(engine: Engine, sources: Iterable[MigrationSource]) -> list[Sche
     """Apply every migration not yet applied, apid's first, then each plugin's, all under the
     one lock; running it again changes nothing. Returns what it did to each schema."""
     with _migrating(engine) as connection:
-        changes = [_upgrade(connection, _alembic_config(), APID)]
+        changes = [_migrate(connection, _alembic_config(), APID)]
         for source in sources:
             with _naming(source):
-                changes.append(_upgrade(connection, _alembic_config(source), source.name))
+                changes.append(_migrate(connection, _alembic_config(source), source.name))
     return changes
 
 
 def upgrade(engine: Engine, revision: str = "head") -> SchemaChange:
     """apid's schema alone, up to `revision` (for tests of one migration)."""
     with _migrating(engine) as connection:
-        return _upgrade(connection, _alembic_config(), APID, revision)
+        return _migrate(connection, _alembic_config(), APID, revision)
+
+
+def move(engine: Engine, sources: Iterable[MigrationSource], target: Target) -> SchemaChange:
+    """Bring one schema to `target`'s revision, upgrading or downgrading it, under the lock."""
+    config, source = _schema(sources, target.schema)
+    with _migrating(engine) as connection, _naming(source):
+        planned = _plan(connection, config, target)
+        down = any(step.down for step in planned.steps)
+        return _migrate(connection, config, target.schema, planned.target or "base", down)
+
+
+def plan(engine: Engine, sources: Sequence[MigrationSource], target: Target | None = None) -> list[SchemaPlan]:
+    """What `upgrade_all` (no `target`) or `move` would run, schema by schema; reads only."""
+    with engine.connect() as connection:
+        plans = []
+        for config, source, wanted in _schemas(sources, target):
+            with _naming(source):
+                plans.append(_plan(connection, config, wanted))
+    return plans
+
+
+def plan_sql(engine: Engine, sources: Sequence[MigrationSource], target: Target | None = None) -> list[str]:
+    """The SQL each schema's plan would run on this database's dialect, written by Alembic
+    offline ("" for a schema with nothing to run). A revision that reads the database to
+    decide what to do (apid's 0004 and 0009 check the rows first) cannot be written so: the
+    TargetRefused names it."""
+    written = []
+    for planned, (config, *_) in zip(plan(engine, sources, target), _schemas(sources, target), strict=True):
+        if not planned.steps:
+            written.append("")
+            continue
+        config.output_buffer = output = io.StringIO()
+        config.attributes["dialect"] = engine.dialect.name
+        span = f"{planned.current or 'base'}:{planned.target or 'base'}"
+        try:
+            (command.downgrade if planned.steps[0].down else command.upgrade)(config, span, sql=True)
+        except Exception as exc:
+            running = re.findall(r"^-- Running (.*)$", output.getvalue(), re.MULTILINE)
+            raise TargetRefused(
+                f"{planned.schema}: the SQL of {running[-1] if running else 'its revisions'} cannot be written "
+                f"without running it (it reads the database: {type(exc).__name__}: {exc}); `--plan` alone lists it"
+            ) from exc
+        written.append(output.getvalue())
+    return written
+
+
+def _schemas(
+    sources: Sequence[MigrationSource], target: Target | None
+) -> list[tuple[AlembicConfig, MigrationSource | None, Target]]:
+    """The schemas a plan is about, each with its configuration, its plugin's migrations (None
+    for apid's) and where it is to go: every one to its head, or `target`'s alone."""
+    if target is not None:
+        return [(*_schema(sources, target.schema), target)]
+    everyone = [(APID, None), *((source.name, source) for source in sources)]
+    return [(_alembic_config(source), source, Target(name, "head")) for name, source in everyone]
 
 
 def schema_status(engine: Engine, sources: Iterable[MigrationSource]) -> list[SchemaStatus]:
     """Where apid's schema and each plugin's stand; reads only, without the lock."""
-    with engine.connect() as connection:
-        statuses = [_status(connection, _alembic_config(), APID)]
-        for source in sources:
-            with _naming(source):
-                statuses.append(_status(connection, _alembic_config(source), source.name))
-    return statuses
+    return [
+        SchemaStatus(planned.schema, planned.current, planned.target, tuple(step.revision for step in planned.steps))
+        for planned in plan(engine, list(sources))
+    ]
 
 
 def require_current(engine: Engine, sources: Iterable[MigrationSource]) -> None:
@@ -137,6 +277,76 @@ def require_current(engine: Engine, sources: Iterable[MigrationSource]) -> None:
             f"migrations are pending and database.migrate is false: "
             f"{'; '.join(status.describe() for status in behind)}; run `apid migrate` first"
         )
+
+
+def generate(engine: Engine, source: MigrationSource, message: str) -> Path:
+    """Write the plugin's next revision file into its migrations package: Alembic's
+    autogenerate, comparing the tables it declares (`declared_tables`) with the database,
+    which must be at the plugin's head. The file is the author's to review before it ships."""
+    with _naming(source):
+        tables = declared_tables(source)
+        config = _alembic_config(source)
+        with engine.connect() as connection:
+            config.attributes["metadata"], config.attributes["owned"] = _comparable(tables, connection)
+            behind = _plan(connection, config, Target(source.name, "head"))
+            if behind.steps:
+                pending = ", ".join(step.revision for step in behind.steps)
+                raise TargetRefused(
+                    f"plugin {source.label}: the database lacks its revisions {pending}: run `apid migrate` "
+                    "first, so that only what the tables add is generated"
+                )
+            config.attributes["connection"] = connection
+            script = ScriptDirectory.from_config(config)
+            written = command.revision(
+                config, message, autogenerate=True, rev_id=_next_id(script), process_revision_directives=_unless_empty
+            )
+            connection.rollback()
+    if not isinstance(written, Script):
+        raise TargetRefused(
+            f"plugin {source.label}: the tables of {source.package}.metadata match the database: nothing to generate"
+        )
+    return Path(written.path)
+
+
+def declared_tables(source: MigrationSource) -> MetaData:
+    """The tables a plugin declares once: `metadata`, a SQLAlchemy MetaData, in its migrations
+    package (`from apid_directory.store import metadata` in its `__init__.py`)."""
+    tables = getattr(importlib.import_module(source.package), "metadata", None)
+    if not isinstance(tables, MetaData):
+        raise TargetRefused(
+            f"plugin {source.label}: {source.package} has no `metadata` (the SQLAlchemy MetaData of its tables) "
+            f"to compare with the database: import it in {source.folder / '__init__.py'}"
+        )
+    return tables
+
+
+def _comparable(tables: MetaData, connection: Connection) -> tuple[MetaData, frozenset[str]]:
+    """The plugin's tables, with the tables of others they reference (apid's `person`) as the
+    database has them, so that their foreign keys resolve; and the names of the plugin's own,
+    the only ones compared. A copy: the plugin's MetaData stays as it declared it."""
+    owned = frozenset(tables.tables)
+    comparable = MetaData(naming_convention=tables.naming_convention)
+    for table in tables.tables.values():
+        table.to_metadata(comparable)
+    referenced = {
+        key.target_fullname.rpartition(".")[0] for table in tables.tables.values() for key in table.foreign_keys
+    }
+    comparable.reflect(bind=connection, only=sorted(referenced - owned))
+    return comparable, owned
+
+
+def _next_id(script: ScriptDirectory) -> str | None:
+    """The next of numbered revision ids (0001, 0002, ...); None, Alembic's own, otherwise."""
+    ids = [each.revision for each in script.walk_revisions()]
+    if not all(each.isdigit() for each in ids):
+        return None
+    return f"{max((int(each) for each in ids), default=0) + 1:04d}"
+
+
+def _unless_empty(context: Any, revision: Any, directives: list[MigrationScript]) -> None:
+    """Alembic's hook before writing: no file when the tables and the database agree."""
+    if directives and directives[0].upgrade_ops is not None and directives[0].upgrade_ops.is_empty():
+        directives[:] = []
 
 
 @contextmanager
@@ -160,8 +370,11 @@ def _migrating(engine: Engine) -> Iterator[Connection]:
                 _sqlite_foreign_keys(connection, True)  # outside a transaction, where the pragma works
 
 
-def _upgrade(connection: Connection, config: AlembicConfig, schema: str, revision: str = "head") -> SchemaChange:
-    """Upgrade one schema in one transaction; on SQLite, fail if it leaves keys pointing nowhere."""
+def _migrate(
+    connection: Connection, config: AlembicConfig, schema: str, revision: str = "head", down: bool = False
+) -> SchemaChange:
+    """Upgrade (or downgrade) one schema in one transaction; on SQLite, fail if it leaves keys
+    pointing nowhere."""
     table = _version_table(config)
     # Checking reads every referencing table: only when there is something to migrate.
     before = _revision(connection, table)
@@ -169,22 +382,59 @@ def _upgrade(connection: Connection, config: AlembicConfig, schema: str, revisio
     pending = connection.dialect.name == "sqlite" and before != (target.revision if target else None)
     dangling = _dangling(connection) if pending else set()
     config.attributes["connection"] = connection
-    command.upgrade(config, revision)
+    (command.downgrade if down else command.upgrade)(config, revision)
     if pending and (broken := _dangling(connection) - dangling):
         raise RuntimeError(
             f"the migrations left rows whose foreign keys point nowhere (table, rowid, parent, key): {sorted(broken)}"
         )
     after = _revision(connection, table)
     connection.commit()
-    return SchemaChange(before, after, schema)
+    return SchemaChange(before, after, schema, down)
 
 
-def _status(connection: Connection, config: AlembicConfig, schema: str) -> SchemaStatus:
+def _plan(connection: Connection, config: AlembicConfig, target: Target) -> SchemaPlan:
+    """The revisions that bring the schema from its current revision to `target`'s, in the
+    order they would run, each up or down."""
     script = ScriptDirectory.from_config(config)
     current = _revision(connection, _version_table(config))
-    head = script.get_current_head()
-    pending = [] if head is None else [s.revision for s in script.iterate_revisions(head, current or "base")]
-    return SchemaStatus(schema, current, head, tuple(reversed(pending)))
+    revision = _resolved(script, current, target)
+    if revision == current:
+        return SchemaPlan(target.schema, current, revision, ())
+    try:  # up: from the target down to the current revision, run in the reverse order
+        scripts = list(reversed(list(script.iterate_revisions(revision or "base", current or "base"))))
+        down = False
+    except RevisionError:  # the target is below: down from the current revision
+        scripts, down = list(script.iterate_revisions(current or "base", revision or "base")), True
+    steps = tuple(Step(each.revision, down, _first_line(each)) for each in scripts)
+    return SchemaPlan(target.schema, current, revision, steps)
+
+
+def _resolved(script: ScriptDirectory, current: str | None, target: Target) -> str | None:
+    """The revision id `target` names (None: base), for a schema now at `current`."""
+    if target.revision is None:  # one below the current
+        if current is None:
+            raise TargetRefused(f"{target.schema}: nothing to downgrade, none of its revisions is applied")
+        below = script.get_revision(current).down_revision
+        if not (below is None or isinstance(below, str)):
+            raise TargetRefused(f"{target.schema}: revision {current} merges several; name the one to go to")
+        return below
+    if target.revision == "base":
+        return None
+    if target.revision == "head":
+        return script.get_current_head()
+    try:
+        found = script.get_revision(target.revision)
+    except (RevisionError, CommandError):
+        found = None
+    if found is None:
+        known = ", ".join(each.revision for each in reversed(list(script.walk_revisions())))
+        raise TargetRefused(f"{target.schema} has no revision {target.revision!r}; its revisions: {known or 'none'}")
+    return found.revision
+
+
+def _first_line(script: Script) -> str:
+    doc = (script.doc or "").strip()
+    return doc.splitlines()[0] if doc else "(no description)"
 
 
 def _sqlite_foreign_keys(connection: Connection, on: bool) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
@@ -141,6 +142,19 @@ account_token = Table(
     Column("address", String(254), nullable=True),
 )
 
+# The account of each subject of a trusted OpenID provider (apid.auth.identities): one per
+# issuer and `sub`, made on the subject's first call; deleting the account deletes the tie.
+external_identity = Table(
+    "external_identity",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("issuer", String(1024), nullable=False),
+    Column("subject", String(255), nullable=False),
+    Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), nullable=False, unique=True),
+    Column("date_created", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("issuer", "subject"),
+)
+
 # Refresh tokens, rotated at every use; a family is one login's chain of rotations.
 refresh_token = Table(
     "refresh_token",
@@ -204,4 +218,23 @@ iostate_report = Table(
     Column("outcome", Text, nullable=False),
     Column("tried_at", DateTime(timezone=True), nullable=False),
     Column("seen_at", DateTime(timezone=True), nullable=False),
+)
+
+# API keys (apid.auth.apikeys): a key is found by its lookup id (`prefix`, no secret) and
+# checked against its SHA-256; the key itself is never stored. `roles` and `scopes` are JSON
+# lists (scopes null: whatever the roles may call).
+api_key = Table(
+    "api_key",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("name", String(100), nullable=False),
+    Column("prefix", String(16), nullable=False, unique=True),
+    Column("key_hash", String(64), nullable=False),
+    Column("roles", Text, nullable=False),
+    Column("scopes", Text, nullable=True),
+    Column("date_created", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("last_used_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
 )

@@ -5,7 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from apid.plugin import Call, Controller, NotFound, Problem, RouteCall, action, route
+from twisted.logger import Logger
+
+from apid.plugin import Call, Controller, NotFound, Page, Problem, RouteCall, action, route, setting, settings
+
+log = Logger(namespace="apid_sample")
 
 
 class AuditUnavailable(Problem):
@@ -15,13 +19,32 @@ class AuditUnavailable(Problem):
     status, slug = 503, "service-unavailable"
 
 
+@settings
+class TeamSettings:
+    """`plugins.team` in service_server.yml."""
+
+    default_budget: int = setting("defaultBudget", default=0, doc="The budget of a team created without one.")
+
+
 class TeamController(Controller):
     name = "team"
+    settings_class = TeamSettings
+    settings: TeamSettings
+    # What a team holds and `summary` computes (`led`), and the page `list` reads: IO State may
+    # name no other field
+    fields = frozenset({"id", "name", "leaderId", "budget", "led", "offset", "max"})
 
     def __init__(self, services: Any) -> None:
         super().__init__(services)
         self._ids = itertools.count(1)
         self._teams: dict[int, dict[str, Any]] = {}
+
+    async def started(self) -> None:
+        """What the daemon's log says of the hooks, for the tests of their order."""
+        log.info("team plugin started (default budget {budget})", budget=self.settings.default_budget)
+
+    async def stopping(self) -> None:
+        log.info("team plugin stopping")
 
     @action(requires=("name", "leaderId"), answers="record")
     def create(self, call: Call) -> dict[str, Any]:
@@ -30,7 +53,7 @@ class TeamController(Controller):
             "id": team_id,
             "name": call.fields["name"],
             "leaderId": call.fields["leaderId"],
-            "budget": call.fields.get("budget", 0),
+            "budget": call.fields.get("budget", self.settings.default_budget),
         }
         return self._teams[team_id]
 
@@ -46,10 +69,10 @@ class TeamController(Controller):
             raise NotFound(f"no team with id {call.fields['id']}")
         return team
 
-    @action(caller_independent=True, answers="list")
+    @action(caller_independent=True, answers="list", page=Page(default=100, maximum=1000))
     async def list(self, call: Call) -> list[dict[str, Any]]:
         leader = call.fields.get("leaderId")
-        offset, limit = call.page(default=100, maximum=1000)
+        offset, limit = call.page()
         teams = [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
         return teams[offset : offset + limit]
 
