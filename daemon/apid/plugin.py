@@ -491,7 +491,9 @@ class Controller:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.settings = services.settings
+        # a plugin's own tests may build a controller with a stub of `Services` made before
+        # plugins had settings (or with None): it has none
+        self.settings = getattr(services, "settings", None)
 
     async def started(self) -> None:
         """Awaited once the daemon's database is reachable, before it listens: a failure stops the start."""
