@@ -44,7 +44,6 @@ from twisted.internet.interfaces import (
     IStreamServerEndpoint,
 )
 from twisted.logger import Logger
-from twisted.protocols.haproxy import proxyEndpoint
 from twisted.web.http_headers import Headers
 from zope.interface import implementer
 
@@ -343,5 +342,8 @@ def client_endpoint(socket: IStreamServerEndpoint, listen: str, trusted: Trusted
     if relayed:
         socket = _ProxiesOnlyEndpoint(socket, trusted)
     if speaks_proxy_protocol(listen):
+        # here: a daemon not behind the PROXY protocol never loads Twisted's parser of it
+        from twisted.protocols.haproxy import proxyEndpoint
+
         socket = proxyEndpoint(socket)
     return ClientEdge(socket, trusted, relayed)
