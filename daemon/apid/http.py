@@ -251,6 +251,7 @@ class ApidChannel(HTTPChannelHooks):
     _answered_early = False
     _linger: IDelayedCall | None = None
     _host: Any = None
+    _secure: bool | None = None
     _deadline: IDelayedCall | None = None  # fires if the request being received is not whole by then
     _credited = 0  # the bytes of a chunked body its deadline already allows time for
 
@@ -259,6 +260,13 @@ class ApidChannel(HTTPChannelHooks):
         if self._host is None:
             self._host = super().getHost()
         return self._host
+
+    def isSecure(self) -> bool:
+        """Whether the connection is TLS, asked of the transport once per connection (an
+        interface lookup: a twentieth of a request's time), not once per request."""
+        if self._secure is None:
+            self._secure = super().isSecure()
+        return self._secure
 
     def request_unfinished(self) -> None:
         # A chunk left a request begun and not whole while none is being answered: its clock runs.
