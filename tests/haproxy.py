@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import free_port, listening
+from harness import end_process, free_port, listening
 
 HAPROXY = "/usr/sbin/haproxy"
 SENDS = {
@@ -152,13 +152,7 @@ class HAProxy:
 
     def stop(self, timeout: float = 10) -> None:
         try:
-            if self.process is not None and self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            end_process(self.process, timeout)
         finally:
             if self.folder is not None:
                 shutil.rmtree(self.folder, ignore_errors=True)

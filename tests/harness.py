@@ -318,6 +318,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def end_process(process: subprocess.Popen | None, timeout: float = 10) -> None:
+    """Terminate a server process the tests started, killing it if it outlives `timeout`."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_for(predicate, timeout: float = 10, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

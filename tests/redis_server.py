@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import free_port
+from harness import end_process, free_port
 
 REDIS_SERVER = "/usr/bin/redis-server"
 
@@ -98,13 +98,7 @@ class RedisServer:
 
     def halt(self, timeout: float = 10) -> None:
         """End the server's process, keeping its port and folder for `resume`."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process, timeout)
 
     def resume(self, timeout: float = 10) -> RedisServer:
         """A new server on the halted one's port, once it answers PING."""
