@@ -175,13 +175,19 @@ def test_the_tour_creates_shows_lists_and_updates_through_the_generated_client(c
 
 def test_a_user_reads_their_own_record_and_is_refused_others(clients, admin):
     api, user = clients["user"], clients["user"].models()
-    person = clients["admin"].call("person.person_list", client=admin, offset=0, max_=100)
+    admin_api, models = clients["admin"], clients["admin"].models()
+    made = admin_api.call(
+        "person.person_create",
+        client=admin,
+        body=models.Person1CreateROLEADMINRequest(username="asmith", password="s3cret-pass", email="a@example.com"),
+    )
+    person = admin_api.call("person.person_list", client=admin, offset=0, max_=100)
     ids = {record.username: record.id for record in person}
-    jdoe = api.authenticated(login(api, "jdoe", "s3cret-pass"))
-    own = api.call("person.person_show_by_id", client=jdoe, id=ids["jdoe"])
+    asmith = api.authenticated(login(api, "asmith", "s3cret-pass"))
+    own = api.call("person.person_show_by_id", client=asmith, id=made.id)
     assert isinstance(own, user.Person1ShowOutput)
-    assert own.to_dict() == {"id": ids["jdoe"], "version": 1, "username": "jdoe", "email": "john@example.com"}
-    refused = api.call("person.person_show_by_id", client=jdoe, id=ids[ADMIN[0]])
+    assert own.to_dict() == {"id": made.id, "version": 0, "username": "asmith", "email": "a@example.com"}
+    refused = api.call("person.person_show_by_id", client=asmith, id=ids[ADMIN[0]])
     assert isinstance(refused, user.ForbiddenProblem)
     assert refused.status == 403
 
@@ -265,10 +271,12 @@ def test_a_batch_answers_every_output_or_reports_the_failed_elements(clients, ad
 
 def test_chains_run_through_the_generated_client(clients, admin):
     api, models = clients["admin"], clients["admin"].models()
-    people = {p.username: p.id for p in api.call("person.person_list", client=admin, offset=0, max_=100)}
-    team = api.call(
-        "team.team_create", client=admin, body=models.Team1CreateRequest(name="Core", leader_id=people["jdoe"])
-    )
+    leader = api.call(
+        "person.person_create",
+        client=admin,
+        body=models.Person1CreateROLEADMINRequest(username="lead", password="s3cret-pass", email="l@example.com"),
+    ).id
+    team = api.call("team.team_create", client=admin, body=models.Team1CreateRequest(name="Core", leader_id=leader))
     link = models.ChainLink
     # blankchain, sent with POST (which fetch can send a body with): the team, then its leader
     blank = api.call(
@@ -285,7 +293,7 @@ def test_chains_run_through_the_generated_client(clients, admin):
         ),
     )
     assert isinstance(blank[0], models.ChainOutput) and isinstance(blank[1], models.ChainOutput)
-    assert (blank[0]["id"], blank[1]["id"], blank[1]["username"]) == (team.id, people["jdoe"], "jdoe")
+    assert (blank[0]["id"], blank[1]["id"], blank[1]["username"]) == (team.id, leader, "lead")
     # postchain (GET > PUT): the team, then update its leader with the body's fields
     body = models.TeamShowChainPutBody(
         chain=models.PostChain(
@@ -296,14 +304,14 @@ def test_chains_run_through_the_generated_client(clients, admin):
     )
     body["email"] = "lead@example.com"
     updated = api.call("chain.team_show_chain_put", client=admin, id=team.id, body=body)
-    assert updated["id"] == people["jdoe"]
+    assert updated["id"] == leader
     # prechain (POST > GET): create a team, then show its leader
     created = api.call(
         "chain.team_create_chain",
         client=admin,
         body=models.TeamCreateChainBody(
             name="Ops",
-            leader_id=people["jdoe"],
+            leader_id=leader,
             chain=models.PreChain(
                 key="leaderId",
                 type_=models.PreChainType.PRECHAIN,
