@@ -45,6 +45,10 @@ DOCUMENTED_REFUSALS = tuple(
         (r"/apikey/create", "roles", r"^must list at least one role"),
         (r"/apikey/create", "scopes", r"^must list controllers or controller/action endpoints"),
         (r"/apikey/create", "expiresAt", r"^must be in the future"),
+        # a key's name holds no control or format character (Unicode Cc, Cf), and the caller of a
+        # password account gives their own password: neither is a schema's to say
+        (r"/apikey/create", "name", r"^must not hold control or format characters$"),
+        (r"/apikey/create", "currentPassword", r"^is required "),
         # asked only of a user changing their own password or e-mail address
         (r"/person/update", "currentPassword", r"^is required "),
         # a hook's URL must be in cors.allowedOrigins, a deployment's setting

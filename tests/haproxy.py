@@ -10,12 +10,17 @@ says how the client travels to apid: `forwardfor` (an `X-Forwarded-For` header a
 
     with running_haproxy(["127.0.0.1:8081", "127.0.0.1:8082"], send="proxy-v2") as proxy:
         http.client.HTTPConnection("127.0.0.1", proxy.port)
+
+`running_shipped_haproxy` runs the repository's own etc/haproxy/apid.cfg as a file instead, the
+one docs/operations.md quotes, its addresses given through the environment it reads them from
+(`APID_BIND`, `APID_APP1`, `APID_APP2`, `APID_HAPROXY_SOCKET`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import socket
 import subprocess
@@ -28,6 +33,7 @@ from pathlib import Path
 from harness import end_process, free_port, listening
 
 HAPROXY = "/usr/sbin/haproxy"
+SHIPPED = Path(__file__).resolve().parent.parent / "etc" / "haproxy" / "apid.cfg"
 SENDS = {
     "forwardfor": ("option forwardfor\n    http-request set-header X-Forwarded-Proto https", ""),
     "proxy-v1": ("", " send-proxy check-send-proxy"),
@@ -76,7 +82,12 @@ backend apid
 
 class HAProxy:
     def __init__(
-        self, servers: Sequence[str], send: str, extra_server: str = "", extra_backend: Sequence[str] = ()
+        self,
+        servers: Sequence[str],
+        send: str,
+        extra_server: str = "",
+        extra_backend: Sequence[str] = (),
+        shipped: bool = False,
     ) -> None:
         if send not in SENDS:
             raise ValueError(f"send must be one of {sorted(SENDS)}, not {send!r}")
@@ -85,6 +96,7 @@ class HAProxy:
         self.send = send
         self.extra_server = extra_server
         self.extra_backend = tuple(extra_backend)
+        self.shipped = shipped  # SHIPPED as it is, its servers named app1, app2
         self.folder: Path | None = None
         self.port: int | None = None
         self.process: subprocess.Popen | None = None
@@ -111,7 +123,8 @@ class HAProxy:
             while chunk := sock.recv(65536):
                 answer += chunk
         rows = csv.DictReader(io.StringIO(answer.decode().lstrip("# ")))
-        names = {f"apid{index}": address for index, address in enumerate(self.servers, 1)}
+        prefix = "app" if self.shipped else "apid"
+        names = {f"{prefix}{index}": address for index, address in enumerate(self.servers, 1)}
         return {names[row["svname"]]: row["status"] for row in rows if row["svname"] in names}
 
     def wait_until(self, state: str, timeout: float = 15) -> dict[str, str]:
@@ -129,10 +142,16 @@ class HAProxy:
             raise RuntimeError(f"{self.executable} is not installed (Debian package haproxy)")
         self.folder = Path(tempfile.mkdtemp(prefix="apid-haproxy-"))
         self.port = free_port()
-        config = self.folder / "haproxy.cfg"
-        config.write_text(
-            configuration(self.port, self.servers, self.send, self.admin, self.extra_server, self.extra_backend)
-        )
+        environment = dict(os.environ)
+        if self.shipped:
+            config = SHIPPED
+            addresses = dict(zip(("APID_APP1", "APID_APP2"), self.servers, strict=True))
+            environment.update(addresses, APID_BIND=f"127.0.0.1:{self.port}", APID_HAPROXY_SOCKET=str(self.admin))
+        else:
+            config = self.folder / "haproxy.cfg"
+            config.write_text(
+                configuration(self.port, self.servers, self.send, self.admin, self.extra_server, self.extra_backend)
+            )
         with open(self.folder / "haproxy.log", "ab") as log:
             # -db: in the foreground, its warnings and alerts on standard error
             self.process = subprocess.Popen(
@@ -140,6 +159,7 @@ class HAProxy:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=environment,
             )
         deadline = time.monotonic() + timeout
         while not listening(self.port):
@@ -164,6 +184,16 @@ def running_haproxy(
 ) -> Iterator[HAProxy]:
     """A started haproxy, stopped on leaving the block (for a pytest fixture's yield)."""
     proxy = HAProxy(servers, send, extra_server, extra_backend).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@contextmanager
+def running_shipped_haproxy(servers: Sequence[str]) -> Iterator[HAProxy]:
+    """etc/haproxy/apid.cfg, started as a file in front of the two `servers` (`host:port`)."""
+    proxy = HAProxy(servers, "forwardfor", shipped=True).start()
     try:
         yield proxy
     finally:

@@ -249,6 +249,23 @@ def running_daemon(
         daemon.stop()
 
 
+@contextmanager
+def running_daemons(deployment: Deployment, names: tuple[str, ...] = ("app1", "app2")) -> Iterator[list[Daemon]]:
+    """A daemon per name on one deployment (each its own stderr file, `<name>.stderr`), as a
+    balancer's servers; those still running are stopped on leaving the block (a test may kill some)."""
+    started: list[Daemon] = []
+    try:
+        for name in names:
+            daemon = Daemon(deployment)
+            daemon.stderr_path = deployment.root / f"{name}.stderr"
+            started.append(daemon.start())
+        yield started
+    finally:
+        for daemon in started:
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.stop()
+
+
 def person_fields(prefix: str = "person") -> dict:
     """A username, password and email for a fresh account, numbered to be unique in the run."""
     n = next(_serial)

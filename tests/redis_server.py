@@ -4,7 +4,9 @@ The server listens on a free loopback port, keeps nothing on disk (no RDB snapsh
 append-only file) and works in its own temporary folder. `start()` returns once it answers
 PING; `stop()` ends that process (and only that one) and removes the folder. `halt()` ends the
 process alone and `resume()` starts a new one on the same port: an outage (the counts are lost,
-as they would be by a Redis without persistence).
+as they would be by a Redis without persistence). `freeze()` stops the process with SIGSTOP and
+`thaw()` continues it: the kernel still accepts connections, nothing answers (a long fork for
+a snapshot, a stalled VM). `RedisServer(password=...)` requires AUTH (`requirepass`).
 
     @pytest.fixture(scope="module")
     def redis():
@@ -14,7 +16,9 @@ as they would be by a Redis without persistence).
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -28,32 +32,36 @@ from harness import end_process, free_port
 REDIS_SERVER = "/usr/bin/redis-server"
 
 
-def answers_ping(port: int, timeout: float = 0.5) -> bool:
-    """Whether a Redis server on 127.0.0.1:`port` answers PING with +PONG."""
+def answers_ping(port: int, timeout: float = 0.5, password: str | None = None) -> bool:
+    """Whether a Redis server on 127.0.0.1:`port` answers PING with +PONG (after AUTH with
+    `password`, given one)."""
+    request = (f"AUTH {password}\r\n".encode() if password else b"") + b"PING\r\n"
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(b"PING\r\n")
+            sock.sendall(request)
             reply = b""
-            while b"\r\n" not in reply:
+            while reply.count(b"\r\n") < request.count(b"\r\n"):
                 chunk = sock.recv(64)
                 if not chunk:
                     break
                 reply += chunk
-            return reply.startswith(b"+PONG")
+            return reply.endswith(b"+PONG\r\n")
     except OSError:
         return False
 
 
 class RedisServer:
-    def __init__(self, executable: str | None = None) -> None:
+    def __init__(self, executable: str | None = None, password: str | None = None) -> None:
         self.executable = executable or shutil.which("redis-server") or REDIS_SERVER
+        self.password = password
         self.folder: Path | None = None
         self.port: int | None = None
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        secret = f":{self.password}@" if self.password else ""
+        return f"redis://{secret}127.0.0.1:{self.port}/0"
 
     @property
     def log(self) -> str:
@@ -82,13 +90,14 @@ class RedisServer:
                     "no",
                     "--dir",
                     str(self.folder),
+                    *(["--requirepass", self.password] if self.password else []),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
         deadline = time.monotonic() + timeout
-        while not answers_ping(self.port):
+        while not answers_ping(self.port, password=self.password):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 log_text = self.log
                 self.stop()
@@ -104,8 +113,18 @@ class RedisServer:
         """A new server on the halted one's port, once it answers PING."""
         return self._launch(timeout)
 
+    def freeze(self) -> None:
+        """SIGSTOP the server: connections are still accepted, nothing is answered."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the frozen server: it answers again, its counts kept."""
+        os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self, timeout: float = 10) -> None:
         try:
+            if self.process is not None and self.process.poll() is None:
+                self.thaw()  # a frozen process would not end on SIGTERM
             self.halt(timeout)
         finally:
             if self.folder is not None:

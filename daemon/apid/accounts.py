@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
-from apid.auth.apikeys import refuse_key
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations, revoke_person
 from apid.auth.standing import note_change
@@ -32,12 +31,18 @@ if TYPE_CHECKING:
     from apid.auth.address_change import AddressChanges
     from apid.auth.limits import AbuseLimiter
     from apid.hooks.events import AccountEvents
-    from apid.mail import Message
     from apid.plugin import Caller, UnitOfWork
 
 USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{2,63}")
 PASSWORD_LENGTH = (8, 128)
 WRONG_PASSWORD = "the current password is wrong"
+KEY_CANNOT_ADMINISTER = (
+    "administering accounts needs an interactive login: an API key may read accounts but never create, "
+    "change or delete one"
+)
+# Account attributes whose value takes an account's use away: an administrator's own, or the
+# last administrator's, stays as it is (`keep_an_administrator`).
+REMOVING = {"enabled": False, "accountLocked": True, "accountExpired": True}
 
 # Account attribute -> person column, for the fields an update may change.
 COLUMNS = {
@@ -297,7 +302,10 @@ def insert_account(
     password_hash: str,
     roles: Iterable[str],
     enabled: bool = True,
+    pending: bool = False,
 ) -> Account:
+    """A new account, validated at once unless `pending` (a sign-up waiting for its link,
+    `apid.auth.lifecycle`)."""
     taken(connection, username, email, None)
     now = _now()
     try:
@@ -310,6 +318,7 @@ def insert_account(
                 email_key=email_key(email),
                 password=password_hash,
                 enabled=enabled,
+                validated_at=None if pending else now,
                 date_created=now,
                 last_updated=now,
             ),
@@ -321,6 +330,42 @@ def insert_account(
     return _written(connection, person_id)
 
 
+def removes_use(changes: Mapping[str, Any], roles: Iterable[str] | None, superuser_role: str) -> bool:
+    """Whether a change disables, locks or expires an account, or leaves it without `superuser_role`."""
+    if roles is not None and superuser_role not in roles:
+        return True
+    return any(changes.get(name) is value for name, value in REMOVING.items())
+
+
+def keep_an_administrator(connection: Connection, account_id: int, superuser_role: str) -> None:
+    """A 409 when `account_id` is the last active account (enabled, neither locked nor expired)
+    holding `superuser_role`: call it, in the transaction, before a change that takes that away.
+
+    Race-free: the role's row is locked first (FOR UPDATE on PostgreSQL; SQLite's writes are
+    serialised whole by BEGIN IMMEDIATE), so two transactions each removing one of the last two
+    administrators run one after the other, and the second counts what the first committed
+    (READ COMMITTED reads anew at each statement) and is refused."""
+    role_id = connection.execute(select(role.c.id).where(role.c.authority == superuser_role).with_for_update()).scalar()
+    if role_id is None:
+        return
+    active = (
+        select(person.c.id)
+        .join(person_role, person_role.c.person_id == person.c.id)
+        .where(
+            person_role.c.role_id == role_id,
+            person.c.enabled.is_(True),
+            person.c.account_locked.is_(False),
+            person.c.account_expired.is_(False),
+        )
+        .limit(2)
+    )
+    if list(connection.execute(active).scalars()) == [account_id]:
+        raise Conflict(
+            f"person {account_id} is the last active administrator ({superuser_role}): "
+            "make another one first, or use `apid user add` on the server"
+        )
+
+
 def update_account(
     connection: Connection,
     account_id: int,
@@ -329,9 +374,11 @@ def update_account(
     password_hash: str | None,
     roles: Iterable[str] | None,
     keep_session: str | None = None,
+    superuser_role: str | None = None,
 ) -> Account:
     """Change the account; a new password ends its logins, all but `keep_session` (the one
-    its owner changed it from)."""
+    its owner changed it from). With `superuser_role`, the last active administrator keeps
+    that role and its use (`keep_an_administrator`)."""
     current = connection.execute(select(person.c.version).where(person.c.id == account_id)).scalar()
     if current is None:
         raise NotFound(f"no person with id {account_id}")
@@ -340,6 +387,8 @@ def update_account(
             f"person {account_id} was changed meanwhile (version {current}, you sent {expected_version})",
             currentVersion=current,
         )
+    if superuser_role is not None and removes_use(changes, roles, superuser_role):
+        keep_an_administrator(connection, account_id, superuser_role)
     taken(connection, changes.get("username"), changes.get("email"), account_id)
     values = {COLUMNS[name]: value for name, value in changes.items()}
     if "username" in changes:
@@ -348,6 +397,8 @@ def update_account(
         values["email_key"] = email_key(changes["email"])
     if password_hash is not None:
         values["password"] = password_hash
+    if changes.get("enabled") is True:  # an administrator enabling a pending sign-up validates it
+        values["validated_at"] = func.coalesce(person.c.validated_at, _now())
     values.update(version=current + 1, last_updated=_now())
     try:
         connection.execute(update(person).where(person.c.id == account_id).values(**values))
@@ -378,8 +429,11 @@ def change_account(connection: Connection, person_id: int, events: AccountEvents
     return account
 
 
-def delete_account(connection: Connection, account_id: int) -> Account | None:
-    """Delete the account; what it was (its webhook events carry it), or None if there was none."""
+def delete_account(connection: Connection, account_id: int, superuser_role: str | None = None) -> Account | None:
+    """Delete the account; what it was (its webhook events carry it), or None if there was none.
+    With `superuser_role`, the last active administrator is not deleted (`keep_an_administrator`)."""
+    if superuser_role is not None:
+        keep_an_administrator(connection, account_id, superuser_role)
     account = get_account(connection, account_id)
     if account is not None:
         connection.execute(delete(person).where(person.c.id == account_id))
@@ -389,6 +443,14 @@ def delete_account(connection: Connection, account_id: int) -> Account | None:
 
 def password_hash_of(connection: Connection, account_id: int) -> str | None:
     return connection.execute(select(person.c.password).where(person.c.id == account_id)).scalar()
+
+
+def refuse_key_administering(by: Caller | None) -> None:
+    """A 403 when the caller is an API key: creating, changing or deleting an account (its roles,
+    password, address, standing) needs an interactive login, so that a leaked key, whatever its
+    roles, cannot make an administrator or take an account over. A key still reads accounts."""
+    if by is not None and by.api_key is not None:
+        raise Forbidden(KEY_CANNOT_ADMINISTER)
 
 
 class Accounts:
@@ -402,8 +464,11 @@ class Accounts:
         revocations: Revocations,
         limiter: AbuseLimiter | None = None,
         addresses: AddressChanges | None = None,
+        superuser_role: str | None = None,
     ) -> None:
         self._db = db
+        # kept by an administrator's own account and by the last active one (`keep_an_administrator`)
+        self._superuser_role = superuser_role
         self._passwords = passwords
         self._revocations = revocations
         self._limiter = limiter  # counts an owner's wrong currentPassword as a failed login
@@ -436,9 +501,12 @@ class Accounts:
         enabled: bool = True,
         *,
         unit: UnitOfWork | None = None,
+        by: Caller | None = None,
     ) -> Account:
         """Create an account. In a controller pass `unit=call` so that the account and the
-        call's webhook events commit together (`Call.write`)."""
+        call's webhook events commit together (`Call.write`), and `by=call.caller`: an API
+        key never creates an account (403, `refuse_key_administering`)."""
+        refuse_key_administering(by)
         password_hash = await self._passwords.hash(password)
         account = await (unit or self._db).write(
             insert_account, username, email, password_hash, frozenset(roles), enabled
@@ -473,10 +541,12 @@ class Accounts:
         Without `by`, a `current_password` given is checked (uncounted) and `keep_session` kept.
         """
         changes = dict(changes)
-        if by is not None and (password is not None or changes.get("email") is not None):
-            refuse_key(by.api_key, "change a password or an e-mail address")
+        refuse_key_administering(by)
+        superuser_role = self._superuser_role
         new_address = None
         if by is not None and by.id == account_id:
+            if by.is_superuser and superuser_role is not None and removes_use(changes, roles, superuser_role):
+                raise Conflict("you cannot demote, disable, lock or expire your own account")
             current = await self.get(account_id)
             if current is None:
                 raise NotFound(f"no person with id {account_id}")
@@ -494,7 +564,6 @@ class Accounts:
                 raise Forbidden(WRONG_PASSWORD, field="currentPassword")
         password_hash = await self._passwords.hash(password) if password is not None else None
         addresses = self._addresses
-        mail: list[Message] = []
 
         def change(connection: Connection) -> Account:
             before = get_account(connection, account_id)
@@ -506,28 +575,50 @@ class Accounts:
                 password_hash,
                 None if roles is None else frozenset(roles),
                 keep_session,
+                superuser_role,
             )
             if new_address is not None and before is not None and addresses is not None:
-                mail.append(addresses.issue(connection, account, before.email, new_address))
+                addresses.issue(connection, account, before.email, new_address)  # its mail, in this transaction
             return account
 
         account = await (unit or self._db).write(change)
-        if addresses is not None:
-            for message in mail:
-                addresses.post(message)
         await self._revocations.account_changed(account_id, sessions_ended=password is not None)
         return account
 
-    async def _reauthenticate(self, account: Account, current_password: str | None, address: str) -> None:
+    async def cancel_reverts(self, account_id: int, *, by: Caller, current_password: str | None) -> int:
+        """The owner, proving it with `current_password` as for a change of address, ends the
+        pending links that would put an earlier address back (`address_change.cancel_reverts`);
+        how many there were. Another account's links are its owner's way back: a 403."""
+        refuse_key_administering(by)
+        if by.id != account_id:
+            raise Forbidden("only the account's owner may cancel its revert links")
+        current = await self.get(account_id)
+        if current is None:
+            raise NotFound(f"no person with id {account_id}")
+        await self._reauthenticate(current, current_password, by.address)
+        return 0 if self._addresses is None else await self._addresses.cancel_reverts(account_id)
+
+    async def reauthenticate(self, by: Caller, current_password: str | None, purpose: str) -> None:
+        """The caller proves, with their own `current_password`, that the login is theirs before
+        an act a stolen token must not do (`purpose`, e.g. "to create an API key"): 400 without
+        it, 403 when wrong, counted as a failed login as for a change of address."""
+        current = await self.get(by.id)
+        if current is None:
+            raise NotFound(f"no person with id {by.id}")
+        await self._reauthenticate(current, current_password, by.address, purpose)
+
+    async def _reauthenticate(
+        self,
+        account: Account,
+        current_password: str | None,
+        address: str,
+        purpose: str = "to change your own password or e-mail address, or cancel revert links",
+    ) -> None:
         """The owner's proof for an identity change: `current_password`, counted like a login
         (before it is verified, so simultaneous guesses cannot slip past the limit; a right
         one gives its count back)."""
-        if not current_password:
-            raise InvalidFields(
-                errors=[
-                    {"field": "currentPassword", "reason": "is required to change your own password or e-mail address"}
-                ]
-            )
+        if current_password is None:  # an empty one is a wrong one: verified and counted
+            raise InvalidFields(errors=[{"field": "currentPassword", "reason": f"is required {purpose}"}])
         limiter = self._limiter
         counted = limiter is not None and await limiter.reserve("login", address, account.username)
         stored = await self._db.read(password_hash_of, account.id)
@@ -536,9 +627,11 @@ class Accounts:
         if limiter is not None and counted:
             await limiter.release("login", address, account.username)
 
-    async def delete(self, account_id: int, *, unit: UnitOfWork | None = None) -> bool:
-        """Delete an account; False when there was none. In a controller pass `unit=call`."""
-        deleted = await (unit or self._db).write(delete_account, account_id)
+    async def delete(self, account_id: int, *, unit: UnitOfWork | None = None, by: Caller | None = None) -> bool:
+        """Delete an account; False when there was none. In a controller pass `unit=call` and
+        `by=call.caller` (an API key never deletes one). The last active administrator is kept (409)."""
+        refuse_key_administering(by)
+        deleted = await (unit or self._db).write(delete_account, account_id, self._superuser_role)
         await self._revocations.account_changed(account_id)
         return deleted is not None
 

@@ -102,11 +102,12 @@ class Application:
         return ApiDispatch(self._api, answer_failure, API_METHODS, self.klein.resource(), claimed)
 
     async def authenticate(self, request: ApidRequest) -> Principal:
-        return await self._authenticated(bearer_token(request))
+        return await self._authenticated(bearer_token(request), request)
 
-    async def _authenticated(self, token: str | None) -> Principal:
+    async def _authenticated(self, token: str | None, request: ApidRequest) -> Principal:
         """The caller of a request sending `token` as their account stands now: the token
-        verified, not revoked, and its roles cut to those the account still holds."""
+        verified, not revoked, and its roles cut to those the account still holds. A key
+        refused counts against the request's client address (`KeyVerifier`)."""
         if token is None:
             raise Unauthorized(NEEDS_TOKEN)
         if not token:
@@ -115,7 +116,7 @@ class Application:
             # a trusted OpenID provider's token: kept, or verified once
             principal = self._issuers.kept(token) or await self._issuers.verify(token)
         elif is_key(token):  # an API key: kept, or read once a minute
-            principal = self._keys.kept(token) or await self._keys.verify(token)
+            principal = self._keys.kept(token) or await self._keys.verify(token, client_address(request))
         else:
             principal = self._tokens.verify(token)
         if self._revocations.refuses(principal):
@@ -193,7 +194,7 @@ class Application:
                 Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT,
             )
         else:
-            principal = await self._authenticated(token)
+            principal = await self._authenticated(token, request)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
         body = read_json_body(request)
         method = request.method.decode("ascii")

@@ -42,7 +42,8 @@ from apid.hooks.events import AccountEvents, EventRecorder
 from apid.hooks.service import Hooks
 from apid.http import TextPaths
 from apid.lifecycle import PluginLifecycle
-from apid.mail import Outbox, make_mailer
+from apid.mail import make_mailer
+from apid.mail_outbox import MailSender
 from apid.openapi.document import OpenApiDocuments, document_settings
 from apid.ping import PeerPinger
 from apid.pipeline import Events, Pipeline, filter_output
@@ -54,8 +55,6 @@ from apid.store.redis import RedisCircuit, redis_pool
 from apid.throttle import CounterStore, MemoryCounters, RateLimiter, RedisCounters
 
 if TYPE_CHECKING:
-    import txredisapi
-
     from apid.workers.worker import WorkerLink
 
 
@@ -70,9 +69,9 @@ class Assembly:
     accounts: Accounts
     tokens: TokenService
     revocations: Revocations
-    outbox: Outbox
+    mail: MailSender  # sends the mail outbox's messages once started
     pinger: PeerPinger
-    redis: txredisapi.ConnectionHandler | None
+    redis: RedisCircuit | None  # the Redis pool, rebuilt after an outage; stopped on shutdown
     health: Health  # what /health answers: conditions reported by the parts that hold them
     plugins: PluginLifecycle  # the controllers' start-up and shutdown hooks, to run
 
@@ -104,13 +103,22 @@ def assemble(
     health = Health()
     db.outage.report_to(health, "database")  # /health fails while the database cannot be reached
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
-    standings = Standings(reactor, db)
+    standings = Standings(
+        reactor,
+        db,
+        local_logins=api.security.local_logins,
+        vouched_for={issuer.issuer: issuer.keys_lifetime for issuer in api.security.issuers},
+    )
     revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
-    redis = redis_pool(server.redis_url) if server.redis_url else None  # one pool, shared
-    # one circuit on it, shared: one outage of Redis is one, whichever limits meet it
-    circuit = RedisCircuit(redis, reactor, fail_open=server.redis_fail_open) if redis is not None else None
+    # one circuit, owning the pool, shared: one outage of Redis is one, whichever limits meet it
+    circuit = None
+    if server.redis_url:
+        url = server.redis_url
+        circuit = RedisCircuit(lambda: redis_pool(url), reactor, fail_open=server.redis_fail_open)
+        if not server.redis_fail_open:  # a hard dependency: /health fails while Redis cannot be reached
+            circuit.outage.report_to(health, "redis")
     limiter = abuse_limiting(reactor, config, circuit, shared)
-    outbox = Outbox(make_mailer(server.mail, reactor), reactor)
+    mail = MailSender(reactor, db, make_mailer(server.mail, reactor))
     account_events = (
         AccountEvents(
             lambda: rule_book.current,
@@ -121,10 +129,8 @@ def assemble(
         if wake
         else None
     )
-    addresses = AddressChanges(
-        db, outbox, revocations, server.accounts, server.base_url, server.home_url, account_events
-    )
-    accounts = Accounts(reactor, db, passwords, revocations, limiter, addresses)
+    addresses = AddressChanges(db, revocations, server.accounts, server.base_url, server.home_url, account_events)
+    accounts = Accounts(reactor, db, passwords, revocations, limiter, addresses, api.security.superuser_role)
     pinger = PeerPinger(reactor, server.servers)
     hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
     services = Services(
@@ -157,7 +163,6 @@ def assemble(
         *AccountEndpoints(
             db,
             passwords,
-            outbox,
             revocations,
             limiter,
             server.accounts,
@@ -176,7 +181,7 @@ def assemble(
         version=api.version,
         reserved_uris=api.reserved_uris,
         tokens=tokens,
-        keys=KeyVerifier(reactor, db),
+        keys=KeyVerifier(reactor, db, limiter),
         revocations=revocations,
         standings=standings,
         pipeline=pipeline,
@@ -204,9 +209,9 @@ def assemble(
         accounts=accounts,
         tokens=tokens,
         revocations=revocations,
-        outbox=outbox,
+        mail=mail,
         pinger=pinger,
-        redis=redis,
+        redis=circuit,
         health=health,
         plugins=PluginLifecycle(reactor, controllers, labels, server.shutdown.drain),
     )
@@ -248,4 +253,4 @@ def abuse_limiting(
         store = RedisWindows(circuit.pool, reactor, circuit=circuit)
     else:
         store = shared.windows() if shared is not None else MemoryWindows(reactor)
-    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open)
+    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open, config.api.security.ipv6_prefix)

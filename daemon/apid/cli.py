@@ -458,7 +458,7 @@ def cmd_key_create(args: argparse.Namespace) -> int:
         rules,
         datetime.now(UTC),
     )
-    record, key = run_write(engine, insert_key, owner.id, new)
+    record, key = run_write(engine, insert_key, owner.id, new, config.api.security.api_keys_per_account)
     roles = ", ".join(sorted(new.roles))
     print(f"apid: created API key {record.id} ({record.name}) of {owner.username} with roles {roles}")
     print(f"key: {key}")
@@ -467,7 +467,7 @@ def cmd_key_create(args: argparse.Namespace) -> int:
 
 
 def cmd_key_list(args: argparse.Namespace) -> int:
-    from apid.auth.apikeys import PREFIX, list_keys
+    from apid.auth.apikeys import PREFIX, list_keys, printable
     from apid.store.database import run_read
 
     engine = _engine(_load(args))
@@ -480,7 +480,8 @@ def cmd_key_list(args: argparse.Namespace) -> int:
             last = key.last_used_at.isoformat() if key.last_used_at else "never"
             scope = ",".join(sorted(key.scopes)) if key.scopes is not None else "*"
             print(
-                f"{key.id}\t{key.username}\t{key.name}\t{PREFIX}{key.prefix}\t{','.join(sorted(key.roles))}"
+                f"{key.id}\t{printable(key.username)}\t{printable(key.name)}\t{PREFIX}{key.prefix}"
+                f"\t{','.join(sorted(key.roles))}"
                 f"\tscope {scope}\texpires {expires}\tlast used {last}\t{state}"
             )
         offset += len(page)
@@ -489,13 +490,13 @@ def cmd_key_list(args: argparse.Namespace) -> int:
 
 def cmd_key_revoke(args: argparse.Namespace) -> int:
     """Every daemon on the database refuses the key within a second (it reads the deny list)."""
-    from apid.auth.apikeys import revoke_key
+    from apid.auth.apikeys import printable, revoke_key
     from apid.store.database import run_write
 
     record = run_write(_engine(_load(args)), revoke_key, args.id, None)
     if record is None:
         raise CommandFailed(f"no API key with id {args.id}")
-    print(f"apid: API key {record.id} ({record.name}) of {record.username} is revoked")
+    print(f"apid: API key {record.id} ({printable(record.name)}) of {printable(record.username)} is revoked")
     return 0
 
 
@@ -802,6 +803,33 @@ def main(argv: list[str] | None = None) -> int:
         reasons = "; ".join(f"{e['field']} {e['reason']}" for e in problem.extensions.get("errors", []))
         print(f"apid: {reasons or problem.detail}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        failed = _database_failed(exc)
+        if failed is None:
+            raise
+        _say(f"apid: {failed}")
+        return 1
+
+
+def _database_failed(error: BaseException) -> str | None:
+    """One line when `error`, or one it was raised from, is the database's: it could not be
+    reached, or it could not do the work (SQLite locked by another process, PostgreSQL out of
+    connections), with the driver's first line; None for any other error (a bug: its traceback)."""
+    from sqlalchemy.exc import OperationalError
+
+    from apid.store.database import unreachable
+
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if unreachable(cause) or isinstance(cause, OperationalError):
+            driver = getattr(cause, "orig", None) or cause
+            reason = (str(driver).strip().splitlines() or [type(driver).__name__])[0]
+            what = "cannot be reached" if unreachable(cause) else "failed"
+            return f"the database {what}: {reason}"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 if __name__ == "__main__":

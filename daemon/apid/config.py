@@ -616,8 +616,9 @@ class ServerConfig:
         kind=choice({"open": True, "closed": False}),
         doc="When Redis cannot be reached: `open` lets calls and logins through uncounted, `closed` answers 503 "
         "with `Retry-After: 5`, logins, registrations and reset requests included. No call waits for a Redis "
-        "known to be down: after a failure (refused, lost, or no answer within 2 s) calls fail at once for a "
-        "second, then one tries again; the outage is logged when it starts and when it ends "
+        "known to be down: after a failure (refused, lost, or no answer within 2 s) calls fail at once while "
+        "apid probes Redis through a new connection pool (after 0.5, 1 and 2 s, then every 4 s); with `closed`, "
+        "`/health` fails meanwhile; the outage is logged when it starts and when it ends "
         "([operations.md](operations.md#outages)).",
     )
     mail: MailConfig = section("mail")
@@ -730,7 +731,8 @@ class IssuerConfig:
         default=3600.0,
         also="at least `keysRefresh`",
         doc="Seconds the keys fetched are used before they are fetched again, so that a key the provider withdrew "
-        "stops being trusted (while the provider cannot be reached, the keys held go on serving).",
+        "stops being trusted (while the provider cannot be reached, the keys held go on serving). Also how long the "
+        "API keys of the provider's accounts last after the provider last vouched (a token of the subject admitted).",
     )
 
     def roles_of(self, claims: Mapping[str, Any]) -> frozenset[str]:
@@ -786,12 +788,30 @@ class SecurityConfig:
         "own account (made on its first call); see "
         "[accounts.md](accounts.md#signing-in-with-your-identity-provider).",
     )
+    ipv6_prefix: int = setting(
+        "ipv6Prefix",
+        default=64,
+        at_least=1,
+        also="at most 128",
+        doc="How many leading bits of an IPv6 client address make one client for every per-address limit (the "
+        "abuse limits of logins, registrations and reset requests, and `connections.perAddress`): one host "
+        "usually holds a whole /64 and may send from any address in it. 128 counts each address alone. IPv4 "
+        "addresses count one by one.",
+    )
     local_logins: bool = setting(
         "localLogins",
         default=True,
         doc="`false` switches password accounts off: `/authenticate`, `/refreshToken`, `/logout`, `/register`, "
-        "`/validate`, `/forgotPassword`, `/validateResetPassword` and `/resetPassword` are not served (404), and "
-        "callers sign in with a provider of `issuers`.",
+        "`/validate`, `/forgotPassword`, `/validateResetPassword` and `/resetPassword` are not served (404), "
+        "callers sign in with a provider of `issuers`, and the access tokens and API keys of accounts without a "
+        "provider identity are refused (401).",
+    )
+    api_keys_per_account: int = setting(
+        "apiKeysPerAccount",
+        default=20,
+        at_least=1,
+        doc="How many API keys one account may hold at once (revoked and expired keys do not count): "
+        "`apikey/create` past it answers 409. See [accounts.md](accounts.md#api-keys).",
     )
 
     @property
@@ -805,6 +825,8 @@ class SecurityConfig:
         for group in self.network_groups:
             if group not in self.network_roles:
                 yield Invalid(f"group {group!r} has no role list", "networkRoles")
+        if self.ipv6_prefix > 128:
+            yield Invalid("must be at most 128 (the bits of an IPv6 address)", "ipv6Prefix")
         for key, role in (("superuserRole", self.superuser_role), ("userRole", self.user_role)):
             if role not in self.all_roles:
                 yield Invalid(f"role {role!r} is in no group of networkRoles", key)

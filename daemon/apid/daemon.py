@@ -18,7 +18,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,7 @@ from apid.docspage import DocsPage
 from apid.health import Health
 from apid.http import ApidSite, OpenConnections
 from apid.lifecycle import PluginLifecycle
-from apid.mail import Outbox
+from apid.mail_outbox import MailSender
 from apid.ping import PeerPinger
 from apid.plugins import RuleBook, load_all
 from apid.proxies import client_endpoint, socket_listen
@@ -49,11 +48,12 @@ from apid.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_n
 from apid.shutdown import Shutdown, close_after_answers, stop_on_signals
 from apid.store.database import Database, make_engine, run_read
 from apid.store.migration_child import MigrationChild
+from apid.systemd import KeepAlive, reloaded, reloading, watchdog_seconds
+from apid.systemd import notify as notify_systemd
 
 if TYPE_CHECKING:
-    import txredisapi
-
     from apid.hooks.worker import DeliveryWorker
+    from apid.store.redis import RedisCircuit
     from apid.workers.worker import WorkerLink
 
 log = Logger(namespace="apid.daemon")
@@ -86,18 +86,6 @@ def server_endpoint(reactor: Reactor, listen: str) -> IStreamServerEndpoint:
     raise ConfigError(f"listen {listen!r}: {reason}")
 
 
-def notify_systemd(message: str) -> None:
-    """sd_notify: one datagram to $NOTIFY_SOCKET, when running under systemd."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.connect(address)
-        sock.sendall(message.encode())
-
-
 @dataclass
 class Running:
     port: IListeningPort
@@ -108,9 +96,9 @@ class Running:
     rule_book: RuleBook
     rules_watcher: RulesWatcher
     revocations: Revocations
-    outbox: Outbox
+    mail: MailSender
     pinger: PeerPinger
-    redis: txredisapi.ConnectionHandler | None
+    redis: RedisCircuit | None
     deliveries: DeliveryWorker | None
     health: Health
     plugins: PluginLifecycle
@@ -179,7 +167,7 @@ async def start(
             observe=metrics.request_answered if counting else None,
             limits=server.connections,
         )
-        connections = OpenConnections(site, server.connections.per_address)
+        connections = OpenConnections(site, server.connections.per_address, api.security.ipv6_prefix)
         if server.metrics.listen is not None and worker is None:  # a worker's parent serves every worker's
             metrics_port = await metrics.listen_metrics(reactor, server.metrics.listen)
         port = await endpoint.listen(connections)
@@ -192,8 +180,9 @@ async def start(
         db.stop()
         passwords.stop()
         if parts.redis is not None:
-            parts.redis.disconnect()  # stops its reconnecting; nothing waits on the Deferred
+            parts.redis.stop()  # stops its probing and the pool's reconnecting; nothing waits on the Deferred
         raise
+    parts.mail.start()
     if deliveries is not None:
         deliveries.start()
     if metrics_port is not None:
@@ -207,7 +196,7 @@ async def start(
         rule_book=parts.rule_book,
         rules_watcher=rules_watcher,
         revocations=parts.revocations,
-        outbox=parts.outbox,
+        mail=parts.mail,
         pinger=parts.pinger,
         redis=parts.redis,
         deliveries=deliveries,
@@ -230,19 +219,27 @@ def webhook_delivery(reactor: Reactor, config: Config, db: Database) -> Delivery
     return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
 
 
-async def reload_everywhere(reactor: Reactor, running: Running) -> None:
+async def reload_everywhere(reactor: Reactor, running: Running) -> str | None:
     """SIGHUP: once the IO State files load here, every daemon process on the database reloads
-    them (`apid.reloading`), this one at once; a broken file is refused and changes nothing."""
-    notify_systemd("RELOADING=1")
+    them (`apid.reloading`), this one at once; a broken file is refused and changes nothing.
+    None, or why nothing reloaded (for systemd, which the caller tells)."""
     try:
         await announce_reload(reactor, running.db, running.rule_book)
     except LOAD_ERRORS as exc:
         log.error("IO State reload refused, the rules in force stay: {error}", error=str(exc))
+        return str(exc)
     except Exception:
         log.failure("announcing the IO State reload to the database failed; nothing reloaded")
-    else:
-        await running.rules_watcher.catch_up()
-    notify_systemd("READY=1")
+        return "announcing the reload to the database failed; nothing reloaded"
+    await running.rules_watcher.catch_up()
+    return None
+
+
+async def reload_for_systemd(reactor: Reactor, running: Running) -> None:
+    """SIGHUP to one daemon (a worker's parent tells systemd itself): RELOADING=1, the reload,
+    then READY=1 with its outcome."""
+    notify_systemd(reloading())
+    notify_systemd(reloaded(await reload_everywhere(reactor, running)))
 
 
 async def stop(running: Running, shutdown: Shutdown) -> None:
@@ -257,7 +254,7 @@ async def stop(running: Running, shutdown: Shutdown) -> None:
     for connection in list(running.connections.protocols):
         connection.transport.loseConnection()  # past the deadline: writes what is buffered, then closes
     await shutdown.drain(lambda: not running.connections.protocols)
-    await shutdown.drain(lambda: not running.outbox.pending)
+    await running.mail.stop(shutdown.deadline)
     if running.deliveries is not None:
         await running.deliveries.stop(shutdown.deadline)
     if running.metrics_port is not None:
@@ -269,7 +266,7 @@ async def stop(running: Running, shutdown: Shutdown) -> None:
     await running.rules_watcher.stop()
     await running.pinger.close()
     if running.redis is not None:
-        await running.redis.disconnect()
+        await running.redis.stop()
     running.db.stop()
     running.passwords.stop()
     log.info("apid stopped")
@@ -299,12 +296,13 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
         reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(running)))
         signal.signal(
             signal.SIGHUP,
-            lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(reload_everywhere(reactor, running))),
+            lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(reload_for_systemd(reactor, running))),
         )
         # Everything loaded at start lives as long as the process: move it out of the
         # collector's sight, so full collections scan only what serving creates.
         gc.freeze()
         if worker is not None:
+            worker.channel.reload = lambda: defer.ensureDeferred(reload_everywhere(reactor, running))
             await worker.ready(reactor_name)
             return
         print(
@@ -313,6 +311,9 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
             flush=True,
         )
         notify_systemd("READY=1\nSTATUS=serving")
+        interval = watchdog_seconds()
+        if interval is not None:  # the reactor turning is this process's liveness
+            KeepAlive(reactor, interval).start()
 
     # a bad `listen` ends here, exit 2
     endpoint = client_endpoint(

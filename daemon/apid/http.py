@@ -46,7 +46,7 @@ from apid.problems import (
     UnsupportedMediaType,
     UriTooLong,
 )
-from apid.proxies import UNKNOWN, Client, TrustedProxies, resolve
+from apid.proxies import UNKNOWN, Client, TrustedProxies, client_group, resolve
 
 access_log = Logger(namespace="apid.access")
 log = Logger(namespace="apid.http")
@@ -494,13 +494,14 @@ class ApidSite(Site):
             )
 
 
-def connection_client(peer: IAddress | None, trusted: TrustedProxies) -> str | None:
-    """The client a connection from `peer` counts against: the TCP peer's address; None, not
-    counted, for a trusted proxy (its connections carry many clients') and for a peer without
-    an address (a Unix socket's). A connection is counted before a byte of it is read, so
-    against its peer, never against a client its headers or PROXY header name."""
+def connection_client(peer: IAddress | None, trusted: TrustedProxies, ipv6_prefix: int = 64) -> str | None:
+    """The client a connection from `peer` counts against: the TCP peer's address (an IPv6
+    one as its network of `ipv6_prefix` bits, `client_group`); None, not counted, for a trusted
+    proxy (its connections carry many clients') and for a peer without an address (a Unix
+    socket's). A connection is counted before a byte of it is read, so against its peer, never
+    against a client its headers or PROXY header name."""
     host: str | None = getattr(peer, "host", None)
-    return None if host is None or trusted.trusts(host) else host
+    return None if host is None or trusted.trusts(host) else client_group(host, ipv6_prefix)
 
 
 def request_sender(request: Request) -> Client:
@@ -534,10 +535,11 @@ class OpenConnections(_CountingFactory):
     noisy = False
     protocol = CountedConnection
 
-    def __init__(self, site: ApidSite, per_address: int) -> None:
+    def __init__(self, site: ApidSite, per_address: int, ipv6_prefix: int = 64) -> None:
         super().__init__(site)
         self._site = site
         self.per_address = per_address
+        self._ipv6_prefix = ipv6_prefix
         self._open: dict[str, int] = {}
         self._refused: set[str] = set()  # clients at the cap whose refusal was logged
 
@@ -548,7 +550,7 @@ class OpenConnections(_CountingFactory):
         self._site.trusted_proxies, self._site.relayed = trusted, relayed
 
     def buildProtocol(self, addr: IAddress | None) -> CountedConnection | None:  # type: ignore[override]
-        client = connection_client(addr, self._site.trusted_proxies)
+        client = connection_client(addr, self._site.trusted_proxies, self._ipv6_prefix)
         if client is not None and self._open.get(client, 0) >= self.per_address:
             if client not in self._refused:  # once until its connections are all closed: no flood
                 self._refused.add(client)

@@ -3,10 +3,14 @@ the default) or as one JSON object per line (`logFormat: json`) for journald, Lo
 Elasticsearch, whose fields are the event's own: apid logs events with fields, not
 formatted strings, so the access log's request id, endpoint and status arrive as values.
 Every event of a worker process carries `worker`, its index, so that its lines are told apart.
+Libraries that log with the standard library's `logging` (SQLAlchemy's pool, during a database
+outage) are bridged into twisted.logger, so their records follow `logFormat` too: one event
+each, a traceback as its failure, rather than plain lines from `logging`'s last-resort handler.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -15,11 +19,13 @@ from twisted.logger import (
     FileLogObserver,
     FilteringLogObserver,
     ILogObserver,
+    Logger,
     LogLevel,
     LogLevelFilterPredicate,
     formatEvent,
     textFileLogObserver,
 )
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from apid.http import dumps
@@ -31,7 +37,9 @@ PLAIN = (str, int, float, bool, type(None))
 
 # Namespaces whose info events say nothing an operator acts on: AMP logs each connection it
 # makes, and the parent of the worker processes makes one per worker it starts.
-QUIET = ("twisted.protocols.amp",)
+# ClientService (txredisapi's pools) logs each reconnection attempt at info; the Redis circuit
+# logs an outage once (apid.store.redis)
+QUIET = ("twisted.protocols.amp", "twisted.application._client_service")
 
 
 def log_observer(log_format: str, out: IO[str], worker: int | None = None) -> ILogObserver:
@@ -42,7 +50,53 @@ def log_observer(log_format: str, out: IO[str], worker: int | None = None) -> IL
     for namespace in QUIET:
         levels.setLogLevelForNamespace(namespace, LogLevel.warn)
     filtered = FilteringLogObserver(observer, [levels])
+    bridge_stdlib_logging()
     return filtered if worker is None else WorkerEvents(filtered, worker)
+
+
+# logging's levels as twisted.logger's: a record at or above each threshold, at its level.
+STDLIB_LEVELS = (
+    (logging.CRITICAL, LogLevel.critical),
+    (logging.ERROR, LogLevel.error),
+    (logging.WARNING, LogLevel.warn),
+    (logging.INFO, LogLevel.info),
+)
+
+
+# Loggers whose exceptions are worth a line, not a traceback: SQLAlchemy's pool logs one when it
+# throws away a connection broken by a database outage, which it recovers from by itself and
+# which apid.store already reports once.
+LINE_ONLY = ("sqlalchemy.pool",)
+
+
+class TwistedHandler(logging.Handler):
+    """The standard library's records as twisted.logger events (STDLibLogObserver the other way
+    round): namespace the logger's name, message the record's, its exception as `log_failure`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # arguments that do not fit the message: log it as written
+            message = str(record.msg)
+        fields: dict[str, Any] = {"message": message}
+        level = next((mapped for threshold, mapped in STDLIB_LEVELS if record.levelno >= threshold), LogLevel.debug)
+        if record.exc_info and record.exc_info[1] is not None:
+            _, value, traceback = record.exc_info
+            if record.name.startswith(LINE_ONLY):
+                fields["error"] = str(value).splitlines()[0] if str(value) else type(value).__name__
+                level = LogLevel.warn if level in (LogLevel.error, LogLevel.critical) else level
+            else:
+                fields["log_failure"] = Failure(value, type(value), traceback)
+        Logger(namespace=record.name).emit(level, "{message}", **fields)
+
+
+def bridge_stdlib_logging() -> None:
+    """Route the root `logging` logger (warnings and above, its default level) into
+    twisted.logger (the daemon gives it no handler, so `logging` would print plain lines):
+    once, however often the log begins."""
+    root = logging.getLogger()
+    if not any(isinstance(handler, TwistedHandler) for handler in root.handlers):
+        root.addHandler(TwistedHandler())
 
 
 @implementer(ILogObserver)

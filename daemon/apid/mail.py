@@ -1,9 +1,10 @@
-"""Outgoing mail: a message, two ways to send it, and an outbox that sends off the request path.
+"""Outgoing mail: a message, and two ways to send it.
 
 `file` writes one RFC 5322 `.eml` file per message into a folder (the embedded default);
 `smtp` hands it to an SMTP server with Twisted's ESMTP client (STARTTLS, optional login).
-`Outbox.post` returns at once: the HTTP answer never waits for mail, nor changes when a send
-fails; failures are logged and tried again a few times, but for a message no server can take
+Mail is never sent from the request path: a change writes its mail into the durable outbox in
+its own transaction, and the outbox's sender sends it after commit (`apid.mail_outbox`), trying
+a failed send again after each of `RETRY_DELAYS`, but for a message no server can take
 (`Undeliverable`), which is logged once as an error.
 
 A recipient's address may be international (`jörg@example.com`: apid accepts any character
@@ -24,25 +25,20 @@ from pathlib import Path
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
-from twisted.logger import Logger
 
 from apid.config import MailConfig
 from apid.reactors import Reactor
 
-log = Logger(namespace="apid.mail")
-
 PRODUCT = "apid"  # what mails call the service
-RETRY_DELAYS = (2.0, 10.0, 60.0)
+RETRY_DELAYS = (2.0, 10.0, 60.0, 300.0, 1800.0, 3600.0)  # seconds before each next try: ~1.5 h in all
 SMTP_TIMEOUT = 30.0
 UTF8_HEADERS = policy.default.clone(utf8=True)  # RFC 6532: header text, addresses included, as UTF-8
 
 
 class Undeliverable(Exception):
     """No attempt can send this message as it is (the SMTP server cannot take its address):
-    the Outbox logs it once as an error and does not try again."""
+    the outbox's sender logs it once as an error and does not try again."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +82,21 @@ def write_eml(outbox: Path, content: bytes) -> Path:
     return outbox / name
 
 
+def rendered(message: Message, sender: str) -> bytes:
+    """The message's bytes; one that cannot be written (a line break in a header: an
+    injection that got this far) can never be sent, by any attempt."""
+    try:
+        return message.render(sender)
+    except ValueError as error:
+        raise Undeliverable(f"the message cannot be written: {error}") from error
+
+
 class FileMailer:
     def __init__(self, config: MailConfig) -> None:
         self._config = config
 
     def send(self, message: Message) -> Deferred[None]:
-        return deferToThread(write_eml, self._config.outbox, message.render(self._config.sender)).addCallback(
+        return deferToThread(write_eml, self._config.outbox, rendered(message, self._config.sender)).addCallback(
             lambda _: None
         )
 
@@ -105,7 +110,7 @@ class SmtpMailer:
         from apid.smtp import send  # here: a daemon mailing to files never loads SMTP
 
         config = self._config
-        sending = send(self._reactor, config, _address(config.sender), message.to, message.render(config.sender))
+        sending = send(self._reactor, config, _address(config.sender), message.to, rendered(message, config.sender))
         sending.addTimeout(SMTP_TIMEOUT, self._reactor)
         return sending.addCallback(lambda _: None)
 
@@ -117,47 +122,3 @@ def _address(sender: str) -> str:
 
 def make_mailer(config: MailConfig, reactor: Reactor) -> Mailer:
     return SmtpMailer(config, reactor) if config.backend == "smtp" else FileMailer(config)
-
-
-class Outbox:
-    """Sends in the background, retrying a few times; `post` never fails and never waits."""
-
-    def __init__(self, mailer: Mailer, reactor: IReactorTime, delays: tuple[float, ...] = RETRY_DELAYS) -> None:
-        self._mailer = mailer
-        self._reactor = reactor
-        self._delays = delays
-        self.pending: set[Deferred[None]] = set()
-
-    def post(self, message: Message) -> None:
-        sending = Deferred.fromCoroutine(self._deliver(message))
-        self.pending.add(sending)
-        sending.addBoth(lambda _: self.pending.discard(sending))
-
-    async def _deliver(self, message: Message) -> None:
-        for attempt, delay in enumerate((*self._delays, None), start=1):
-            try:
-                await self._mailer.send(message)
-                return
-            except Undeliverable as error:
-                log.error(
-                    "mail ({subject!r}) to {to} cannot be sent, and is dropped: {error}",
-                    subject=message.subject,
-                    to=message.to,
-                    error=str(error),
-                )
-                return
-            except Exception as error:
-                log.warn(
-                    "sending mail ({subject!r}) failed, attempt {attempt}: {error}",
-                    subject=message.subject,
-                    attempt=attempt,
-                    error=str(error) or type(error).__name__,
-                )
-                if delay is None:
-                    log.error(
-                        "giving up on mail ({subject!r}) after {attempt} attempts",
-                        subject=message.subject,
-                        attempt=attempt,
-                    )
-                    return
-                await deferLater(self._reactor, delay, lambda: None)

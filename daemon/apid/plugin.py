@@ -59,6 +59,7 @@ __all__ = [
     "Page",
     "PeerPinger",
     "Problem",
+    "RecordCheck",
     "RouteCall",
     "RuleSet",
     "SecuritySettings",
@@ -128,13 +129,21 @@ class ActionRules:
     action makes of who calls: the daemon cannot see inside an action, so it refuses a shared
     cache unless the action says this. `answers`: what the action answers (`Answers`), or None
     when it does not say, so that the API documents can type its answer exactly. `page`: how
-    a list action pages (`Page`), or None."""
+    a list action pages (`Page`), or None.
+
+    `may_see(caller, record)`: who may receive a copy of a record the action answers other than
+    its caller, such as a webhook's owner (`RecordCheck`): the action's own per-record check
+    (person: the owner and administrators), which every such copy passes. Without it, a
+    `caller_independent` action's records go to every holder of the roles IO State names, and
+    any other action's to administrators only: IO State may give such an action's HOOK no
+    other role."""
 
     requires: tuple[str, ...] = ()
     validate: Validator | None = None
     caller_independent: bool = False
     answers: Answers | None = None
     page: Page | None = None
+    may_see: RecordCheck | None = None
 
 
 @overload
@@ -149,6 +158,7 @@ def action(
     caller_independent: bool = False,
     answers: Answers | None = None,
     page: Page | None = None,
+    may_see: RecordCheck | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -160,11 +170,13 @@ def action(
     caller_independent: bool = False,
     answers: Answers | None = None,
     page: Page | None = None,
+    may_see: RecordCheck | None = None,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
     `@action(requires=("name",), validate=check, caller_independent=True, answers="record")` to
-    declare its field rules, whether callers may share its cached answers, what it answers and,
-    for a list, how it pages (`page=Page(...)`) (`ActionRules`)."""
+    declare its field rules, whether callers may share its cached answers, what it answers,
+    for a list how it pages (`page=Page(...)`), and who may receive copies of its records
+    (`may_see=check`) (`ActionRules`)."""
     if answers not in (None, "record", "list", "nothing"):
         raise ValueError(f'@action(answers=...) is "record", "list" or "nothing", not {answers!r}')
     if page is not None and not 1 <= page.default <= page.maximum:
@@ -175,6 +187,7 @@ def action(
         caller_independent=caller_independent,
         answers=answers,
         page=page,
+        may_see=may_see,
     )
 
     def mark(handler: F) -> F:
@@ -226,6 +239,13 @@ class Caller:
     # The API key the call is made with (its id), None for a login's access token: a key never
     # changes a password or an e-mail address (`Accounts.update`), nor manages keys.
     api_key: int | None = None
+
+
+RecordCheck = Callable[[Caller, Any], bool]
+"""What `@action(may_see=...)` takes: whether a principal (a `Caller`: the receiver of a copy,
+such as a webhook's owner) may see a record the action answered (as it answered it, before any
+field filtering). A plain function of its arguments: it runs inside the change's transaction,
+in a database thread, so it reads nothing and awaits nothing."""
 
 
 class Endpoint(Protocol):
@@ -317,7 +337,9 @@ class Accounts(Protocol):
         enabled: bool = True,
         *,
         unit: UnitOfWork | None = None,
-    ) -> Account: ...
+        by: Caller | None = None,
+    ) -> Account:
+        """Pass `by=call.caller`: an API key never creates an account (403)."""
 
     async def update(
         self,
@@ -336,10 +358,22 @@ class Accounts(Protocol):
         is a 409. Pass `by=call.caller`: when the caller is the account's owner, a new password
         or e-mail address needs `current_password` (400 without, 403 when wrong, counted as a
         failed login), a new password ends the account's other logins, and the old address is
-        told of a new one. Otherwise a new password ends all of its logins but `keep_session`."""
+        told of a new one. Otherwise a new password ends all of its logins but `keep_session`.
+        An API key changes no account (403); an administrator's own account, and the last active
+        administrator, are never demoted, disabled, locked or expired (409)."""
 
-    async def delete(self, account_id: int, *, unit: UnitOfWork | None = None) -> bool:
-        """False when there was no such account."""
+    async def delete(self, account_id: int, *, unit: UnitOfWork | None = None, by: Caller | None = None) -> bool:
+        """False when there was no such account. Pass `by=call.caller`: an API key never deletes
+        an account (403), and the last active administrator is never deleted (409)."""
+
+    async def cancel_reverts(self, account_id: int, *, by: Caller, current_password: str | None) -> int:
+        """The owner (`by`, proving it with `current_password`) ends the pending links that would
+        put an earlier e-mail address back; how many there were."""
+
+    async def reauthenticate(self, by: Caller, current_password: str | None, purpose: str) -> None:
+        """The caller proves the login is theirs with their own `current_password` before an act
+        a stolen token must not do (`purpose`: "to create an API key"): 400 without it, 403 when
+        wrong, counted as a failed login."""
 
     async def login(self, username: str, password: str) -> Account | None:
         """The account if the name and password match and it may log in."""
@@ -355,6 +389,10 @@ class SecuritySettings(Protocol):
     @property
     def all_roles(self) -> frozenset[str]:
         """Every role the configuration knows."""
+
+    @property
+    def api_keys_per_account(self) -> int:
+        """How many live API keys one account may hold (`security.apiKeysPerAccount`)."""
 
 
 class PeerPinger(Protocol):

@@ -3,8 +3,10 @@
 discover (entry points of group `apid.controllers`) -> load (import, check the class)
 -> bind (attach each controller to its IO State: the file in `iostateDir` if there is one,
 else the one the plugin ships in its package at `iostate/<name>.json`, and check it against
-the code: its actions, its shared caches, and its fields against those the controller
-declares, so that rules needing code that is not running are refused at start and reload).
+the code: its actions, its shared caches, the roles its webhook events may reach, and its
+fields against those the controller declares, so that rules needing code that is not running
+are refused at start and reload; and each endpoint bound to who may receive copies of its
+action's records, as the action declares).
 Every error names the distribution, so an operator knows which package to fix.
 
 Beside them, `migration_sources` finds the plugins' Alembic revisions (entry point group
@@ -28,12 +30,15 @@ from twisted.logger import Logger
 
 from apid.config import SecurityConfig
 from apid.iostate import (
+    Audience,
     ControllerState,
     IOStateError,
     RuleSet,
+    bind_audiences,
     bind_references,
     check_actions,
     check_fields,
+    check_hook_roles,
     check_shared_caches,
     parse_text,
     read_dir,
@@ -163,8 +168,10 @@ def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
 
 def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig) -> Bound:
     """Attach every controller to its IO State and check that each action exists, that only the
-    actions declared caller-independent share cached answers, and that every field is one the
-    controller declares (when it declares them)."""
+    actions declared caller-independent share cached answers, that HOOK gives only administrators
+    the events of an action that declares no `may_see` and is not caller-independent, and that
+    every field is one the controller declares (when it declares them); then bind each endpoint
+    to who may receive copies of its records."""
     controllers = {c.cls.name: c for c in loaded}
     overrides = read_dir(iostate_dir, security)
     for name, state in overrides.items():
@@ -184,15 +191,22 @@ def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: Securi
                 )
             source, text = shipped
             state = parse_text(text, source, security)
-        actions = controller.cls.actions()
-        check_actions(state, actions, controller.plugin.label)
-        check_fields(state, declared_fields(controller.cls, controller.plugin.label), controller.plugin.label)
-        check_shared_caches(
+        label = controller.plugin.label
+        declared = {action: action_rules(handler) for action, handler in controller.cls.actions().items()}
+        check_actions(state, declared, label)
+        check_fields(state, declared_fields(controller.cls, label), label)
+        check_shared_caches(state, [action for action, rules in declared.items() if rules.caller_independent], label)
+        check_hook_roles(
             state,
-            [action for action, handler in actions.items() if action_rules(handler).caller_independent],
-            controller.plugin.label,
+            [action for action, rules in declared.items() if rules.may_see is not None or rules.caller_independent],
+            security.superuser_role,
+            label,
         )
-        states[name] = state
+        audiences = {
+            action: Audience(security.superuser_role, rules.may_see, rules.caller_independent)
+            for action, rules in declared.items()
+        }
+        states[name] = bind_audiences(state, audiences)
     return Bound(rules=RuleSet(controllers=bind_references(states)), controllers=controllers)
 
 

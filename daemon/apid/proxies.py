@@ -23,7 +23,10 @@ socket a daemon binds, or the one a worker adopts from its parent, in Twisted's 
 parser, and with `trustedProxies` set closes a connection from any other peer before reading
 it, so that nobody else can claim an address in a PROXY header. The client is then the source
 the PROXY header names (its own forwarding headers count only if it is a trusted proxy too);
-the proxy's X-Forwarded-Proto still gives the scheme, the PROXY protocol carrying none.
+the proxy's X-Forwarded-Proto still gives the scheme, the PROXY protocol carrying none. A
+header that cannot be read closes its connection with one log line (`apid.proxy_header`).
+
+Per-address limits count an IPv6 client by its /64 (`client_group`, `security.ipv6Prefix`).
 """
 
 from __future__ import annotations
@@ -85,6 +88,17 @@ def _address(text: str) -> Address | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
+
+
+@functools.lru_cache(maxsize=REMEMBERED)
+def client_group(host: str, ipv6_prefix: int) -> str:
+    """The client `host` (an address as text) counts as for per-address limits: an IPv6 address
+    as its network of `ipv6_prefix` bits (`security.ipv6Prefix`), since one host or customer is
+    usually given a whole /64 and may send from any address in it; any other as it is."""
+    address = _address(host)
+    if not isinstance(address, ipaddress.IPv6Address) or ipv6_prefix >= 128:
+        return host
+    return str(ipaddress.IPv6Network((address, ipv6_prefix), strict=False))
 
 
 @dataclass(frozen=True)
@@ -343,7 +357,7 @@ def client_endpoint(socket: IStreamServerEndpoint, listen: str, trusted: Trusted
         socket = _ProxiesOnlyEndpoint(socket, trusted)
     if speaks_proxy_protocol(listen):
         # here: a daemon not behind the PROXY protocol never loads Twisted's parser of it
-        from twisted.protocols.haproxy import proxyEndpoint
+        from apid.proxy_header import StrictProxyEndpoint
 
-        socket = proxyEndpoint(socket)
+        socket = StrictProxyEndpoint(socket)
     return ClientEdge(socket, trusted, relayed)

@@ -6,9 +6,10 @@ to ask for a reload, and it moves only once the files have loaded in the asking 
 daemon process (each worker too) reads the generation every half second (`RulesWatcher`);
 when it moved, it re-reads and validates the files in a thread and swaps them in, or keeps
 the rules in force and logs why, then writes its report: the generation it tried, `ok` or
-the error, and when. The report row also says the process is alive (`seen_at`, every minute),
+the error, and when. The report row also says the process is alive (`seen_at`, every 15 s),
 so that `apid iostate reload` knows whose reports to wait for; a process's row goes when it
-stops, and another's purge takes it a day after a crash.
+stops, a worker's when its parent sees it end (killed or crashed: `forget_ended`), and
+another's purge takes it a day after a crash.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ from twisted.logger import Logger
 from apid.iostate import IOStateError, RuleSet
 from apid.plugins import PluginError, RuleBook
 from apid.reactors import Reactor
-from apid.store.database import Database, DatabaseUnavailable, dialect_insert
+from apid.store.database import Database, DatabaseUnavailable, dialect_insert, make_engine, run_write
 from apid.store.tables import iostate_change, iostate_report
 
 log = Logger(namespace="apid.reloading")
 
 OK = "ok"
 POLL_SECONDS = 0.5
-HEARTBEAT_SECONDS = 60.0
+HEARTBEAT_SECONDS = 15.0  # one small write per process: a crashed daemon is waited for 37.5 s at most
 # A process not seen for this long has stopped: `apid iostate reload` does not wait for it.
 LIVE = timedelta(seconds=2.5 * HEARTBEAT_SECONDS)
 # The report of a process gone this long is purged.
@@ -43,9 +44,9 @@ KEPT = timedelta(days=1)
 LOAD_ERRORS = (IOStateError, PluginError)
 
 
-def process_name() -> str:
-    """This process as the reports name it: host:pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def process_name(pid: int | None = None) -> str:
+    """This process (or process `pid` of this host) as the reports name it: host:pid."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 def _now() -> datetime:
@@ -101,6 +102,16 @@ def report(connection: Connection, done: Report) -> None:
 def forget(connection: Connection, who: str) -> None:
     """A process stops: nobody is to wait for its reports."""
     connection.execute(delete(iostate_report).where(iostate_report.c.who == who))
+
+
+def forget_ended(database_url: str, pid: int) -> None:
+    """The parent of worker processes saw worker `pid` end: nobody is to wait for its reports
+    (it cannot remove them itself when killed). Blocking: run it in a thread."""
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        run_write(engine, forget, process_name(pid))
+    finally:
+        engine.dispose()
 
 
 def live_processes(connection: Connection) -> set[str]:

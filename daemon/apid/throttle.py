@@ -126,7 +126,7 @@ class RedisCounters:
         prefix: str = "apid:throttle:",
         circuit: RedisCircuit | None = None,
     ) -> None:
-        self._circuit = circuit or RedisCircuit(pool, clock, timeout)
+        self._circuit = circuit or RedisCircuit(lambda: pool, clock, timeout)
         self._prefix = prefix
 
     def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
@@ -184,10 +184,10 @@ class RateLimiter:
     ) -> dict[str, str]:
         """Charge the user `amount` requests of the day, then each endpoint of `calls` its
         number of calls (RATELIMIT); a caller without a token is counted by the client
-        `address` (they have no account to count). The RateLimit fields to answer with, or a 429."""
+        `address` (they have no account to count). A person is counted once, whichever of
+        their logins and keys calls: more keys never multiply a role's limit.
+        The RateLimit fields to answer with, or a 429."""
         counted = f"address:{address}" if principal.anonymous else str(principal.user_id)
-        if principal.key_id is not None:  # an API key is counted apart from its owner
-            counted = f"key:{principal.key_id}"
         quotas = [
             (rule, "rate", counted, amount, self._expires) for rule in [self.rule(principal.roles)] if rule is not None
         ]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from apid.accounts import check_credentials
-from apid.plugin import Call, Conflict, Controller, Forbidden, InvalidFields, NotFound, Page, action
+from apid.plugin import Call, Caller, Conflict, Controller, Forbidden, InvalidFields, NotFound, Page, action
 
 # Request field -> account attribute, for the fields an update may change.
 CHANGEABLE = ("username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired")
@@ -25,12 +25,18 @@ def account_policy(fields: Mapping[str, Any]) -> None:
     check_credentials(fields.get("username"), fields.get("password"))
 
 
+def owner_or_administrator(caller: Caller, record: Mapping[str, Any]) -> bool:
+    """Who may receive a copy of a person record (a webhook event): as for `show`, its owner
+    and administrators."""
+    return caller.is_superuser or record.get("id") == caller.id
+
+
 class PersonController(Controller):
     name = "person"
     # What `Account.to_dict` answers, and what the actions read besides (IO State may name no other)
     fields = frozenset(
         {"id", "version", "username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired"}
-        | {"roles", "dateCreated", "lastUpdated", "password", "currentPassword", "offset", "max"}
+        | {"roles", "dateCreated", "lastUpdated", "password", "currentPassword", "offset", "max", "cancelled"}
     )
 
     def _own_or_superuser(self, call: Call) -> int:
@@ -48,7 +54,12 @@ class PersonController(Controller):
             raise InvalidFields(errors=[{"field": "roles", "reason": f"unknown roles: {unknown}"}])
         return roles
 
-    @action(requires=("username", "password", "email"), validate=account_policy, answers="record")
+    @action(
+        requires=("username", "password", "email"),
+        validate=account_policy,
+        answers="record",
+        may_see=owner_or_administrator,
+    )
     async def create(self, call: Call) -> dict[str, Any]:
         fields = call.fields
         account = await self.services.accounts.create(
@@ -58,6 +69,7 @@ class PersonController(Controller):
             self._known_roles(call) or [self.services.security.user_role],
             enabled=fields.get("enabled") is not False,
             unit=call,
+            by=call.caller,
         )
         return account.to_dict()
 
@@ -73,7 +85,7 @@ class PersonController(Controller):
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return [account.to_dict() for account in await self.services.accounts.list(*call.page())]
 
-    @action(requires=BY_ID, validate=account_policy, answers="record")
+    @action(requires=BY_ID, validate=account_policy, answers="record", may_see=owner_or_administrator)
     async def update(self, call: Call) -> dict[str, Any]:
         """Changing one's own password or e-mail address needs the current password, so a
         stolen token cannot take the account over (`Accounts.update` with `by`)."""
@@ -92,11 +104,21 @@ class PersonController(Controller):
         )
         return account.to_dict()
 
-    @action(requires=BY_ID, answers="record")
+    @action(requires=("id", "currentPassword"), answers="record")
+    async def cancelReverts(self, call: Call) -> dict[str, Any]:
+        """The owner, who made a change of address, ends the links mailed to the old address
+        that would put it back (`Accounts.cancel_reverts`)."""
+        person_id = call.fields["id"]
+        cancelled = await self.services.accounts.cancel_reverts(
+            person_id, by=call.caller, current_password=call.fields["currentPassword"]
+        )
+        return {"id": person_id, "cancelled": cancelled}
+
+    @action(requires=BY_ID, answers="record", may_see=owner_or_administrator)
     async def delete(self, call: Call) -> dict[str, Any]:
         person_id = self._own_or_superuser(call)
         if person_id == call.caller.id:
             raise Conflict("you cannot delete your own account")
-        if not await self.services.accounts.delete(person_id, unit=call):
+        if not await self.services.accounts.delete(person_id, unit=call, by=call.caller):
             raise NotFound(f"no person with id {person_id}")
         return {"id": person_id}

@@ -159,7 +159,10 @@ def test_the_token_is_kept_in_memory_only(daemon, browser):
 def test_a_pasted_api_key_shows_and_calls_what_its_roles_may(daemon, browser, admin_token):
     """A key goes where the token goes, kept in page memory as well; forgetting it ends no login."""
     created = daemon.request(
-        "POST", "/v0.1/apikey/create", {"name": "docs", "roles": ["ROLE_ADMIN"]}, token=admin_token
+        "POST",
+        "/v0.1/apikey/create",
+        {"name": "docs", "roles": ["ROLE_ADMIN"], "currentPassword": ADMIN[1]},
+        token=admin_token,
     )
     assert created.status == 200, created.body
     key = created.json["key"]

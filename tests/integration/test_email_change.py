@@ -125,15 +125,16 @@ def test_the_old_address_is_told_and_its_link_takes_the_account_back(daemon, dep
     assert outbox.to(new) == []
     back = link_at(notice, BASE_URL)
 
-    followed = daemon.request("GET", back)
-    assert followed.status == 302, followed.body
+    followed = daemon.request("POST", back)
+    assert followed.status == 303, followed.body
     location = followed.headers["Location"]
     assert location.startswith(RESET_PAGE + "?id=")
     assert address_of(daemon, admin_token, person_id) == address
     # every session of the account is over, the one that made the change too
     assert_problem(daemon.request("GET", f"{V}/person/show/{person_id}", token=token), 401)
-    # the link is used up; the reset page's id sets a new password
+    # the link is used up, for the page and its POST alike; the reset page's id sets a new password
     assert_problem(daemon.request("GET", back), 400)
+    assert_problem(daemon.request("POST", back), 400)
     (reset_id,) = parse_qs(urlsplit(location).query)["id"]
     reset = daemon.request("POST", "/resetPassword", {"id": reset_id, "password": "taken-back-password-1"})
     assert reset.status == 200, reset.body
@@ -184,8 +185,12 @@ def test_with_confirmation_the_new_address_takes_effect_when_it_confirms(confirm
     move(daemon, owner, new)
     assert address_of(daemon, admin_token, person_id) == address  # not yet
     (confirmation,) = outbox.wait(new)
-    followed = daemon.request("GET", link_at(confirmation, BASE_URL))
-    assert followed.status == 302 and followed.headers["Location"] == HOME_URL
+    link = link_at(confirmation, BASE_URL)
+    for method in ("HEAD", "GET"):  # a mail scanner's visit confirms nothing
+        assert daemon.request(method, link).status == 200
+    assert address_of(daemon, admin_token, person_id) == address and outbox.to(address) == []
+    followed = daemon.request("POST", link)
+    assert followed.status == 303 and followed.headers["Location"] == HOME_URL
     assert address_of(daemon, admin_token, person_id) == new
     # the old address is told only now, with its way back; the owner's session goes on
     (notice,) = outbox.wait(address)
@@ -201,3 +206,77 @@ def test_with_confirmation_an_address_another_account_holds_is_refused_at_once(c
     reply = update(daemon, token, person_id, email=ADMIN[2].upper(), currentPassword=password)
     assert assert_problem(reply, 409)["field"] == "email"
     assert outbox.new() == []
+
+
+# --- links that change state act on POST only (issue 33, item 6) --------------------------------
+
+
+def test_opening_the_revert_link_changes_nothing_until_its_page_posts(daemon, deployment, admin_token):
+    """A mail scanner opens every link (HEAD, then GET): the address stays, the owner stays
+    signed in; the page's form POSTs to the same link, which carries it out."""
+    owner = new_account(daemon, admin_token)
+    outbox = Outbox(deployment)
+    new = f"scanned-{owner.name}@example.org"
+    move(daemon, owner, new)
+    (notice,) = outbox.wait(owner.address)
+    back = link_at(notice, BASE_URL)
+    for method in ("HEAD", "GET", "GET"):
+        opened = daemon.request(method, back)
+        assert opened.status == 200, opened.body
+        assert opened.headers["Cache-Control"] == "no-store" and opened.headers["Referrer-Policy"] == "no-referrer"
+    page = daemon.request("GET", back)
+    assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+    policy = page.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "form-action 'self'" in policy and "script" not in page.body.decode()
+    (secret,) = parse_qs(urlsplit(back).query)["id"]
+    assert f'<form method="post" action="?id={secret}">' in page.body.decode()
+    as_json = daemon.request("GET", back, headers={"Accept": "application/json"})
+    assert as_json.status == 200 and as_json.json["purpose"] == "email-revert" and as_json.json["method"] == "POST"
+    assert address_of(daemon, admin_token, owner.id) == new
+    assert daemon.request("GET", f"{V}/person/show/{owner.id}", token=owner.token).status == 200
+    done = daemon.request("POST", back, headers={"Accept": "application/json"})
+    assert done.status == 200, done.body
+    assert done.json["done"] is True and done.json["location"].startswith(RESET_PAGE + "?id=")
+    assert address_of(daemon, admin_token, owner.id) == owner.address
+    assert_problem(daemon.request("GET", f"{V}/person/show/{owner.id}", token=owner.token), 401)
+
+
+def test_a_post_needs_a_live_address_change_link(daemon, deployment, admin_token):
+    assert_problem(daemon.request("POST", "/validate?id=made-up"), 400)
+    # a password reset's id is not carried out by POST: it opens the site's reset page by GET
+    owner = new_account(daemon, admin_token)
+    outbox = Outbox(deployment)
+    assert daemon.request("POST", "/forgotPassword", {"email": owner.address}).status == 200
+    (reset,) = outbox.wait(owner.address)
+    assert_problem(daemon.request("POST", link_at(reset, BASE_URL)), 400)
+    assert daemon.request("GET", link_at(reset, BASE_URL)).status == 302
+
+
+def test_the_owner_cancels_pending_revert_links(daemon, deployment, admin_token, database):
+    owner = new_account(daemon, admin_token)
+    outbox = Outbox(deployment)
+    first_new = f"one-{owner.name}@example.org"
+    move(daemon, owner, first_new)
+    (first,) = outbox.wait(owner.address)
+    later = f"two-{owner.name}@example.org"
+    move(daemon, owner, later)
+    outbox.wait(first_new)
+    path = f"{V}/person/cancelReverts/{owner.id}"
+    assert error_fields(assert_problem(daemon.request("PUT", path, {}, token=owner.token), 400)) == {"currentPassword"}
+    wrong = daemon.request("PUT", path, {"currentPassword": "not-it-at-all"}, token=owner.token)
+    assert assert_problem(wrong, 403)["field"] == "currentPassword"
+    other = daemon.request("PUT", path, {"currentPassword": ADMIN[1]}, token=admin_token)
+    assert "owner" in assert_problem(other, 403)["detail"]  # an administrator takes no one's way back
+    cancelled = daemon.request("PUT", path, {"currentPassword": owner.password}, token=owner.token)
+    assert cancelled.status == 200, cancelled.body
+    assert cancelled.json == {"id": owner.id, "cancelled": 2}
+    pending = database.execute(
+        "SELECT count(*) FROM account_token WHERE person_id = ? AND purpose = 'email-revert' AND used_at IS NULL",
+        (owner.id,),
+    ).fetchone()[0]
+    assert pending == 0
+    for method in ("GET", "POST"):
+        assert_problem(daemon.request(method, link_at(first, BASE_URL)), 400)
+    assert address_of(daemon, admin_token, owner.id) == later
+    again = daemon.request("PUT", path, {"currentPassword": owner.password}, token=owner.token)
+    assert again.json == {"id": owner.id, "cancelled": 0}

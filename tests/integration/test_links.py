@@ -35,6 +35,7 @@ def test_an_admin_gets_self_and_every_other_person_action(daemon, admin_token, h
         f"{REL}person/create": (f"{V}/person/create", "POST"),
         f"{REL}person/list": (f"{V}/person/list", "GET"),
         f"{REL}person/update": (f"{V}/person/update/{person['id']}", "PUT"),
+        f"{REL}person/cancelreverts": (f"{V}/person/cancelReverts/{person['id']}", "PUT"),
         f"{REL}person/delete": (f"{V}/person/delete/{person['id']}", "DELETE"),
         f"{REL}team/list": (f"{V}/team/list?leaderId={person['id']}", "GET"),
         f"{REL}team/byleader": (f"{V}/team/byLeader?leaderId={person['id']}", "GET"),
@@ -46,6 +47,7 @@ def test_a_user_gets_only_the_actions_their_role_may_call(daemon, user_token, us
     assert links(reply) == {
         "self": (f"{V}/person/show/{user_id}", "GET"),
         f"{REL}person/update": (f"{V}/person/update/{user_id}", "PUT"),
+        f"{REL}person/cancelreverts": (f"{V}/person/cancelReverts/{user_id}", "PUT"),
         f"{REL}team/list": (f"{V}/team/list?leaderId={user_id}", "GET"),
         f"{REL}team/byleader": (f"{V}/team/byLeader?leaderId={user_id}", "GET"),
     }

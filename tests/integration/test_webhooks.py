@@ -158,6 +158,39 @@ def test_the_payload_is_the_owners_view_not_the_callers(daemon, admin_token, use
         assert Webhook(hook_row(database, hook_id)["secret"]).verify(event.body, event.headers)
 
 
+def test_a_users_hook_receives_their_own_person_record_and_never_anothers(
+    daemon, admin_token, user_token, receiver, database, path
+):
+    """Issue 33: ROLE_USER in person/update's HOOK (this module's person.json) once sent bob's
+    hook on `person` alice's record, which person/show answers him 403. Person declares who may
+    see a record (the owner and administrators), and every event passes that check."""
+    bob = new_person(daemon, admin_token)
+    bob_token = daemon.login(bob["username"], bob["password"])
+    made = daemon.request(
+        "POST", f"{V}/hook/create", {"url": receiver.origin + path + "-bob", "service": "person"}, token=bob_token
+    )
+    assert made.status == 200, made.body
+    admin_hook = insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path + "-admin", "person")
+    alice = account_id(database, USER[0])
+    assert daemon.request("GET", f"{V}/person/show/{alice}", token=bob_token).status == 403
+
+    update_person(daemon, user_token, alice)  # alice changes her record
+    update_person(daemon, admin_token, alice)  # and an administrator does
+    for_bob = update_person(daemon, bob_token, bob["id"])
+
+    # the events were written before each call answered: what is stored is all there will be
+    stored = database.execute(
+        "select hook_id, payload from hook_message where hook_id in (?, ?)", (made.json["id"], admin_hook)
+    ).fetchall()
+    assert sorted((hook_id, json.loads(payload)["data"]["id"]) for hook_id, payload in stored) == sorted(
+        [(admin_hook, alice), (admin_hook, alice), (admin_hook, bob["id"]), (made.json["id"], bob["id"])]
+    )
+    [own] = arrivals(receiver, path + "-bob", 1)
+    assert (own.json["type"], own.json["data"]) == ("person/update", for_bob)  # his own view of his record
+    assert len(arrivals(receiver, path + "-admin", 3)) == 3
+    assert len(arrivals(receiver, path + "-bob", 2, timeout=0.5)) == 1
+
+
 def test_an_owner_without_a_hook_role_of_the_endpoint_receives_nothing(daemon, admin_token, receiver, database, path):
     insert_hook(database, account_id(database, ADMIN[0]), receiver.origin + path + "-admin", "person/create")
     user_hook = insert_hook(database, account_id(database, USER[0]), receiver.origin + path + "-user", "person/create")

@@ -56,7 +56,7 @@ def test_nothing_only_another_role_may_see_gets_into_a_view():
     document = view(USER).to_dict()
     assert "server" not in document["controllers"]  # private: ROLE_ADMIN only
     person = document["controllers"]["person"]["versions"]["1"]["actions"]
-    assert set(person) == {"show", "update"}
+    assert set(person) == {"show", "update", "cancelReverts"}
     assert set(person["show"]["response"]) == {"id", "version", "username", "email"}
     assert "roles" not in person["update"]["request"] and "enabled" not in person["update"]["request"]
     assert person["update"]["batch"] is False and person["update"]["hook"] is False
@@ -226,7 +226,7 @@ async def test_apidoc_show_reads_the_rules_in_force_at_each_call(pipeline, book)
         controllers={**RULES.controllers, "person": parse_text(json.dumps(person), "person.json", SECURITY)}
     )
     result = await show(pipeline, principal(USER), controller="person")
-    assert set(result.data["controllers"]["person"]["versions"]["1"]["actions"]) == {"show"}
+    assert set(result.data["controllers"]["person"]["versions"]["1"]["actions"]) == {"show", "cancelReverts"}
 
 
 @pytest_twisted.ensureDeferred

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from apid.auth.apikeys import KEY_SHAPE, check_new_key, is_key, key_digest, lookup_id, new_key, parse_expiry
+from apid.auth.apikeys import (
+    KEY_SHAPE,
+    check_new_key,
+    is_key,
+    key_digest,
+    lookup_id,
+    new_key,
+    parse_expiry,
+    printable,
+)
 from apid.config import load
 from apid.plugins import load_all
 from apid.problems import Forbidden, InvalidFields
@@ -60,3 +69,16 @@ def test_a_scope_names_controllers_or_endpoints_and_an_expiry_reads_dates_as_utc
     assert new.expires_at == datetime(2027, 1, 1, tzinfo=UTC)
     assert parse_expiry("2027-01-01T12:00:00+02:00") == datetime(2027, 1, 1, 10, tzinfo=UTC)
     assert parse_expiry("2027-01-01T12:00:00") == datetime(2027, 1, 1, 12, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("name", ["\x1b[2Jx", "a\nb", "tab\there", "bidi\u202eflip", "zero\u200bwidth", "\x00"])
+def test_a_name_with_control_or_format_characters_is_refused(name):
+    """Issue 33: names are printed by `apid key list` and mailed; they must not drive a terminal."""
+    with pytest.raises(InvalidFields) as refused:
+        check(name=name)
+    assert [error["field"] for error in refused.value.extensions["errors"]] == ["name"]
+
+
+def test_printable_writes_control_and_format_characters_as_escapes():
+    assert printable("ok\x1b]0;x\x07\n\tz\u202e ünïcode") == "ok\\x1b]0;x\\x07\\n\\tz\\u202e ünïcode"
+    assert printable("nightly export") == "nightly export"

@@ -64,7 +64,7 @@ def test_person_json_parses(security):
     assert state.name == "person"
     assert state.network_group == "public"
     assert state.source == str(PERSON_FILE)
-    assert set(state.versions["1"].endpoints) == {"create", "show", "list", "update", "delete"}
+    assert set(state.versions["1"].endpoints) == {"create", "show", "list", "update", "delete", "cancelReverts"}
 
 
 def test_team_json_parses_with_two_versions(security):

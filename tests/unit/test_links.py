@@ -67,6 +67,7 @@ def test_a_person_answer_links_the_team_actions_that_take_its_id_as_leader_id(fi
     assert found == [
         ("self", "/v0.1/person/show", "GET"),
         (rel("person/update"), "/v0.1/person/update/7", "PUT"),
+        (rel("person/cancelReverts"), "/v0.1/person/cancelReverts/7", "PUT"),
         (rel("team/list"), "/v0.1/team/list?leaderId=7", "GET"),
         (rel("team/byLeader"), "/v0.1/team/byLeader?leaderId=7", "GET"),
     ]

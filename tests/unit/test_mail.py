@@ -1,6 +1,6 @@
 """Outgoing mail (issue 3 item 1, DESIGN 4.12): RFC 5322 messages that refuse header
-injection, the `file` backend writing one whole .eml per message, and the Outbox that sends
-off the request path, retrying a failing mailer on the reactor's clock and never raising."""
+injection, and the `file` backend writing one whole .eml per message. The durable outbox that
+sends them after commit, retrying, is tested in test_mail_outbox.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 from twisted.internet.task import Clock
-from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.config import MailConfig
-from apid.mail import FileMailer, Message, Outbox, SmtpMailer, Undeliverable, make_mailer
+from apid.mail import FileMailer, Message, SmtpMailer, Undeliverable, make_mailer
 
 SENDER = "apid <apid@example.com>"
 NEWLINE_IN_HEADER = "may not contain linefeed or carriage return"  # the email package's refusal
@@ -206,199 +205,9 @@ async def test_file_mailer_leaves_no_partial_files(tmp_path):
 
 @pytest_twisted.ensureDeferred
 async def test_file_mailer_fails_without_writing_when_the_message_is_bad(tmp_path):
+    """A header injection that got this far can never be sent: Undeliverable, not tried again."""
     outbox = tmp_path / "outbox"
     mailer = FileMailer(config(outbox))
-    with pytest.raises(ValueError, match=NEWLINE_IN_HEADER):
+    with pytest.raises(Undeliverable, match=NEWLINE_IN_HEADER):
         await mailer.send(Message("bob@example.com\r\nBcc: eve@evil.example", "hi", "x\n"))
     assert names(outbox) == []
-
-
-# --- the Outbox --------------------------------------------------------------------------------
-
-
-class FlakyMailer:
-    """Fails its first `failures` sends with a failed Deferred, then succeeds."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.attempts: list[tuple[float, Message]] = []
-        self.delivered: list[Message] = []
-        self.clock: Clock | None = None
-
-    def send(self, message: Message) -> defer.Deferred[None]:
-        self.attempts.append((self.clock.seconds() if self.clock else 0.0, message))
-        if len(self.attempts) <= self.failures:
-            return defer.fail(ConnectionRefusedError("SMTP server down"))
-        self.delivered.append(message)
-        return defer.succeed(None)
-
-
-class RaisingMailer:
-    """Raises at once instead of returning a Deferred."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-
-    def send(self, message: Message) -> defer.Deferred[None]:
-        self.attempts += 1
-        raise RuntimeError("broken mailer")
-
-
-class UndeliverableMailer:
-    """Fails every send as a server that cannot take the address does."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-
-    def send(self, message: Message) -> defer.Deferred[None]:
-        self.attempts += 1
-        return defer.fail(Undeliverable("the server does not offer SMTPUTF8"))
-
-
-class SlowMailer:
-    """Answers only when the test says so."""
-
-    def __init__(self) -> None:
-        self.waiting: list[defer.Deferred[None]] = []
-
-    def send(self, message: Message) -> defer.Deferred[None]:
-        self.waiting.append(defer.Deferred())
-        return self.waiting[-1]
-
-
-@pytest.fixture
-def events():
-    caught: list[dict] = []
-    globalLogPublisher.addObserver(caught.append)
-    yield caught
-    globalLogPublisher.removeObserver(caught.append)
-
-
-def mail_events(events: list[dict], level: LogLevel) -> list[dict]:
-    return [e for e in events if e.get("log_namespace") == "apid.mail" and e.get("log_level") == level]
-
-
-def make(failures: int, delays=(2.0, 10.0, 60.0)) -> tuple[Outbox, FlakyMailer, Clock]:
-    clock = Clock()
-    mailer = FlakyMailer(failures)
-    mailer.clock = clock
-    return Outbox(mailer, clock, delays), mailer, clock
-
-
-def test_a_working_mailer_sends_at_once():
-    outbox, mailer, clock = make(0)
-    outbox.post(welcome())
-    assert [m for _, m in mailer.attempts] == [welcome()]
-    assert mailer.delivered == [welcome()]
-    assert not outbox.pending
-    assert clock.getDelayedCalls() == []
-
-
-def test_post_returns_before_the_send_finishes():
-    clock, mailer = Clock(), SlowMailer()
-    outbox = Outbox(mailer, clock, (1.0,))
-    assert outbox.post(welcome()) is None
-    assert len(outbox.pending) == 1
-    mailer.waiting[0].callback(None)
-    assert not outbox.pending
-
-
-def test_a_failing_send_is_retried_after_each_delay(events):
-    outbox, mailer, clock = make(2)
-    outbox.post(welcome())
-    assert len(mailer.attempts) == 1
-    clock.advance(1.999)
-    assert len(mailer.attempts) == 1
-    clock.advance(0.001)
-    assert len(mailer.attempts) == 2
-    clock.advance(9.999)
-    assert len(mailer.attempts) == 2
-    clock.advance(0.001)
-    assert len(mailer.attempts) == 3
-    assert [at for at, _ in mailer.attempts] == [0.0, 2.0, 12.0]
-    assert mailer.delivered == [welcome()]
-    assert not outbox.pending
-    assert clock.getDelayedCalls() == []
-    warnings = mail_events(events, LogLevel.warn)
-    assert [e["attempt"] for e in warnings] == [1, 2]
-    assert all("SMTP server down" in e["error"] for e in warnings)
-    assert mail_events(events, LogLevel.error) == []
-
-
-def test_it_gives_up_after_the_last_delay_and_logs(events):
-    outbox, mailer, clock = make(failures=100)
-    outbox.post(welcome())
-    clock.pump([2.0, 10.0, 60.0])
-    assert [at for at, _ in mailer.attempts] == [0.0, 2.0, 12.0, 72.0]
-    assert not outbox.pending
-    assert clock.getDelayedCalls() == []
-    clock.advance(86400)
-    assert len(mailer.attempts) == 4
-    assert mailer.delivered == []
-    assert len(mail_events(events, LogLevel.warn)) == 4
-    (given_up,) = mail_events(events, LogLevel.error)
-    assert given_up["attempt"] == 4
-    assert given_up["subject"] == welcome().subject
-
-
-def test_custom_delays_are_used():
-    outbox, mailer, clock = make(failures=100, delays=(0.5,))
-    outbox.post(welcome())
-    clock.advance(0.5)
-    clock.advance(1000)
-    assert [at for at, _ in mailer.attempts] == [0.0, 0.5]
-
-
-def test_no_delays_means_one_attempt(events):
-    outbox, mailer, _ = make(failures=1, delays=())
-    outbox.post(welcome())
-    assert len(mailer.attempts) == 1
-    assert not outbox.pending
-    assert len(mail_events(events, LogLevel.error)) == 1
-
-
-def test_messages_are_retried_independently():
-    outbox, mailer, clock = make(failures=1)
-    first, second = welcome("a@example.com"), welcome("b@example.com")
-    outbox.post(first)  # fails, retried at 2 s
-    outbox.post(second)  # goes through
-    assert mailer.delivered == [second]
-    assert len(outbox.pending) == 1
-    clock.advance(2)
-    assert mailer.delivered == [second, first]
-    assert not outbox.pending
-
-
-def test_an_undeliverable_message_is_logged_once_as_an_error_and_not_tried_again(events):
-    clock, mailer = Clock(), UndeliverableMailer()
-    outbox = Outbox(mailer, clock, (2.0, 10.0, 60.0))
-    outbox.post(welcome("jörg@example.com"))
-    clock.advance(86400)
-    assert mailer.attempts == 1
-    assert not outbox.pending
-    assert mail_events(events, LogLevel.warn) == []
-    (dropped,) = mail_events(events, LogLevel.error)
-    assert (dropped["to"], dropped["subject"]) == ("jörg@example.com", welcome().subject)
-    assert dropped["error"] == "the server does not offer SMTPUTF8"
-
-
-def test_post_never_raises_when_the_mailer_raises(events):
-    clock, mailer = Clock(), RaisingMailer()
-    outbox = Outbox(mailer, clock, (1.0, 1.0))
-    outbox.post(welcome())
-    clock.pump([1.0, 1.0, 1.0])
-    assert mailer.attempts == 3
-    assert not outbox.pending
-    assert len(mail_events(events, LogLevel.error)) == 1
-    assert all("broken mailer" in e["error"] for e in mail_events(events, LogLevel.warn))
-
-
-def test_post_never_raises_for_a_message_that_cannot_be_rendered(tmp_path, events):
-    """A header injection that got this far fails in the mailer, is logged, and sends nothing."""
-    clock = Clock()
-    outbox = Outbox(FileMailer(config(tmp_path / "outbox")), clock, (1.0,))
-    outbox.post(Message("bob@example.com\r\nBcc: eve@evil.example", "hi", "x\n"))
-    clock.advance(1.0)
-    assert not outbox.pending
-    assert names(tmp_path / "outbox") == []
-    assert len(mail_events(events, LogLevel.error)) == 1

@@ -33,6 +33,7 @@ def test_migrations_match_the_tables(tmp_path):
         "hook",
         "hook_message",
         "hook_attempt",
+        "mail_outbox",
         "account_token",
         "refresh_token",
         "revoked_token",

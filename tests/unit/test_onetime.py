@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select, update
 
-from apid.auth.onetime import RESET, VALIDATE, LiveId, consume, find_live, issue
+from apid.auth.onetime import EMAIL_CONFIRM, RESET, LiveId, consume, find_live, issue
 from apid.store.database import run_read, run_write
 from apid.store.tables import account_token
 
@@ -40,7 +40,7 @@ def expire(engine, secret: str, ago: timedelta = timedelta(minutes=1)) -> None:
 
 
 def test_a_secret_has_at_least_128_bits(engine, alice):
-    secrets = {run_write(engine, issue, alice, VALIDATE, HOUR) for _ in range(50)}
+    secrets = {run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR) for _ in range(50)}
     assert len(secrets) == 50
     for secret in secrets:
         assert URLSAFE.fullmatch(secret), secret
@@ -52,13 +52,13 @@ def test_a_secret_has_at_least_128_bits(engine, alice):
 
 def test_only_the_sha256_of_the_secret_is_stored(engine, alice):
     before = datetime.now(UTC)
-    secret = run_write(engine, issue, alice, VALIDATE, HOUR)
+    secret = run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
     (row,) = rows(engine)
     assert row.token_hash == hashlib.sha256(secret.encode("utf-8")).hexdigest()
     for column, value in row._mapping.items():
         assert secret not in str(value), f"the secret is stored in {column}"
     assert row.person_id == alice
-    assert row.purpose == VALIDATE
+    assert row.purpose == EMAIL_CONFIRM
     assert row.used_at is None
     created = row.date_created.replace(tzinfo=UTC) if row.date_created.tzinfo is None else row.date_created
     expires = row.expires_at.replace(tzinfo=UTC) if row.expires_at.tzinfo is None else row.expires_at
@@ -68,13 +68,13 @@ def test_only_the_sha256_of_the_secret_is_stored(engine, alice):
 
 def test_find_live_tells_owner_purpose_and_expiry(engine, alice, bob):
     before = datetime.now(UTC)
-    validation = run_write(engine, issue, alice, VALIDATE, 24 * HOUR)
+    validation = run_write(engine, issue, alice, EMAIL_CONFIRM, 24 * HOUR)
     reset = run_write(engine, issue, bob, RESET, HOUR)
     after = datetime.now(UTC)
 
     live = run_read(engine, find_live, validation)
     assert isinstance(live, LiveId)
-    assert (live.person_id, live.purpose) == (alice, VALIDATE)
+    assert (live.person_id, live.purpose) == (alice, EMAIL_CONFIRM)
     assert live.expires_at.tzinfo is not None
     assert before + timedelta(hours=24) <= live.expires_at <= after + timedelta(hours=24)
 
@@ -92,33 +92,33 @@ def test_find_live_consumes_nothing(engine, alice):
 
 @pytest.mark.parametrize("secret", ["", "nope", "A" * 43, "x" * 5000])
 def test_an_unknown_id_is_not_live(engine, alice, secret):
-    run_write(engine, issue, alice, VALIDATE, HOUR)
+    run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
     assert run_read(engine, find_live, secret) is None
-    assert run_write(engine, consume, secret, VALIDATE) is None
+    assert run_write(engine, consume, secret, EMAIL_CONFIRM) is None
 
 
 def test_the_hash_itself_is_no_id(engine, alice):
     """A copy of the database opens nothing: the stored hash is not accepted as the id."""
-    run_write(engine, issue, alice, VALIDATE, HOUR)
+    run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
     (row,) = rows(engine)
     assert run_read(engine, find_live, row.token_hash) is None
-    assert run_write(engine, consume, row.token_hash, VALIDATE) is None
+    assert run_write(engine, consume, row.token_hash, EMAIL_CONFIRM) is None
 
 
 # --- consuming -------------------------------------------------------------------------------
 
 
 def test_consume_works_once(engine, alice):
-    secret = run_write(engine, issue, alice, VALIDATE, HOUR)
-    used = run_write(engine, consume, secret, VALIDATE)
-    assert used is not None and (used.person_id, used.purpose) == (alice, VALIDATE)
-    assert run_write(engine, consume, secret, VALIDATE) is None
+    secret = run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
+    used = run_write(engine, consume, secret, EMAIL_CONFIRM)
+    assert used is not None and (used.person_id, used.purpose) == (alice, EMAIL_CONFIRM)
+    assert run_write(engine, consume, secret, EMAIL_CONFIRM) is None
     assert run_read(engine, find_live, secret) is None
     (row,) = rows(engine)
     assert row.used_at is not None
 
 
-@pytest.mark.parametrize(("issued", "presented"), [(VALIDATE, RESET), (RESET, VALIDATE), (RESET, "other")])
+@pytest.mark.parametrize(("issued", "presented"), [(EMAIL_CONFIRM, RESET), (RESET, EMAIL_CONFIRM), (RESET, "other")])
 def test_consume_only_for_its_purpose(engine, alice, issued, presented):
     secret = run_write(engine, issue, alice, issued, HOUR)
     assert run_write(engine, consume, secret, presented) is None
@@ -137,31 +137,31 @@ def test_a_new_id_replaces_the_earlier_one_of_that_purpose(engine, alice):
 
 
 def test_a_new_id_leaves_other_purposes_and_other_people_alone(engine, alice, bob):
-    validation = run_write(engine, issue, alice, VALIDATE, HOUR)
+    validation = run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
     bobs = run_write(engine, issue, bob, RESET, HOUR)
     run_write(engine, issue, alice, RESET, HOUR)
     run_write(engine, issue, alice, RESET, HOUR)
-    assert run_read(engine, find_live, validation).purpose == VALIDATE
+    assert run_read(engine, find_live, validation).purpose == EMAIL_CONFIRM
     assert run_read(engine, find_live, bobs).person_id == bob
-    assert run_write(engine, consume, validation, VALIDATE) is not None
+    assert run_write(engine, consume, validation, EMAIL_CONFIRM) is not None
     assert run_write(engine, consume, bobs, RESET) is not None
 
 
 def test_a_used_id_is_not_revived_by_a_new_one(engine, alice):
-    first = run_write(engine, issue, alice, VALIDATE, HOUR)
-    assert run_write(engine, consume, first, VALIDATE) is not None
-    run_write(engine, issue, alice, VALIDATE, HOUR)
-    assert run_write(engine, consume, first, VALIDATE) is None
+    first = run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
+    assert run_write(engine, consume, first, EMAIL_CONFIRM) is not None
+    run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
+    assert run_write(engine, consume, first, EMAIL_CONFIRM) is None
 
 
 # --- expiry ----------------------------------------------------------------------------------
 
 
 def test_an_expired_id_is_neither_live_nor_consumable(engine, alice):
-    secret = run_write(engine, issue, alice, VALIDATE, HOUR)
+    secret = run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
     expire(engine, secret)
     assert run_read(engine, find_live, secret) is None
-    assert run_write(engine, consume, secret, VALIDATE) is None
+    assert run_write(engine, consume, secret, EMAIL_CONFIRM) is None
     (row,) = rows(engine)
     assert row.used_at is None  # refused, not used up
 
@@ -192,12 +192,12 @@ def test_of_two_concurrent_consumes_only_one_succeeds(engine, alice):
     def contender(secret: str, barrier: threading.Barrier, results: list, errors: list) -> None:
         try:
             barrier.wait(timeout=10)
-            results.append(run_write(engine, consume, secret, VALIDATE))
+            results.append(run_write(engine, consume, secret, EMAIL_CONFIRM))
         except BaseException as error:  # reported below
             errors.append(error)
 
     for _ in range(20):
-        secret = run_write(engine, issue, alice, VALIDATE, HOUR)
+        secret = run_write(engine, issue, alice, EMAIL_CONFIRM, HOUR)
         barrier = threading.Barrier(2)
         results: list[LiveId | None] = []
         errors: list[BaseException] = []

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
+REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::((?:test_|Test)\w+)`")
 
 
 def test_every_test_named_in_the_security_page_exists():
@@ -18,7 +18,15 @@ def test_every_test_named_in_the_security_page_exists():
     missing = []
     for path, name in sorted(set(named)):
         tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+        # test functions, and test classes: a Hypothesis state machine's `TestCase` is an assignment
         defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        defined |= {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
         if name not in defined:
             missing.append(f"{path}::{name}")
     assert not missing, f"docs/security.md names tests that do not exist: {missing}"

@@ -4,12 +4,14 @@ Alembic, through the same units of work the daemon uses."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 import pytest_twisted
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from twisted.internet import reactor
 from twisted.internet.defer import ensureDeferred
 from twisted.internet.task import deferLater
@@ -19,7 +21,9 @@ from apid.auth.standing import REFUSED, Standings, changed_since, standings_of
 from apid.auth.tokens import Principal
 from apid.problems import Unauthorized
 from apid.store.database import run_read, run_write
-from apid.store.tables import account_change, person, person_role
+from apid.store.tables import account_change, external_identity, person, person_role
+
+ISSUER = "https://id.example.test"
 
 
 def token(user_id: int, roles=("ROLE_USER",), issued_at: float | None = None, name: str = "alice") -> Principal:
@@ -90,6 +94,49 @@ async def test_a_token_issued_before_the_account_existed_is_refused(engine, stan
     reborn = run_write(engine, insert_account, "mallory", "m@example.com", "not-a-hash", ["ROLE_USER"]).id
     await refused(standings, token(reborn, issued_at=old.issued_at))
     assert (await standings.admit(token(reborn))).user_id == reborn
+
+
+def test_a_deleted_accounts_id_is_never_given_again(engine, alice, bob):
+    """SQLite AUTOINCREMENT (migration 0012): the next account gets a new id, even after the
+    newest account was deleted."""
+    run_write(engine, delete_account, bob)
+    assert run_write(engine, insert_account, "mallory", "m@example.com", "not-a-hash", ["ROLE_USER"]).id > bob
+
+
+def provider_token(user_id: int, subject: str, issued_at: float | None = None) -> Principal:
+    return dataclasses.replace(token(user_id, issued_at=issued_at), issuer=ISSUER, subject=subject)
+
+
+def tie(engine, person_id: int, subject: str) -> None:
+    run_write(
+        engine,
+        lambda c: c.execute(
+            insert(external_identity).values(
+                issuer=ISSUER, subject=subject, person_id=person_id, date_created=datetime.now(UTC)
+            )
+        ),
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_provider_token_is_taken_only_by_the_account_tied_to_its_issuer_and_subject(
+    engine, standings, alice, bob
+):
+    """Made before its account, a provider token may predate it; what it may never do is act
+    as another account, whatever the id it carries."""
+    tie(engine, alice, "subject-a")
+    earlier = time.time() - 60
+    assert (await standings.admit(provider_token(alice, "subject-a", earlier))).user_id == alice
+    await refused(standings, provider_token(alice, "subject-b"))  # another subject of the issuer
+    await refused(standings, provider_token(bob, "subject-a"))  # bob is tied to nobody
+    await refused(standings, dataclasses.replace(provider_token(alice, "subject-a"), issuer="https://other.test"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_pending_account_is_refused_even_when_enabled_by_hand(engine, standings, alice):
+    """A sign-up never validated takes no token, whatever `enabled` says (apid.auth.lifecycle)."""
+    run_write(engine, lambda c: c.execute(update(person).values(validated_at=None)))
+    assert await refused(standings, token(alice)) == REFUSED
 
 
 @pytest_twisted.ensureDeferred

@@ -9,27 +9,32 @@ so a mistyped or somebody else's address never gets the account's mail.
 
 Each link is a one-time id (`apid.auth.onetime`) carrying the address it sets, opened
 through `/validate` like every emailed link; the ids are issued in the transaction of the
-change they belong to, and mailed once it has committed. A later change never withdraws an
-earlier revert link, and using a revert link withdraws only the ones issued after it: someone
-holding the password who changes the address twice, then reverts to their own first address,
-cannot take away the way back of the address the account had before them.
+change they belong to, and their mail is written in it too (`apid.mail_outbox`), sent once it
+commits. The links are opened by GET and carried out by POST (`apid.auth.link_page`), so a
+mail scanner opening them changes nothing; the owner may cancel the pending revert links
+(`cancel_reverts`, `person/cancelReverts`). A later change never withdraws an earlier revert
+link, and using a revert link withdraws only the ones issued after it: someone holding the
+password who changes the address twice, then reverts to their own first address, cannot take
+away the way back of the address the account had before them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
+from twisted.internet.defer import Deferred
 
 from apid.accounts import Account, change_account, email_key, taken
 from apid.auth import onetime
 from apid.auth.sessions import Revocations, revoke_person
 from apid.config import AccountsConfig
 from apid.hooks.events import AccountEvents
-from apid.mail import PRODUCT, Message, Outbox
+from apid.mail import PRODUCT, Message
+from apid.mail_outbox import queue_mail
 from apid.problems import BadRequest
 from apid.store.database import Database
-from apid.store.tables import person
+from apid.store.tables import account_token, person
 
 PURPOSES = (onetime.EMAIL_CONFIRM, onetime.EMAIL_REVERT)
 
@@ -68,6 +73,23 @@ def confirm_address(
     return account, old, revert_id(connection, live.person_id, revert_lifetime, old)
 
 
+def cancel_reverts(connection: Connection, person_id: int) -> int:
+    """The owner's pending revert links stop working (they confirmed the change is theirs); how
+    many were pending."""
+    pending = connection.execute(
+        select(func.count())
+        .select_from(account_token)
+        .where(
+            account_token.c.person_id == person_id,
+            account_token.c.purpose == onetime.EMAIL_REVERT,
+            account_token.c.used_at.is_(None),
+            account_token.c.expires_at > onetime.now(),
+        )
+    ).scalar_one()
+    onetime.withdraw(connection, person_id, onetime.EMAIL_REVERT)
+    return int(pending)
+
+
 def revert_address(
     connection: Connection, secret: str, reset_lifetime: int, events: AccountEvents | None
 ) -> Reverted | None:
@@ -94,7 +116,6 @@ class AddressChanges:
     def __init__(
         self,
         db: Database,
-        outbox: Outbox,
         revocations: Revocations,
         config: AccountsConfig,
         base_url: str,
@@ -102,7 +123,6 @@ class AddressChanges:
         events: AccountEvents | None = None,
     ) -> None:
         self._db = db
-        self._outbox = outbox
         self._revocations = revocations
         self._config = config
         self._base_url = base_url
@@ -114,36 +134,45 @@ class AddressChanges:
         """Whether a new address takes effect only once it confirms (`accounts.confirmEmailChange`)."""
         return self._config.confirm_email_change
 
-    def issue(self, connection: Connection, account: Account, old: str, new: str) -> Message:
-        """In the transaction of the owner's change: the id the change needs, in its mail. With
+    def issue(self, connection: Connection, account: Account, old: str, new: str) -> None:
+        """In the transaction of the owner's change: the id the change needs, and its mail. With
         confirmation first, the new address is checked free now (a 409 at once, not at the link)."""
         if self.confirmed_first:
             taken(connection, None, new, account.id)
             secret = onetime.issue(
                 connection, account.id, onetime.EMAIL_CONFIRM, self._config.validation_lifetime, address=new
             )
-            return self._confirmation(account.username, new, secret)
+            queue_mail(connection, self._confirmation(account.username, new, secret))
+            return
         secret = revert_id(connection, account.id, self._config.revert_lifetime, old)
-        return self._notice(account.username, old, new, secret)
+        queue_mail(connection, self._notice(account.username, old, new, secret))
 
-    def post(self, message: Message) -> None:
-        self._outbox.post(message)
+    def cancel_reverts(self, person_id: int) -> Deferred[int]:
+        """End the owner's pending revert links (`cancel_reverts`); how many there were."""
+        return self._db.write(cancel_reverts, person_id)
 
     async def follow(self, secret: str, purpose: str) -> str:
         """Carry out the link of an id of `purpose` (one of PURPOSES); where to send the browser."""
         if purpose == onetime.EMAIL_CONFIRM:
-            confirmed = await self._db.write(confirm_address, secret, self._config.revert_lifetime, self._events)
-            if confirmed is None:
+            account = await self._db.write(self._confirm, secret)
+            if account is None:
                 raise BadRequest(onetime.BAD_LINK)
-            account, old, revert = confirmed
             await self._revocations.account_changed(account.id)
-            self.post(self._notice(account.username, old, account.email, revert))
             return self._home_url
         reverted = await self._db.write(revert_address, secret, self._config.reset_lifetime, self._events)
         if reverted is None:
             raise BadRequest(onetime.BAD_LINK)
         await self._revocations.account_changed(reverted.person_id, sessions_ended=True)
         return onetime.page(self._config.reset_url, reverted.reset_secret)
+
+    def _confirm(self, connection: Connection, secret: str) -> Account | None:
+        """Use a confirmation id, and tell the old address in the same transaction."""
+        confirmed = confirm_address(connection, secret, self._config.revert_lifetime, self._events)
+        if confirmed is None:
+            return None
+        account, old, revert = confirmed
+        queue_mail(connection, self._notice(account.username, old, account.email, revert))
+        return account
 
     def _confirmation(self, username: str, new: str, secret: str) -> Message:
         return Message(

@@ -13,6 +13,15 @@ process and daemon reads every half second, so a key revoked anywhere is refused
 within a second; the deny entry needs to outlive only what any daemon may have kept of the key
 (`apid.auth.key_verifier`), as the row itself then says it is revoked.
 
+A key outlasts the login that made it, so making one is told to its owner: creating and
+revoking a key each queue a mail to the owner's address in the same transaction
+(`apid.mail_outbox`), with the key's name, prefix and time, never the key. An account holds at
+most `security.apiKeysPerAccount` live keys (neither revoked nor expired), counted in the
+insert's transaction under a lock of the owner's row, so simultaneous creates cannot pass it.
+A key's name holds no control or format character (Unicode Cc, Cf): it is printed by
+`apid key list` and mailed, and must not move a terminal's cursor or forge a line; rows from
+before the rule are printed escaped (`printable`).
+
 These functions are shared by the `apikey` controller, the command line and the verifier.
 """
 
@@ -22,16 +31,20 @@ import hashlib
 import json
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, or_, select, update
 
+from apid.auth.identities import NO_PASSWORD
 from apid.auth.sessions import deny
-from apid.problems import Forbidden, InvalidFields
+from apid.mail import PRODUCT, Message
+from apid.mail_outbox import queue_mail
+from apid.problems import Conflict, Forbidden, InvalidFields
 from apid.store.database import inserted_id
-from apid.store.tables import api_key, person
+from apid.store.tables import api_key, external_identity, person
 
 if TYPE_CHECKING:
     from apid.plugin import RuleSet
@@ -50,6 +63,8 @@ DENIED_FOR = 2 * int(KEY_KEPT)
 NO_EXPIRY = 253402300799  # 9999-12-31T23:59:59Z: a Principal's `expires` for a key without one
 KEY_CANNOT = "an API key cannot {what}: use the account's own login"
 OUT_OF_SCOPE = "this API key may not call {path}: it is not in its scope"
+CONTROL_CATEGORIES = frozenset({"Cc", "Cf"})  # control and format characters: never in a key's name
+UNREACHABLE = ".invalid"  # a provider account's placeholder address (RFC 2606): no mail reaches it
 
 
 def is_key(token: str) -> bool:
@@ -72,6 +87,20 @@ def lookup_id(key: str) -> str:
 
 def new_key() -> str:
     return PREFIX + secrets.token_urlsafe(9) + secrets.token_urlsafe(SECRET_BYTES)
+
+
+def has_controls(text: str) -> bool:
+    """Whether `text` holds a control or format character (Unicode categories Cc, Cf)."""
+    return any(unicodedata.category(char) in CONTROL_CATEGORIES for char in text)
+
+
+def printable(text: str) -> str:
+    """`text` with each control or format character written as its escape (`\\x1b`, `\\u202e`),
+    so that printing a name stored before the rule cannot drive a terminal or forge a line."""
+    return "".join(
+        char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in CONTROL_CATEGORIES else char
+        for char in text
+    )
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -165,6 +194,8 @@ def check_new_key(
     errors = []
     if not isinstance(name, str) or not name.strip() or len(name) > NAME_LENGTH:
         errors.append({"field": "name", "reason": f"must be 1 to {NAME_LENGTH} characters"})
+    elif has_controls(name):
+        errors.append({"field": "name", "reason": "must not hold control or format characters"})
     if not isinstance(roles, list) or not roles or not all(isinstance(role, str) for role in roles):
         errors.append({"field": "roles", "reason": "must list at least one role"})
         roles = []
@@ -192,7 +223,7 @@ def check_new_key(
     return NewKey(name.strip(), frozenset(roles), None if scopes is None else frozenset(scopes), expires_at)
 
 
-_KEYS = select(api_key, person.c.username).join(person, person.c.id == api_key.c.person_id)
+_KEYS = select(api_key, person.c.username, person.c.email).join(person, person.c.id == api_key.c.person_id)
 
 
 def _record(row: Any) -> KeyRecord:
@@ -211,9 +242,61 @@ def _record(row: Any) -> KeyRecord:
     )
 
 
-def insert_key(connection: Connection, person_id: int, new: NewKey) -> tuple[KeyRecord, str]:
-    """Store a new key of the account; the record and the key itself, which is never kept.
+def _notify(connection: Connection, row: Any, what: str, moment: datetime) -> None:
+    """Queue the mail telling the key's owner it was `what` ("created", "revoked"), in the
+    caller's transaction; a provider account's placeholder address gets none."""
+    if row.email.endswith(UNREACHABLE):
+        return
+    queue_mail(
+        connection,
+        Message(
+            row.email,
+            f"{PRODUCT}: an API key of your account was {what}",
+            (
+                f"Hello {row.username},\n\nan API key of your {PRODUCT} account was {what} at "
+                f"{moment.isoformat(timespec='seconds')}:\n\n"
+                f"  name: {printable(row.name)}\n  prefix: {PREFIX}{row.prefix}\n\n"
+                "If you did not do this, sign in, revoke the key (apikey/revoke) and change your password.\n"
+            ),
+        ),
+    )
+
+
+def is_provider_account(connection: Connection, person_id: int) -> bool:
+    """Whether the account is an OpenID provider's subject (`apid.auth.identities`) with no
+    password here: then each of its calls carries a token its provider issued. One given a
+    password (by an administrator) can log in here, and proves its logins as any other."""
+    found = (
+        select(external_identity.c.id)
+        .join(person, person.c.id == external_identity.c.person_id)
+        .where(external_identity.c.person_id == person_id, person.c.password == NO_PASSWORD)
+    )
+    return connection.execute(found).first() is not None
+
+
+def live_keys(connection: Connection, person_id: int, now: datetime) -> int:
+    """How many keys of the account are neither revoked nor expired."""
+    return connection.execute(
+        select(func.count())
+        .select_from(api_key)
+        .where(
+            api_key.c.person_id == person_id,
+            api_key.c.revoked_at.is_(None),
+            or_(api_key.c.expires_at.is_(None), api_key.c.expires_at > now),
+        )
+    ).scalar_one()
+
+
+def insert_key(connection: Connection, person_id: int, new: NewKey, cap: int | None = None) -> tuple[KeyRecord, str]:
+    """Store a new key of the account and tell its owner; the record and the key itself, which
+    is never kept. With `cap`, an account holding that many live keys gets none more (409); the
+    owner's row is locked first, so simultaneous creates count one after the other.
     Two lookup ids alike (72 random bits) would break the unique index: unheard of."""
+    now = datetime.now(UTC)
+    if cap is not None:
+        connection.execute(select(person.c.id).where(person.c.id == person_id).with_for_update())
+        if live_keys(connection, person_id, now) >= cap:
+            raise Conflict(f"an account holds at most {cap} API keys (security.apiKeysPerAccount): revoke one first")
     key = new_key()
     key_id = inserted_id(
         connection,
@@ -224,11 +307,13 @@ def insert_key(connection: Connection, person_id: int, new: NewKey) -> tuple[Key
             key_hash=key_digest(key),
             roles=json.dumps(sorted(new.roles)),
             scopes=None if new.scopes is None else json.dumps(sorted(new.scopes)),
-            date_created=datetime.now(UTC),
+            date_created=now,
             expires_at=new.expires_at,
         ),
     )
-    return _record(connection.execute(_KEYS.where(api_key.c.id == key_id)).one()), key
+    row = connection.execute(_KEYS.where(api_key.c.id == key_id)).one()
+    _notify(connection, row, "created", now)
+    return _record(row), key
 
 
 def keys_by_lookup(connection: Connection, lookups: list[str]) -> dict[str, tuple[KeyRecord, str]]:
@@ -248,8 +333,8 @@ def list_keys(connection: Connection, owner: int | None, offset: int, limit: int
 
 
 def revoke_key(connection: Connection, key_id: int, owner: int | None) -> KeyRecord | None:
-    """Revoke the key (of `owner` unless None) and deny it everywhere; None when there is no
-    such key. Revoking a revoked key changes nothing."""
+    """Revoke the key (of `owner` unless None), deny it everywhere and tell its owner; None
+    when there is no such key. Revoking a revoked key changes nothing and mails nothing."""
     query = _KEYS.where(api_key.c.id == key_id)
     if owner is not None:
         query = query.where(api_key.c.person_id == owner)
@@ -261,6 +346,7 @@ def revoke_key(connection: Connection, key_id: int, owner: int | None) -> KeyRec
         connection.execute(update(api_key).where(api_key.c.id == key_id).values(revoked_at=moment))
         deny(connection, token_id(key_id), int(moment.timestamp()) + DENIED_FOR)
         row = connection.execute(_KEYS.where(api_key.c.id == key_id)).one()
+        _notify(connection, row, "revoked", moment)
     return _record(row)
 
 

@@ -12,6 +12,11 @@ The provider decides the roles: the account gets those its token maps to when it
 again whenever a token maps to others than the account holds, which is looked at once per
 `LINK_TTL` seconds per subject (the verified token itself is kept by `apid.auth.issuers`).
 To shut a subject out whatever the provider says, disable its account in apid.
+
+Every token admitted vouches for its subject anew: `external_identity.vouched_at` is written
+at most once a minute per subject and process (`VOUCH_INTERVAL`), started and never awaited,
+off the answer path. The account's API keys are taken only while that is recent
+(`apid.auth.standing`), so a key made through a provider ends with the provider's vouching.
 """
 
 from __future__ import annotations
@@ -23,18 +28,22 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, insert, select, update
+from twisted.logger import Logger
 
 from apid.accounts import insert_account, update_account
 from apid.problems import Conflict
-from apid.store.database import Database
+from apid.store.database import Database, DatabaseUnavailable
 from apid.store.tables import external_identity, person, person_role, role
 
 if TYPE_CHECKING:
     from apid.auth.sessions import Revocations
     from apid.hooks.events import AccountEvents
 
+log = Logger(namespace="apid.auth.identities")
+
 LINK_TTL = 60.0  # seconds a subject's account and roles are taken as read
+VOUCH_INTERVAL = 60.0  # seconds between two writes of one subject's vouched_at
 LINKS_KEPT = 100_000  # past that many subjects at once, the memory starts over
 NO_PASSWORD = "!"  # no Argon2 hash: no password matches it
 
@@ -85,7 +94,11 @@ def link(
         account = insert_account(connection, username, f"{username}@external.invalid", NO_PASSWORD, roles)
         connection.execute(
             insert(external_identity).values(
-                issuer=issuer, subject=subject, person_id=account.id, date_created=datetime.now(UTC)
+                issuer=issuer,
+                subject=subject,
+                person_id=account.id,
+                date_created=datetime.now(UTC),
+                vouched_at=datetime.now(UTC),
             )
         )
         action = "create"
@@ -97,6 +110,15 @@ def link(
     if events is not None:
         events.record(connection, action, account)
     return Linked(account.id, account.username, account.roles)
+
+
+def vouch(connection: Connection, issuer: str, subject: str, at: datetime) -> None:
+    """Note that a token of the subject was admitted `at` (its account's keys need it recent)."""
+    connection.execute(
+        update(external_identity)
+        .where(external_identity.c.issuer == issuer, external_identity.c.subject == subject)
+        .values(vouched_at=at)
+    )
 
 
 class ExternalIdentities:
@@ -114,10 +136,13 @@ class ExternalIdentities:
         self._events = events
         self._clock = clock
         self._links: dict[tuple[str, str], tuple[Linked, float]] = {}
+        self._vouch_due: dict[tuple[str, str], float] = {}  # subject -> when its vouched_at is next worth writing
 
     async def account(self, issuer: str, subject: str, roles: frozenset[str]) -> Linked:
-        """The subject's account, holding `roles` (made, or its roles set, when needed)."""
+        """The subject's account, holding `roles` (made, or its roles set, when needed); the
+        token asking vouches for the subject (`vouched_at`, written off the answer path)."""
         key = (issuer, subject)
+        self._vouch(key)
         kept = self._links.get(key)
         if kept is not None and kept[1] > self._clock() and kept[0].roles == roles:
             return kept[0]
@@ -129,6 +154,25 @@ class ExternalIdentities:
             self._links.clear()
         self._links[key] = (found, self._clock() + LINK_TTL)
         return found
+
+    def _vouch(self, key: tuple[str, str]) -> None:
+        """Write the subject's `vouched_at`, at most once per `VOUCH_INTERVAL`: started, never
+        awaited (a subject's first token makes its row with it set)."""
+        now = self._clock()
+        if self._vouch_due.get(key, 0.0) > now:
+            return
+        if len(self._vouch_due) >= LINKS_KEPT:
+            self._vouch_due.clear()
+        self._vouch_due[key] = now + VOUCH_INTERVAL
+        self._db.write(vouch, *key, datetime.fromtimestamp(now, UTC)).addErrback(
+            lambda failure: (
+                None
+                if failure.check(DatabaseUnavailable)  # the outage is logged once, by the database's
+                else log.failure(
+                    "noting that {issuer} vouched for {subject} failed", failure, issuer=key[0], subject=key[1]
+                )
+            )
+        )
 
     async def _written(self, issuer: str, subject: str, roles: frozenset[str]) -> Linked:
         try:

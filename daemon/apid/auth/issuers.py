@@ -134,6 +134,7 @@ class ExternalIssuers:
             expires=int(claims["exp"]),
             issued_at=float(claims["iat"]),
             issuer=issuer.issuer,
+            subject=subject,
         )
 
     def _claims(self, token: str, issuer: IssuerConfig, algorithm: str, key: Any) -> dict[str, Any]:

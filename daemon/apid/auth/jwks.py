@@ -9,6 +9,13 @@ request per interval and each of those tokens a 401 at once. The keys are fetche
 `lifetime` seconds too, so a key the provider withdrew stops being trusted; while the provider
 cannot be reached, the keys held go on serving.
 
+A slow provider never holds a request more than `WAIT_FOR_KEYS` (2 s): one fetch runs at a
+time, in the background, and a request waits for it only within 2 s of its start. Past that, a
+request whose key is held (past its lifetime) is served with it, and one whose `kid` is not
+held gets a 503 with Retry-After (the token may be good: the client tries again once the fetch
+has ended) instead of a 401 that would end its login. A provider answering after 30 s used to
+keep every new token of the time waiting, fetch after fetch.
+
 Only RSA, P-256 and Ed25519 keys are kept, each with the one algorithm of its type (RS256,
 ES256, EdDSA): the token's header never chooses how it is checked, so `none` and the HMAC
 algorithms (whose "secret" would be the public key) have no key to be checked with.
@@ -23,11 +30,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jwt
-from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.config import provider_url
+from apid.problems import ServiceUnavailable
 
 if TYPE_CHECKING:
     from treq.client import HTTPClient
@@ -43,6 +51,10 @@ ALGORITHMS: Mapping[tuple[Any, Any], str] = {
 }
 FETCH_TIMEOUT = 10.0  # seconds for one document, connecting included
 MOST_BYTES = 512 * 1024  # a JWKS of a few dozen keys is a few KiB; more is a broken or hostile answer
+# Seconds a request waits, at most, for a fetch of the keys: a provider answers in tens of
+# milliseconds; one that takes longer is in trouble, and its clients should not wait with it.
+WAIT_FOR_KEYS = 2.0
+SLOW_PROVIDER = "the identity provider is slow to publish its signing keys; try again in a few seconds"
 
 
 class ProviderError(Exception):
@@ -104,17 +116,19 @@ class ProviderKeys:
         clock: IReactorTime,
         refresh: float,
         lifetime: float,
+        wait: float = WAIT_FOR_KEYS,
     ) -> None:
         self._issuer = issuer
         self._get_json = get_json
         self._clock = clock
         self._refresh = refresh
         self._lifetime = lifetime
+        self._wait = wait
         self._keys: dict[str, SigningKey] = {}
         self._jwks_uri: str | None = None
         self._fetched = -math.inf  # when the keys held came
         self._tried = -math.inf  # when the last fetch began
-        self._lock = DeferredLock()  # one fetch at a time; who waited finds its outcome
+        self._fetching: Deferred[None] | None = None  # the one fetch running, that requests may wait for
 
     def held(self, kid: str) -> SigningKey | None:
         """The key `kid` while the keys are fresh; None once they are older than `lifetime`."""
@@ -124,18 +138,63 @@ class ProviderKeys:
 
     async def key(self, kid: str) -> SigningKey | None:
         """The key `kid`: held, or fetched if the last fetch began `refresh` seconds ago or more;
-        None when the provider does not publish it (or could not be asked again yet)."""
+        None when the provider does not publish it (or could not be asked again yet). Never
+        waits for a fetch beyond `wait` seconds from its start: then a held key past its
+        lifetime is served, and for a `kid` not held, a 503 (`ServiceUnavailable`)."""
         found = self.held(kid)
         if found is not None:
             return found
-        await self._lock.run(lambda: Deferred.fromCoroutine(self._fetch_unless_held(kid)))
+        fetching = self._fetch()
+        if fetching is not None and not await self._within_wait(fetching):
+            if kid in self._keys:
+                return self._keys[kid]  # past its lifetime, while the provider is slow to answer
+            raise ServiceUnavailable(SLOW_PROVIDER, retry_after=self._wait)
         return self._keys.get(kid)  # past `lifetime` too, while the provider cannot be reached
 
-    async def _fetch_unless_held(self, kid: str) -> None:
-        now = self._clock.seconds()
-        if self.held(kid) is not None or now - self._tried < self._refresh:
-            return  # another request fetched it meanwhile, or a fetch began too recently
-        self._tried = now
+    def _fetch(self) -> Deferred[None] | None:
+        """The fetch running, or a new one if the last began `refresh` seconds ago or more; None
+        when neither (the keys held are all there is for now)."""
+        if self._fetching is not None:
+            return self._fetching
+        if self._clock.seconds() - self._tried < self._refresh:
+            return None
+        self._tried = self._clock.seconds()
+        fetching = Deferred.fromCoroutine(self._fetch_keys())
+        if fetching.called:  # answered at once: nothing to wait for
+            return fetching
+        self._fetching = fetching
+
+        def ended(_: object) -> None:
+            self._fetching = None
+
+        fetching.addCallback(ended)
+        return fetching
+
+    async def _within_wait(self, fetching: Deferred[None]) -> bool:
+        """Whether the fetch ends within `wait` seconds of its start; it goes on either way."""
+        if fetching.called:
+            return True
+        left = self._wait - (self._clock.seconds() - self._tried)
+        if left <= 0:
+            return False
+        outcome: Deferred[bool] = Deferred()
+
+        def settle(in_time: bool) -> None:
+            if not outcome.called:
+                outcome.callback(in_time)
+
+        def ended(result: object) -> object:
+            settle(True)
+            return result
+
+        timer = self._clock.callLater(left, settle, False)
+        fetching.addBoth(ended)
+        ended_in_time = await outcome
+        if timer.active():
+            timer.cancel()
+        return ended_in_time
+
+    async def _fetch_keys(self) -> None:
         try:
             if self._jwks_uri is None:
                 self._jwks_uri = jwks_uri(self._issuer, await self._get_json(discovery_url(self._issuer)))

@@ -12,6 +12,16 @@ owner's standing (demoted, disabled, deleted: `Standings`).
 
 When a key was last used is written off the answer path, at most once a minute per key and
 process: the write is started, never awaited.
+
+Refusals are cheap. A lookup id found in no row is remembered for `UNKNOWN_KEPT` seconds
+(at most `UNKNOWN_MOST` of them, the oldest going first): a key with it is refused unread.
+Nothing needs forgetting when a key is made: a new key's lookup id is drawn at random (72
+bits), so no id already remembered is ever given to one. And every key refused (unknown, of
+a bad shape, revoked, expired) counts against its client address's failed-login window
+(`abuseLimits.login.perAddress`, `AbuseLimiter`): past it the address's keys are refused
+with 429, as its password guesses are, before the key is looked at. The count is reserved
+before the key is checked and given back when it is good, as a login's is; a key kept and good
+costs no count at all.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from apid.auth.apikeys import (
     record_use,
     token_id,
 )
+from apid.auth.limits import AbuseLimiter
 from apid.auth.tokens import Principal
 from apid.problems import Unauthorized
 from apid.store.coalesce import Coalescer
@@ -46,6 +57,9 @@ REVOKED = "the API key was revoked"
 EXPIRED = "the API key has expired"
 KEPT_MOST = 2048  # keys kept at once; past that the oldest goes
 USE_INTERVAL = 60.0  # seconds between two writes of one key's last use
+UNKNOWN_KEPT = 60.0  # seconds a lookup id found in no row is refused without a read
+UNKNOWN_MOST = 10_000  # such lookup ids remembered at once; past that the oldest goes
+FAILED_AUTH = "login"  # the abuse limit a refused key counts in: the address's failed logins
 
 
 def principal_of(record: KeyRecord) -> Principal:
@@ -74,30 +88,45 @@ class Kept:
 
 
 class KeyVerifier:
-    def __init__(self, reactor: IReactorTime, db: Database) -> None:
+    def __init__(self, reactor: IReactorTime, db: Database, limiter: AbuseLimiter | None = None) -> None:
         self._clock = reactor
         self._db = db
+        self._limiter = limiter
         self._kept: dict[str, Kept] = {}  # by the key's text
+        self._unknown: dict[str, float] = {}  # lookup id found in no row -> until when it is refused unread
         self._reads: Coalescer[str, tuple[KeyRecord, str]] = Coalescer(
             reactor, lambda lookups: db.read(keys_by_lookup, lookups)
         )
 
     def kept(self, key: str) -> Principal | None:
         """The principal of a key kept and good, without a coroutine (the path of every request
-        but the first in a minute); None when it must be read (`verify`). A 401 as `verify`."""
+        but the first in a minute); None when it must be read or is refused (`verify`, which
+        counts the refusal)."""
         kept = self._kept.get(key)
-        if kept is None:
+        if kept is None or isinstance(kept.found, str):
             return None
         now = self._clock.seconds()
-        return None if kept.until <= now else self._admitted(kept, now)
+        return None if kept.until <= now or kept.found.expires <= now else self._admitted(kept, now)
 
-    async def verify(self, key: str) -> Principal:
-        """The principal of a good key, read from its row; a 401 for a key unknown, revoked or expired."""
-        found = await self._read(key)
+    async def verify(self, key: str, address: str = "unknown") -> Principal:
+        """The principal of a good key; a 401 for a key unknown, revoked or expired, counted
+        against the client `address` (a 429 once its failed-login window is used up)."""
+        counted = self._limiter is not None and await self._limiter.reserve(FAILED_AUTH, address, None)
+        principal = await self._verified(key)
+        if counted and self._limiter is not None:
+            await self._limiter.release(FAILED_AUTH, address, None)
+        return principal
+
+    async def _verified(self, key: str) -> Principal:
+        """The key's principal, from its entry while kept, else from its row (then kept)."""
         now = self._clock.seconds()
-        if len(self._kept) >= KEPT_MOST:
-            del self._kept[next(iter(self._kept))]
-        kept = self._kept[key] = Kept(found, now + KEY_KEPT, now)
+        kept = self._kept.get(key)
+        if kept is None or kept.until <= now:
+            found = await self._read(key)
+            now = self._clock.seconds()
+            if len(self._kept) >= KEPT_MOST:
+                del self._kept[next(iter(self._kept))]
+            kept = self._kept[key] = Kept(found, now + KEY_KEPT, now)
         return self._admitted(kept, now)
 
     def _admitted(self, kept: Kept, now: float) -> Principal:
@@ -116,11 +145,21 @@ class KeyVerifier:
 
     async def _read(self, key: str) -> Principal | str:
         """The key's principal from its row, or why it is refused (kept as well: a revoked
-        key stays revoked). An unknown key is refused without being kept."""
+        key stays revoked). An unknown key is refused without being kept; a lookup id found in
+        no row is remembered, and refused unread until `UNKNOWN_KEPT` has passed."""
         if not KEY_SHAPE.fullmatch(key):
             raise Unauthorized(NOT_VALID)
-        found = await self._reads.get(lookup_id(key))
-        if found is None or not hmac.compare_digest(found[1], key_digest(key)):
+        lookup = lookup_id(key)
+        if self._unknown.get(lookup, 0.0) > self._clock.seconds():
+            raise Unauthorized(NOT_VALID)
+        found = await self._reads.get(lookup)
+        if found is None:
+            self._unknown.pop(lookup, None)  # re-added last: the map stays in order of expiry
+            if len(self._unknown) >= UNKNOWN_MOST:
+                del self._unknown[next(iter(self._unknown))]
+            self._unknown[lookup] = self._clock.seconds() + UNKNOWN_KEPT
+            raise Unauthorized(NOT_VALID)
+        if not hmac.compare_digest(found[1], key_digest(key)):
             raise Unauthorized(NOT_VALID)
         record = found[0]
         return REVOKED if record.revoked_at is not None else principal_of(record)

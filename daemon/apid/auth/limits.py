@@ -11,6 +11,9 @@ A reservation is atomic, so of N simultaneous attempts at most the limit get thr
   logging in from elsewhere (docs/accounts.md gives the numbers and why).
 - register and reset (/forgotPassword): per client address and per email; every request counts.
 
+A client address is an IPv4 address, or an IPv6 address's network of `security.ipv6Prefix`
+bits (a /64 by default): a host given a /64 would otherwise have 2^64 fresh addresses.
+
 Windows are fixed: one starts at the first attempt it counts and lasts `window` seconds.
 Account names are casefolded and digested in keys. Counts live in a `WindowStore`: in this
 process on the reactor's clock (one daemon), or in Redis (shared by every process and daemon
@@ -34,6 +37,7 @@ from apid import metrics
 from apid.accounts import email_key
 from apid.config import AbuseLimit
 from apid.problems import TooManyRequests
+from apid.proxies import client_group
 from apid.store.redis import RedisCircuit, RedisUnreachable, store_unreachable
 
 if TYPE_CHECKING:
@@ -143,7 +147,7 @@ class RedisWindows:
         prefix: str = "apid:abuse:",
         circuit: RedisCircuit | None = None,
     ) -> None:
-        self._circuit = circuit or RedisCircuit(pool, clock, timeout)
+        self._circuit = circuit or RedisCircuit(lambda: pool, clock, timeout)
         self._prefix = prefix
 
     def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
@@ -165,14 +169,19 @@ def account_key(account: str) -> str:
 
 
 class AbuseLimiter:
-    def __init__(self, store: WindowStore, limits: Mapping[str, AbuseLimit], fail_open: bool = True) -> None:
+    def __init__(
+        self, store: WindowStore, limits: Mapping[str, AbuseLimit], fail_open: bool = True, ipv6_prefix: int = 64
+    ) -> None:
         self._store = store
         self._limits = limits
         self._fail_open = fail_open
+        self._ipv6_prefix = ipv6_prefix  # an IPv6 client counts by its network of this many bits
 
     def windows(self, kind: str, address: str, account: str | None) -> list[Window]:
-        """The windows an attempt of `kind` counts in; without an account name, the address's only."""
+        """The windows an attempt of `kind` counts in; without an account name, the address's
+        only. An IPv6 address counts as its /64 (`security.ipv6Prefix`, `client_group`)."""
         limit = self._limits[kind]
+        address = client_group(address, self._ipv6_prefix)
         windows = [Window(f"{kind}:address:{address}", limit.per_address)]
         if account:
             name = account_key(account)

@@ -3,7 +3,10 @@ of e-mail address (the new address confirming it, the old one putting itself bac
 
 An id is 256 random bits from the operating system's CSPRNG; only its SHA-256 is stored, so
 a copy of the database opens no account. Each id has a purpose, expires, and is used once;
-an id of an address change also carries the address it sets.
+an id of an address change also carries the address it sets. Like every credential, an id is
+good only while its account is in the state its purpose needs (a validation: pending; the
+others: active) and only if it was issued after the account's last revocation
+(`apid.auth.lifecycle`), a revert link excepted (`OUTLIVES_REVOCATION`).
 """
 
 from __future__ import annotations
@@ -16,13 +19,19 @@ from urllib.parse import urlencode
 
 from sqlalchemy import Connection, and_, insert, select, update
 
-from apid.store.tables import account_token
+from apid.auth.lifecycle import State, accepts, epoch, revoked_before, state_of
+from apid.store.tables import account_token, person
 
 VALIDATE = "validate"
 RESET = "reset"
 EMAIL_CONFIRM = "email-confirm"  # the new address confirms an owner's change to it
 EMAIL_REVERT = "email-revert"  # the old address puts itself back
 BAD_LINK = "this link is not valid: it is unknown, already used or expired"
+# The state an account must be in for an id of each purpose to work.
+NEEDS = {VALIDATE: State.PENDING, RESET: State.ACTIVE, EMAIL_CONFIRM: State.ACTIVE, EMAIL_REVERT: State.ACTIVE}
+# A revert link outlives revocations: it is the old address's way back from whoever took the
+# account, and their password reset or their own revert ends sessions (`apid.auth.address_change`).
+OUTLIVES_REVOCATION = frozenset({EMAIL_REVERT})
 
 
 def link(base_url: str, secret: str) -> str:
@@ -110,10 +119,25 @@ def withdraw(connection: Connection, person_id: int, purpose: str, issued_after:
     return moment
 
 
+_LIVE = select(
+    account_token,
+    person.c.validated_at,
+    person.c.enabled,
+    person.c.account_locked,
+    person.c.account_expired,
+    person.c.tokens_valid_after,
+).join(person, person.c.id == account_token.c.person_id)
+
+
 def find_live(connection: Connection, secret: str) -> LiveId | None:
-    """The id's owner and purpose if it is known, unused and not expired; it stays unused."""
-    row = connection.execute(select(account_token).where(account_token.c.token_hash == digest(secret))).first()
+    """The id's owner and purpose if it is known, unused, not expired, and its account takes it
+    now (`NEEDS`, `apid.auth.lifecycle`); it stays unused."""
+    row = connection.execute(_LIVE.where(account_token.c.token_hash == digest(secret))).first()
     if row is None or row.used_at is not None or _aware(row.expires_at) <= now():
+        return None
+    needed = NEEDS.get(row.purpose)
+    valid_after = 0.0 if row.purpose in OUTLIVES_REVOCATION else revoked_before(row)
+    if needed is None or not accepts(state_of(row), needed, epoch(row.date_created), valid_after):
         return None
     return LiveId(
         person_id=row.person_id,

@@ -26,7 +26,7 @@ from apid.accounts import (
     insert_account,
     username_key,
 )
-from apid.auth import onetime
+from apid.auth import link_page, onetime
 from apid.auth.address_change import PURPOSES, AddressChanges
 from apid.auth.endpoints import (
     EMAIL,
@@ -39,6 +39,7 @@ from apid.auth.endpoints import (
     string_fields,
     write_text,
 )
+from apid.auth.lifecycle import State, state_of
 from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
@@ -46,7 +47,8 @@ from apid.auth.tokens import Principal
 from apid.config import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.http import read_json_body, write_json
-from apid.mail import PRODUCT, Message, Outbox
+from apid.mail import PRODUCT, Message
+from apid.mail_outbox import queue_mail
 from apid.openapi.parts import (
     FILLED_STRING,
     header_refs,
@@ -86,35 +88,37 @@ def register_account(
     events: AccountEvents | None = None,
 ) -> tuple[str, str | None, str]:
     """What registering these details means, as (outcome, validation id, address to mail):
-    "created" (a disabled account and a validation id), "again" (the same unvalidated
-    account: a fresh id), "email-taken" or "name-taken" (nothing created). Mail about an
-    existing account goes to the address on file, never to the spelling that was typed."""
+    "created" (a pending account and a validation id), "again" (the same pending account: a
+    fresh id), "email-taken" or "name-taken" (nothing created or changed: an account past
+    pending, disabled too, is never touched). Mail about an existing account goes to the
+    address on file, never to the spelling that was typed."""
     by_email = _person_by_email(connection, email)
     if by_email is not None:
-        if not by_email.enabled and by_email.username_key == username_key(username):
+        if state_of(by_email) is State.PENDING and by_email.username_key == username_key(username):
             return "again", onetime.issue(connection, by_email.id, onetime.VALIDATE, lifetime), by_email.email
         return "email-taken", None, by_email.email
     if _person_by_username(connection, username) is not None:
         return "name-taken", None, email
-    account = insert_account(connection, username, email, password_hash, [role], enabled=False)
+    account = insert_account(connection, username, email, password_hash, [role], enabled=False, pending=True)
     if events is not None:
         events.record(connection, "create", account)
     return "created", onetime.issue(connection, account.id, onetime.VALIDATE, lifetime), email
 
 
 def enable_account(connection: Connection, secret: str, events: AccountEvents | None = None) -> bool:
+    """Use a validation id: its pending account becomes active (`onetime.NEEDS`)."""
     live = onetime.consume(connection, secret, onetime.VALIDATE)
     if live is None:
         return False
-    change_account(connection, live.person_id, events, enabled=True)
+    change_account(connection, live.person_id, events, enabled=True, validated_at=onetime.now())
     return True
 
 
 def request_reset(connection: Connection, email: str, lifetime: int) -> tuple[str, str] | None:
-    """A reset id for the enabled account with this email, replacing earlier ones, and the
+    """A reset id for the active account with this email, replacing earlier ones, and the
     address on file (mail goes there, never to the spelling that was typed); else None."""
     row = _person_by_email(connection, email)
-    if row is None or not row.enabled:
+    if state_of(row) is not State.ACTIVE:
         return None
     return onetime.issue(connection, row.id, onetime.RESET, lifetime), row.email
 
@@ -162,6 +166,22 @@ VALIDATE = PublicPath(
                 "description": "To the home page (account validated) or the reset page",
                 "headers": header_refs("Location"),
             },
+            "200": {
+                "description": "An address change's link: a page (JSON for `Accept: application/json`) whose form "
+                "carries it out by `POST /validate`; nothing changes yet"
+            },
+            **problem_answers("400"),
+        },
+    },
+)
+CONFIRM_LINK = PublicPath(
+    "/validate",
+    "POST",
+    {
+        "summary": "Carry out an emailed address-change link (the page `GET /validate` shows posts here)",
+        "parameters": [query_parameter("id", "The id from the emailed link")],
+        "responses": {
+            "303": {"description": "To the home page or the reset page", "headers": header_refs("Location")},
             **problem_answers("400"),
         },
     },
@@ -203,7 +223,7 @@ RESET_PASSWORD = PublicPath(
         "responses": {"200": text_answer("The password was changed"), **problem_answers("400")},
     },
 )
-ACCOUNT_PATHS = (REGISTER, VALIDATE, FORGOT_PASSWORD, VALIDATE_RESET_PASSWORD, RESET_PASSWORD)
+ACCOUNT_PATHS = (REGISTER, VALIDATE, CONFIRM_LINK, FORGOT_PASSWORD, VALIDATE_RESET_PASSWORD, RESET_PASSWORD)
 
 
 class AccountEndpoints:
@@ -211,7 +231,6 @@ class AccountEndpoints:
         self,
         db: Database,
         passwords: Passwords,
-        outbox: Outbox,
         revocations: Revocations,
         limiter: AbuseLimiter,
         accounts: AccountsConfig,
@@ -225,7 +244,6 @@ class AccountEndpoints:
         self._addresses = addresses
         self._db = db
         self._passwords = passwords
-        self._outbox = outbox
         self._revocations = revocations
         self._limiter = limiter
         self._config = accounts
@@ -237,6 +255,7 @@ class AccountEndpoints:
         return [
             REGISTER.route(self.register),
             VALIDATE.route(self.validate),
+            CONFIRM_LINK.route(self.confirm_link),
             FORGOT_PASSWORD.route(self.forgot_password),
             VALIDATE_RESET_PASSWORD.route(self.validate_reset),
             RESET_PASSWORD.route(self.reset_password),
@@ -255,16 +274,21 @@ class AccountEndpoints:
         )
         await self._limiter.reserve("register", client_address(request), email)
         password_hash = await self._passwords.hash(password)
-        outcome, secret, address = await self._db.write(
-            register_account,
-            username,
-            email,
-            password_hash,
-            self._user_role,
-            self._config.validation_lifetime,
-            self._events,
-        )
-        self._outbox.post(self._registration_mail(outcome, username, address, secret))
+
+        def register(connection: Connection) -> None:
+            """Every outcome mails once, in the transaction: the same work whatever happened."""
+            outcome, secret, address = register_account(
+                connection,
+                username,
+                email,
+                password_hash,
+                self._user_role,
+                self._config.validation_lifetime,
+                self._events,
+            )
+            queue_mail(connection, self._registration_mail(outcome, username, address, secret))
+
+        await self._db.write(register)
         return write_text(request, SENT)
 
     def _registration_mail(self, outcome: str, username: str, email: str, secret: str | None) -> Message:
@@ -300,7 +324,8 @@ class AccountEndpoints:
 
     async def validate(self, request: Request, _principal: Principal | None) -> bytes:
         """Every emailed link: a validation enables the account, a reset goes on to the site's
-        reset page (the id still unused), an address change is carried out (`address_change`)."""
+        reset page (the id still unused), an address change's link shows a page that carries it
+        out by POST (`link_page`: GET and HEAD, as mail scanners send, change nothing)."""
         secret = query_value(request, "id")
         live = await self._db.read(onetime.find_live, secret)
         purpose = live.purpose if live is not None else None
@@ -308,9 +333,17 @@ class AccountEndpoints:
             return self._redirect(request, self._home_url)
         if purpose == onetime.RESET:
             return self._redirect(request, onetime.page(self._config.reset_url, secret))
-        if purpose in PURPOSES and self._addresses is not None:
-            return self._redirect(request, await self._addresses.follow(secret, purpose))
+        if live is not None and purpose in PURPOSES and self._addresses is not None:
+            return link_page.confirmation_page(request, secret, live.purpose, live.expires_at)
         raise BadRequest(onetime.BAD_LINK)
+
+    async def confirm_link(self, request: Request, _principal: Principal | None) -> bytes:
+        """`POST /validate?id=`: carry out an address change's link (`address_change`)."""
+        secret = query_value(request, "id")
+        live = await self._db.read(onetime.find_live, secret)
+        if live is None or live.purpose not in PURPOSES or self._addresses is None:
+            raise BadRequest(onetime.BAD_LINK)
+        return link_page.followed(request, live.purpose, await self._addresses.follow(secret, live.purpose))
 
     def _redirect(self, request: Request, location: str) -> bytes:
         request.setResponseCode(302)
@@ -328,20 +361,22 @@ class AccountEndpoints:
         return write_text(request, SENT)
 
     async def _send_reset(self, email: str) -> None:
-        found = await self._db.write(request_reset, email, self._config.reset_lifetime)
-        if found is None:
-            return
-        secret, address = found
-        self._outbox.post(
-            Message(
-                address,
-                f"{PRODUCT}: reset your password",
-                (
-                    f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
-                    f"{onetime.duration(self._config.reset_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
-                    "If you did not ask for this, ignore this message: your password stays as it is.\n"
-                ),
-            )
+        def reset(connection: Connection) -> None:
+            found = request_reset(connection, email, self._config.reset_lifetime)
+            if found is not None:
+                queue_mail(connection, self._reset_mail(*found))
+
+        await self._db.write(reset)
+
+    def _reset_mail(self, secret: str, address: str) -> Message:
+        return Message(
+            address,
+            f"{PRODUCT}: reset your password",
+            (
+                f"Hello,\n\nto choose a new {PRODUCT} password, open this link within "
+                f"{onetime.duration(self._config.reset_lifetime)}:\n\n{onetime.link(self._base_url, secret)}\n\n"
+                "If you did not ask for this, ignore this message: your password stays as it is.\n"
+            ),
         )
 
     async def validate_reset(self, request: Request, _principal: Principal | None) -> bytes:

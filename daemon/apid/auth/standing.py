@@ -13,15 +13,26 @@ memory so that the check costs no query per request:
   within that time.
 
 The roles a request uses are those both in the token and held now: a demotion counts on the
-next request, a promotion with the next token. Tokens issued before the account existed (an
-id reused after a delete) or before its sessions were revoked are refused; a provider's token
-(`Principal.issuer`) only by the latter, since its account is made after it, on its first call.
+next request, a promotion with the next token. Whether the account takes the credential at all
+is the one rule of `apid.auth.lifecycle` (`Standing.accepts`), the same for an access token,
+a refresh, an API key and a provider's token: the account is active, and the credential was
+issued after its last revocation and, for apid's own, after the account was made (an id reused
+after a delete). A provider's token (`Principal.issuer`) is made before its account, on its
+first call: it is taken only by the account tied to its issuer and subject.
+
+Two rules follow the deployment's settings (`Standings.admit`): with `security.localLogins`
+false, an account with no provider identity (a password account) takes no credential at all,
+its tokens and keys alike; and an API key of a provider's account is taken only while the
+provider vouches for its subject, that is while a token of the subject was admitted within
+the issuer's `keysLifetime` (`external_identity.vouched_at`, written at most once a minute
+by `apid.auth.identities`, seen here within `ttl`): a key made through a provider stops
+within that bound after the provider stops issuing tokens for its subject.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,16 +41,22 @@ from sqlalchemy import Connection, bindparam, delete, insert, select
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
+from apid.auth.lifecycle import State, accepts, epoch, revoked_before, state_of
 from apid.auth.tokens import Principal
 from apid.problems import Unauthorized
 from apid.store.coalesce import Coalescer
 from apid.store.database import Database
-from apid.store.tables import account_change, person, person_role, role
+from apid.store.tables import account_change, external_identity, person, person_role, role
 
 STANDING_TTL = 60.0
 # Changes are read by every daemon within a second; a row older than this has done its work.
 CHANGES_KEPT = timedelta(hours=1)
 REFUSED = "the access token is no longer valid for this account; log in again"
+NO_LOCAL_LOGINS = "password accounts are switched off here (security.localLogins): sign in with your identity provider"
+NOT_VOUCHED = (
+    "the API key's account has had no token of its identity provider for {seconds:g} seconds: "
+    "call once with a token of the provider to use its keys again"
+)
 
 
 @dataclass(frozen=True)
@@ -48,18 +65,23 @@ class Standing:
 
     username: str
     roles: frozenset[str]
-    may_log_in: bool
-    valid_after: float  # epoch seconds: tokens issued before are refused
+    state: State
+    valid_after: float  # epoch seconds: apid's own credentials issued before are refused
     revoked_before: float  # epoch seconds: the account's sessions were last ended then (0: never)
+    identity: tuple[str, str] | None = None  # (issuer, subject) of a provider's account
+    vouched_at: float = 0.0  # epoch seconds: a token of the provider's subject was last admitted then
 
-    def accepts_from(self, principal: Principal) -> float:
-        """When the tokens the account accepts begin: a provider's token need only follow the
-        last end of the account's sessions, since the account is made after it."""
-        return self.revoked_before if principal.issuer else self.valid_after
+    @property
+    def may_log_in(self) -> bool:
+        return self.state is State.ACTIVE
 
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    def accepts(self, principal: Principal) -> bool:
+        """Whether the account takes the principal's credential now (`apid.auth.lifecycle`)."""
+        if principal.issuer is None:
+            return accepts(self.state, State.ACTIVE, principal.issued_at, self.valid_after)
+        return (principal.issuer, principal.subject) == self.identity and accepts(
+            self.state, State.ACTIVE, principal.issued_at, self.revoked_before
+        )
 
 
 def note_change(connection: Connection, person_id: int) -> None:
@@ -82,14 +104,19 @@ _STANDINGS = (
         person.c.id,
         person.c.username,
         person.c.enabled,
+        person.c.validated_at,
         person.c.account_locked,
         person.c.account_expired,
         person.c.date_created,
         person.c.tokens_valid_after,
         role.c.authority,
+        external_identity.c.issuer,
+        external_identity.c.subject,
+        external_identity.c.vouched_at,
     )
     .outerjoin(person_role, person_role.c.person_id == person.c.id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
+    .outerjoin(external_identity, external_identity.c.person_id == person.c.id)
     .where(person.c.id.in_(bindparam("ids", expanding=True)))
 )
 
@@ -105,14 +132,13 @@ def standings_of(connection: Connection, ids: list[int]) -> dict[int, Standing]:
         person_id: Standing(
             username=row.username,
             roles=frozenset(roles.get(person_id, ())),
-            may_log_in=row.enabled and not (row.account_locked or row.account_expired),
+            state=state_of(row),
             # A token's iat is rounded to the millisecond: one issued in the millisecond the
             # account was created may read as just before it.
-            valid_after=max(
-                _aware(row.date_created).timestamp() - 0.001,
-                _aware(row.tokens_valid_after or row.date_created).timestamp(),
-            ),
-            revoked_before=_aware(row.tokens_valid_after).timestamp() if row.tokens_valid_after else 0.0,
+            valid_after=max(epoch(row.date_created) - 0.001, revoked_before(row)),
+            revoked_before=revoked_before(row),
+            identity=(row.issuer, row.subject) if row.issuer is not None else None,
+            vouched_at=epoch(row.vouched_at),
         )
         for person_id, row in rows.items()
     }
@@ -121,9 +147,18 @@ def standings_of(connection: Connection, ids: list[int]) -> dict[int, Standing]:
 class Standings:
     """The standing of the accounts this daemon serves, read once and kept until it changes."""
 
-    def __init__(self, reactor: IReactorTime, db: Database, ttl: float = STANDING_TTL) -> None:
+    def __init__(
+        self,
+        reactor: IReactorTime,
+        db: Database,
+        ttl: float = STANDING_TTL,
+        local_logins: bool = True,
+        vouched_for: Mapping[str, float] | None = None,
+    ) -> None:
         self._clock = reactor
         self._ttl = ttl
+        self._local_logins = local_logins  # false: accounts without a provider identity take nothing
+        self._vouched_for = vouched_for or {}  # issuer -> seconds its vouching lasts for its accounts' keys
         self._entries: dict[int, tuple[Standing | None, float]] = {}
         self._generation = 0  # raised by every forget: a read begun before it is not kept
         self._reads: Coalescer[int, Standing] = Coalescer(reactor, lambda ids: db.read(standings_of, ids))
@@ -135,12 +170,24 @@ class Standings:
             standing = entry[0]
         else:
             standing = await self._read(principal.user_id)
-        if standing is None or not standing.may_log_in or principal.issued_at < standing.accepts_from(principal):
+        if standing is None or not standing.accepts(principal):
             raise Unauthorized(REFUSED)
+        if standing.identity is None:
+            if not self._local_logins:
+                raise Unauthorized(NO_LOCAL_LOGINS)
+        elif principal.key_id is not None:
+            self._vouched(standing.identity[0], standing.vouched_at)
         roles = principal.roles & standing.roles
         if roles == principal.roles and standing.username == principal.username:
             return principal
         return dataclasses.replace(principal, roles=roles, username=standing.username)
+
+    def _vouched(self, issuer: str, vouched_at: float) -> None:
+        """A 401 for a provider account's key unless its provider vouched for the subject within
+        the issuer's `keysLifetime`; a provider no longer configured vouches for nobody."""
+        lasts = self._vouched_for.get(issuer)
+        if lasts is None or vouched_at + lasts <= self._clock.seconds():
+            raise Unauthorized(NOT_VOUCHED.format(seconds=lasts or 0))
 
     def _read(self, person_id: int) -> Deferred[Standing | None]:
         generation = self._generation

@@ -53,6 +53,8 @@ class Principal:
     key_scopes: frozenset[str] | None = None
     # the OpenID provider that issued the token (apid.auth.issuers); None for apid's own tokens
     issuer: str | None = None
+    # the provider's subject (`sub`): its account is the one tied to issuer and subject
+    subject: str | None = None
 
 
 def anonymous_caller(role: str) -> Principal:

@@ -2,7 +2,8 @@
 
 Each message's `data` is the change's record as the hook's **owner** would see it: filtered by
 the RESPONSE fields of the owner's roles, never the caller's. An owner whose roles are not in
-the endpoint's HOOK list gets nothing.
+the endpoint's HOOK list gets nothing, and neither does one the action's own per-record check
+does not let see the record (`apid.record_access`: person's, the owner and administrators).
 
 Where possible the messages are written in the change's own transaction (the outbox
 pattern), so that a crash never leaves a change without its events or events without their
@@ -29,6 +30,7 @@ from apid.http import dumps
 from apid.iostate import Endpoint, RuleSet
 from apid.iostate.types import Conversion
 from apid.problems import InternalError
+from apid.record_access import may_receive, receiver
 from apid.store.database import Database, DatabaseUnavailable
 
 log = Logger(namespace="apid.hooks")
@@ -53,6 +55,29 @@ def event_data(result: Any) -> Any:
     return to_dict() if callable(to_dict) else result
 
 
+def receiving(found: Iterable[Subscriber], endpoint: Endpoint, record: Any) -> list[Subscriber]:
+    """The subscribers whose owner's roles the endpoint's HOOK list admits and whom the action's
+    check lets see `record`, the change's record as events carry it (`event_data`)."""
+    return [
+        subscriber
+        for subscriber in found
+        if endpoint.hook_roles & subscriber.roles
+        and may_receive(endpoint, receiver(endpoint, subscriber.user_id, subscriber.username, subscriber.roles), record)
+    ]
+
+
+def event_messages(
+    found: Iterable[Subscriber],
+    endpoint: Endpoint,
+    record: Any,
+    now: float,
+    filter_output: OutputFilter,
+) -> list[NewMessage]:
+    """The messages of `endpoint`'s event: one per subscriber that may receive `record`."""
+    data = event_data(record)
+    return messages_for(receiving(found, endpoint, data), endpoint, data, now, filter_output)
+
+
 def messages_for(
     found: Iterable[Subscriber],
     endpoint: Endpoint,
@@ -60,8 +85,9 @@ def messages_for(
     now: float,
     filter_output: OutputFilter,
 ) -> list[NewMessage]:
-    """One message of `endpoint`'s event per subscriber whose owner's roles the endpoint's
-    HOOK list admits, carrying `record` as that owner may see it."""
+    """One message of `endpoint`'s event for each of `found` whose owner's roles the endpoint's
+    HOOK list admits, carrying `record` as that owner may see it. It checks no record: `found`
+    are the subscribers `receiving` let see it (`event_messages`)."""
     data = event_data(record)
     messages = []
     for subscriber in found:
@@ -81,7 +107,7 @@ def record_events(
     filter_output: OutputFilter,
 ) -> int:
     """In the caller's transaction: the messages of `endpoint`'s event; how many were written."""
-    messages = messages_for(
+    messages = event_messages(
         subscribers(connection, endpoint.controller, endpoint.action), endpoint, record, now, filter_output
     )
     if messages:
@@ -109,7 +135,7 @@ class EventRecorder:
         now = self._reactor.seconds()
         try:
             found = await self._db.read(subscribers, endpoint.controller, endpoint.action)
-            messages = messages_for(found, endpoint, output, now, self._filter)
+            messages = event_messages(found, endpoint, output, now, self._filter)
             if messages:
                 await self._db.write(insert_messages, messages, now)
         except Exception as error:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, s
 
 from apid.hooks.signing import new_secret
 from apid.hooks.urls import UrlRefused, origin
+from apid.store import leases
 from apid.store.tables import hook, hook_attempt, hook_message, person, person_role, role
 
 PENDING, DELIVERED = "pending", "delivered"
@@ -29,15 +30,16 @@ PENDING, DELIVERED = "pending", "delivered"
 
 @dataclass(frozen=True)
 class Subscriber:
-    """A hook subscribed to an endpoint, and its owner's roles."""
+    """A hook subscribed to an endpoint, and its owner's roles and name."""
 
     hook_id: int
     user_id: int
     roles: frozenset[str]
+    username: str = ""
 
 
 _SUBSCRIBERS = (
-    select(hook.c.id, hook.c.user_id, role.c.authority)
+    select(hook.c.id, hook.c.user_id, person.c.username, role.c.authority)
     .join(person, and_(person.c.id == hook.c.user_id, person.c.enabled.is_(True)))
     .outerjoin(person_role, person_role.c.person_id == hook.c.user_id)
     .outerjoin(role, role.c.id == person_role.c.role_id)
@@ -50,14 +52,17 @@ def subscribers(connection: Connection, controller: str, action: str) -> list[Su
 
     Disabled hooks are included, whether disabled by hand or by failures: their messages are
     recorded and wait, pending, until the hook is enabled again (or `retentionDays` passes)."""
-    found: dict[int, tuple[int, set[str]]] = {}
-    for hook_id, user_id, authority in connection.execute(
+    found: dict[int, tuple[int, str, set[str]]] = {}
+    for hook_id, user_id, username, authority in connection.execute(
         _SUBSCRIBERS, {"services": [controller, f"{controller}/{action}"]}
     ):
-        roles = found.setdefault(hook_id, (user_id, set()))[1]
+        roles = found.setdefault(hook_id, (user_id, username, set()))[2]
         if authority is not None:
             roles.add(authority)
-    return [Subscriber(hook_id, user_id, frozenset(roles)) for hook_id, (user_id, roles) in found.items()]
+    return [
+        Subscriber(hook_id, user_id, frozenset(roles), username)
+        for hook_id, (user_id, username, roles) in found.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ _CANDIDATES = (
     .join(hook, hook.c.id == hook_message.c.hook_id)
     .where(
         hook_message.c.state == PENDING,
-        or_(hook_message.c.lease_until.is_(None), hook_message.c.lease_until < bindparam("now")),
+        leases.free(hook_message, bindparam("now")),
         hook.c.is_enabled.is_(True),
         or_(hook.c.retry_at.is_(None), hook.c.retry_at <= bindparam("now")),
     )
@@ -192,9 +197,7 @@ def claim(
     for hook_id, secret in fresh_secrets.items():
         connection.execute(update(hook).where(hook.c.id == hook_id, hook.c.secret.is_(None)).values(secret=secret))
     ids = [message_id for message_id, _, _ in chosen]
-    connection.execute(
-        update(hook_message).where(hook_message.c.id.in_(ids)).values(lease_owner=owner, lease_until=now + lease)
-    )
+    leases.take(connection, hook_message, ids, owner, now + lease)
     payloads = dict(connection.execute(_PAYLOADS, {"ids": ids}).all())
     return [
         Claimed(
@@ -343,24 +346,12 @@ def _settle_hooks(
 
 def renew(connection: Connection, owner: str, message_ids: Iterable[str], until: float) -> None:
     """Extend our leases of messages still waiting or in flight here."""
-    ids = list(message_ids)
-    if ids:
-        connection.execute(
-            update(hook_message)
-            .where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
-            .values(lease_until=until)
-        )
+    leases.renew(connection, hook_message, owner, message_ids, until)
 
 
 def release(connection: Connection, owner: str, message_ids: Iterable[str]) -> None:
     """Give up leases of messages not attempted (a stopping daemon), so others take them now."""
-    ids = list(message_ids)
-    if ids:
-        connection.execute(
-            update(hook_message)
-            .where(hook_message.c.id.in_(ids), hook_message.c.lease_owner == owner)
-            .values(lease_owner=None, lease_until=None)
-        )
+    leases.release(connection, hook_message, owner, message_ids)
 
 
 def pending_counts(connection: Connection) -> dict[int, int]:

@@ -19,11 +19,8 @@ wait in the database until the probe succeeds.
 from __future__ import annotations
 
 import math
-import os
 import random
-import socket
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -37,6 +34,7 @@ from apid import metrics
 from apid.config import WebhooksConfig
 from apid.hooks.delivery import Deliverer
 from apid.hooks.queue import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
+from apid.store import leases
 from apid.store.database import Database, DatabaseUnavailable
 
 log = Logger(namespace="apid.hooks")
@@ -69,7 +67,7 @@ class DeliveryWorker:
         self._deliverer = deliverer
         self._config = config
         self._max_attempts = max_attempts
-        self.owner = f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = leases.holder_name()
         self._held: dict[str, Claimed] = {}  # leased, not yet settled
         self._waiting: dict[str, deque[Claimed]] = {}  # held, not yet sent, per host
         self._sending: dict[str, int] = {}  # deliveries in flight per host

@@ -2,28 +2,33 @@
 
 from apid.iostate.loader import (
     IOStateError,
+    bind_audiences,
     bind_references,
     check_actions,
     check_fields,
+    check_hook_roles,
     check_shared_caches,
     parse,
     parse_text,
     read_dir,
 )
-from apid.iostate.model import PATH_ID, ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
+from apid.iostate.model import PATH_ID, ApiVersion, Audience, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
 
 __all__ = [
     "PATH_ID",
     "ApiVersion",
+    "Audience",
     "ControllerState",
     "Endpoint",
     "FieldSpec",
     "IOStateError",
     "RoleFields",
     "RuleSet",
+    "bind_audiences",
     "bind_references",
     "check_actions",
     "check_fields",
+    "check_hook_roles",
     "check_shared_caches",
     "parse",
     "parse_text",

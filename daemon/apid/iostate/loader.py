@@ -18,6 +18,7 @@ from apid.config import SecurityConfig
 from apid.iostate.model import (
     METHODS,
     ApiVersion,
+    Audience,
     CachePolicy,
     CallLimit,
     ControllerState,
@@ -480,6 +481,42 @@ def check_shared_caches(state: ControllerState, caller_independent: Iterable[str
                     f'leave "shared" out (each caller\'s answers are then kept apart), or declare the action '
                     f"@action(caller_independent=True) if its answer depends only on the roles and the fields"
                 )
+
+
+def check_hook_roles(state: ControllerState, declared: Iterable[str], superuser_role: str, plugin: str) -> None:
+    """HOOK gives an action that makes events (not a GET) no role but `superuser_role` unless
+    its controller declares who may see the records it answers (`@action(may_see=...)`) or that
+    they are the same for every caller (`caller_independent`): without either, each subscriber
+    would receive every record the action answers, another user's too."""
+    declared = frozenset(declared)
+    for version in state.versions.values():
+        for action, endpoint in version.endpoints.items():
+            if endpoint.is_safe or action in declared:
+                continue
+            for role in sorted(endpoint.hook_roles - {superuser_role}):
+                raise IOStateError(
+                    f"{state.source}: controller {state.name}, version {version.name}, action {action}, "
+                    f"ROLES.HOOK: role {role!r} is refused: the controller of {plugin} declares neither who may "
+                    f"see the records {action} answers (@action(may_see=...)) nor that they are the same for "
+                    f"every caller (@action(caller_independent=True)), so its webhook events would hand one "
+                    f"user's record to another; give HOOK {superuser_role} only, or declare one of them"
+                )
+
+
+def bind_audiences(state: ControllerState, audiences: Mapping[str, Audience]) -> ControllerState:
+    """The state with each endpoint bound to who may receive copies of its action's records
+    (`apid.record_access`); an action without an entry stays unbound, and so sends none."""
+    versions = {
+        name: replace(
+            version,
+            endpoints={
+                action: replace(endpoint, audience=audiences.get(action))
+                for action, endpoint in version.endpoints.items()
+            },
+        )
+        for name, version in state.versions.items()
+    }
+    return replace(state, versions=versions)
 
 
 def bind_references(states: Mapping[str, ControllerState]) -> dict[str, ControllerState]:

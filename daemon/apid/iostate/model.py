@@ -6,7 +6,7 @@ request sees one consistent set of rules from start to end.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -81,6 +81,18 @@ class CachePolicy:
 
 
 @dataclass(frozen=True)
+class Audience:
+    """Who may receive a copy of a record the action answers other than its caller (a webhook
+    event): what the action declares (`@action(may_see=..., caller_independent=...)`), bound to
+    its endpoints when the rules are loaded, with the role that makes an administrator.
+    `apid.record_access` decides with it."""
+
+    superuser_role: str
+    may_see: Callable[[Any, Any], bool] | None = None
+    caller_independent: bool = False
+
+
+@dataclass(frozen=True)
 class Endpoint:
     controller: str
     action: str
@@ -97,6 +109,9 @@ class Endpoint:
     # The RESPONSE fields whose answered values take their VALUES type's form (`ValueType.answer`):
     # a Float stored as 1 answers 1.0 from every action and event, as the database gives it back
     conversions: Mapping[str, Conversion] = field(default_factory=dict)
+    # Who may receive copies of its records (`apid.record_access`); None until bound to the
+    # plugin's code, and then nobody does
+    audience: Audience | None = None
     _granted: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -5,23 +5,28 @@ circuit that fails fast while the server cannot be reached, and what to do then
 The rate limiter (`apid.throttle`) and the abuse limiter (`apid.auth.limits`) each keep their
 counts with one Lua script per change, so that every change is atomic under concurrency.
 
-txredisapi's lazy pool holds a command until it has a connection: with Redis down, every call
+txredisapi's pool holds a command until it has a connection: with Redis down, every call
 waited for its timeout (2 s) before failing open or closed. A `RedisCircuit` opens on the first
-failure: for `PROBE_SECONDS` every script fails at once, then one call goes through as a probe
-(the rest still fail at once); the probe's answer closes the circuit. A pool that knows it has
-no connection (it had one and lost it) fails the call at once instead of letting it wait. The
-outage is logged once, when it starts and when it ends (`apid.store.outage`).
+failure, and while it is open every script fails at once. It does not count on the pool to
+come back: txredisapi stops reconnecting for good when AUTH or SELECT fails, which is what a
+frozen server (SIGSTOP, a long fork, a stalled VM) does to a new connection, since it still
+accepts TCP but answers nothing. So the circuit probes on its own schedule (`PROBE_DELAYS`): it
+builds a fresh pool and PINGs through it; on PONG the fresh pool replaces the old one (closed)
+and the circuit closes, else the attempt is closed and the next waits longer. A pool that knows
+it has no connection (it had one and lost it) fails the call at once instead of letting it
+wait. The outage is logged once, when it starts and when it ends (`apid.store.outage`); the
+attempts between say nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError, fail
+from twisted.internet.defer import Deferred, TimeoutError, fail
 from twisted.internet.error import ConnectError
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
 log = Logger(namespace="apid.store.redis")
 
 RETRY_AFTER_UNREACHABLE = 5  # seconds a fail-closed 503 asks the client to wait
-PROBE_SECONDS = 1.0  # how long an open circuit fails calls at once before one probes
+PROBE_DELAYS = (0.5, 1.0, 2.0, 4.0)  # seconds before each probe of an outage; the last repeats
 RECONNECT_SECONDS = 2.0  # the pool's longest wait between two connection attempts (txredisapi's: 10 s)
 
 
@@ -43,23 +48,28 @@ class RedisUnreachable(Exception):
 
 
 def redis_pool(url: str) -> txredisapi.ConnectionHandler:
-    """A lazily connecting pool for redis://host:port/db (numbers stay strings)."""
+    """A pool of 4 connections to redis://[:password@]host:port/db (numbers stay strings),
+    connecting in the background: a command waits for a connection. Built as txredisapi's
+    non-lazy pools are, so that a failed connection or AUTH logs nothing of its own (the
+    circuit logs the outage)."""
     import txredisapi  # here: a daemon without `redis.url` never loads the client (about 1.5 MiB)
 
     parts = urlsplit(url)
-    pool = txredisapi.lazyConnectionPool(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 6379,
-        dbid=int(parts.path.strip("/") or 0),
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    factory = txredisapi.RedisFactory(
+        f"{host}:{port}",
+        int(parts.path.strip("/") or 0),
+        4,
+        isLazy=False,
         password=parts.password,
-        poolsize=4,
-        convertNumbers=False,
-        connectTimeout=2,
         replyTimeout=2,
+        convertNumbers=False,
     )
     # connected again within 2 s of Redis coming back, not after up to 10 s of the pool's backoff
-    pool._factory.maxDelay = RECONNECT_SECONDS
-    return pool
+    factory.maxDelay = RECONNECT_SECONDS
+    factory.deferred.addErrback(lambda _: None)  # a failed connection: the circuit's PING finds it
+    factory.startConnecting(txredisapi._makeEndpoint(host, port, connectTimeout=2))
+    return factory.handler
 
 
 def _disconnected(pool: txredisapi.ConnectionHandler) -> bool:
@@ -77,15 +87,26 @@ def _unreachable(failure: Failure) -> bool:
     return failure.check(txredisapi.ConnectionError, TimeoutError, ConnectError, ConnectionError) is not None
 
 
+def _close(pool: txredisapi.ConnectionHandler) -> None:
+    """Close `pool` and stop its reconnecting; nothing waits for it to finish."""
+    pool.disconnect().addErrback(lambda _: None)
+
+
 class RedisCircuit:
-    """Runs scripts on one pool, failing them at once while Redis is out of reach (see the
-    module's docstring); shared by every store on the pool, so one outage is one. `fail_open`
-    (`redis.onFailure`) is only said in the log: the limiters decide."""
+    """Runs scripts on the pool `connect` makes, failing them at once while Redis is out of
+    reach and making a new pool when it answers again (see the module's docstring); shared by
+    every store, so one outage is one. `fail_open` (`redis.onFailure`) is only said in the log:
+    the limiters decide."""
 
     def __init__(
-        self, pool: txredisapi.ConnectionHandler, clock: IReactorTime, timeout: float = 2.0, fail_open: bool = True
+        self,
+        connect: Callable[[], txredisapi.ConnectionHandler],
+        clock: IReactorTime,
+        timeout: float = 2.0,
+        fail_open: bool = True,
     ) -> None:
-        self.pool = pool
+        self._connect = connect
+        self._pool = connect()
         self._clock = clock
         self._timeout = timeout
         consequence = (
@@ -94,42 +115,48 @@ class RedisCircuit:
             else "limits failing closed (limited calls and logins answer 503)"
         )
         self.outage = Outage(clock, log, "Redis", consequence)
-        self._open_until: float | None = None  # None: closed, calls go to Redis
-        self._probing = False
+        self._open = False
+        self._probes = 0  # made in this outage
+        self._probing: IDelayedCall | None = None
+        self._stopped = False
+
+    @property
+    def pool(self) -> txredisapi.ConnectionHandler:
+        """The pool in use now: read it each time, a probe replaces it."""
+        return self._pool
 
     def run_script(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Deferred[Any]:
         """EVAL `script` (EVALSHA once Redis has it): its reply, or `RedisUnreachable` at once
         while the circuit is open, or after `timeout` seconds when Redis does not answer."""
-        if self._open_until is not None:
-            if self._probing or self._clock.seconds() < self._open_until:
-                return self._refuse(RedisUnreachable("Redis is unreachable; the circuit is open"))
-            if _disconnected(self.pool):
-                return self._trip(RedisUnreachable("the pool has no connection to Redis"))
-            self._probing = True
-        elif _disconnected(self.pool):
+        if self._open:
+            return self._refuse(RedisUnreachable("Redis is unreachable; the circuit is open"))
+        pool = self._pool
+        if _disconnected(pool):
             return self._trip(RedisUnreachable("the pool lost its connections to Redis"))
-        running = self.pool.eval(script, keys=list(keys), args=list(args)).addTimeout(self._timeout, self._clock)
-        return running.addCallbacks(self._answered, self._failed)
+        running = pool.eval(script, keys=list(keys), args=list(args)).addTimeout(self._timeout, self._clock)
+        return running.addErrback(self._failed, pool)
 
-    def _answered(self, reply: Any) -> Any:
-        if self._open_until is not None:
-            self._open_until, self._probing = None, False
-            self.outage.recovered()
-        return reply
+    def stop(self) -> Deferred[None]:
+        """No more probing; the pool closed (the daemon stops)."""
+        self._stopped = True
+        if self._probing is not None and self._probing.active():
+            self._probing.cancel()
+        self.outage.stop()
+        return self._pool.disconnect()
 
-    def _failed(self, failure: Failure) -> Any:
-        if _unreachable(failure):
-            error = failure.value
-            return self._trip(error if isinstance(error, Exception) else RedisUnreachable(str(error)))
-        if failure.check(CancelledError):  # the caller gave up: says nothing of Redis
-            self._probing = False
-        else:
-            self._answered(None)  # Redis answered, with an error of the script's
-        return failure
+    def _failed(self, failure: Failure, pool: txredisapi.ConnectionHandler) -> Any:
+        if not _unreachable(failure):
+            return failure  # Redis answered, with an error of the script's; or the caller gave up
+        error = failure.value if isinstance(failure.value, Exception) else RedisUnreachable(str(failure.value))
+        if pool is not self._pool:  # a pool already replaced, closing: says nothing of Redis now
+            return fail(RedisUnreachable(f"{type(error).__name__}: {error}"))
+        return self._trip(error)
 
     def _trip(self, error: Exception) -> Deferred[Any]:
-        """Open the circuit (again) for PROBE_SECONDS."""
-        self._open_until, self._probing = self._clock.seconds() + PROBE_SECONDS, False
+        """Open the circuit, and start probing, unless it is open already."""
+        if not self._open:
+            self._open, self._probes = True, 0
+            self._schedule_probe()
         return self._refuse(error)
 
     def _refuse(self, error: Exception) -> Deferred[Any]:
@@ -138,6 +165,34 @@ class RedisCircuit:
             error if isinstance(error, RedisUnreachable) else RedisUnreachable(f"{type(error).__name__}: {error}")
         )
         return fail(unreachable)
+
+    def _schedule_probe(self) -> None:
+        if self._stopped:
+            return
+        delay = PROBE_DELAYS[min(self._probes, len(PROBE_DELAYS) - 1)]
+        self._probes += 1
+        self._probing = self._clock.callLater(delay, self._probe)
+
+    def _probe(self) -> None:
+        """PING through a fresh pool: the old one may be stuck (txredisapi gave up on it)."""
+        self._probing = None
+        fresh = self._connect()
+        pinging = fresh.ping().addTimeout(self._timeout, self._clock)
+        pinging.addCallbacks(lambda _: self._reconnected(fresh), lambda _: self._probe_failed(fresh))
+
+    def _reconnected(self, fresh: txredisapi.ConnectionHandler) -> None:
+        if self._stopped:
+            _close(fresh)
+            return
+        old, self._pool, self._open = self._pool, fresh, False
+        if old is not fresh:
+            _close(old)
+        self.outage.recovered()
+
+    def _probe_failed(self, fresh: txredisapi.ConnectionHandler) -> None:
+        if fresh is not self._pool:
+            _close(fresh)
+        self._schedule_probe()
 
 
 def store_unreachable(log: Logger, what: str, error: BaseException, fail_open: bool) -> None:

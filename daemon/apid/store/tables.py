@@ -56,6 +56,12 @@ person = Table(
     Column("last_updated", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # Access tokens issued before this moment are refused (set by a password reset).
     Column("tokens_valid_after", DateTime(timezone=True), nullable=True),
+    # When the account was validated; null: pending, a sign-up never validated (apid.auth.lifecycle).
+    # A row inserted by hand is validated, as it is enabled.
+    Column("validated_at", DateTime(timezone=True), nullable=True, server_default=func.now()),
+    # Ids are never given again (SQLite reuses the highest deleted one otherwise): a credential
+    # of a deleted account can never name another.
+    sqlite_autoincrement=True,
 )
 
 role = Table(
@@ -94,6 +100,7 @@ hook = Table(
     Column("retry_at", Float, nullable=True),
     # why delivery disabled the hook.
     Column("disabled_reason", Text, nullable=True),
+    sqlite_autoincrement=True,  # ids never given again, as person's
 )
 
 # The delivery outbox: one message of one event for one hook, written before the call that
@@ -127,6 +134,24 @@ hook_attempt = Table(
     Column("error", Text, nullable=True),
 )
 
+# Mail written in the transaction of the change that implies it (apid.mail_outbox), sent after
+# commit by whichever daemon leases it; a sent message's row is deleted.
+mail_outbox = Table(
+    "mail_outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("recipient", String(320), nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("tries", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", Float, nullable=False),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", Float, nullable=True),
+    Index("ix_mail_outbox_state_next_attempt_at", "state", "next_attempt_at"),
+)
+
 # Emailed one-time ids (account validation, password reset): only their SHA-256 is kept.
 account_token = Table(
     "account_token",
@@ -152,6 +177,8 @@ external_identity = Table(
     Column("subject", String(255), nullable=False),
     Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), nullable=False, unique=True),
     Column("date_created", DateTime(timezone=True), nullable=False),
+    # when a token of the subject was last admitted (at most once a minute): its keys need it recent
+    Column("vouched_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("issuer", "subject"),
 )
 
@@ -237,4 +264,5 @@ api_key = Table(
     Column("expires_at", DateTime(timezone=True), nullable=True),
     Column("last_used_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    sqlite_autoincrement=True,  # ids never given again, as person's
 )

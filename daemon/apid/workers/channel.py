@@ -10,6 +10,10 @@ workers count in Redis, as separate daemons do.
 A worker whose write changed a controller with cached answers tells the parent
 (`AnswersChanged`), which has every other worker drop them (`DropAnswers`) before the write is
 answered: no worker of the daemon serves an answer the write made old (`apid.caching`).
+
+The parent asks each worker whether it answers (`Alive`, for systemd's watchdog: the
+worker's reactor answers it) and has one worker reload the IO State everywhere (`Reload`),
+so that it can tell systemd how the reload went.
 """
 
 from __future__ import annotations
@@ -83,6 +87,21 @@ class DropAnswers(amp.Command):
     response = []
 
 
+class Alive(amp.Command):
+    """Answered by a worker whose reactor turns: the parent's liveness check (`apid.systemd`)."""
+
+    arguments = []
+    response = []
+
+
+class Reload(amp.Command):
+    """Reload the IO State of every daemon process (SIGHUP to the parent): why the rules in
+    force stay, if they do."""
+
+    arguments = []
+    response = [(b"refused", amp.Unicode(optional=True))]
+
+
 class ParentSide(amp.AMP):
     """The parent's end of one worker's channel: every worker's end shares `counters` and
     `windows`; `changed` passes a worker's change on to the others."""
@@ -127,17 +146,29 @@ class ParentSide(amp.AMP):
 
 class WorkerSide(amp.AMP):
     """A worker's end of its channel; `lost` runs when the parent is gone (the worker then
-    stops); `drop_answers`, once its cache exists, drops what another worker changed."""
+    stops); `drop_answers`, once its cache exists, drops what another worker changed;
+    `reload`, once it serves, reloads the IO State everywhere."""
 
     def __init__(self, lost: Callable[[], None]) -> None:
         super().__init__()
         self._lost = lost
         self.drop_answers: Callable[[Sequence[str]], None] = lambda controllers: None
+        self.reload: Callable[[], Deferred[str | None]] | None = None
 
     @DropAnswers.responder
     def drop(self, controllers: list[str]) -> dict:
         self.drop_answers(controllers)
         return {}
+
+    @Alive.responder
+    def alive(self) -> dict:
+        return {}
+
+    @Reload.responder
+    def reload_everywhere(self) -> Deferred[dict] | dict:
+        if self.reload is None:
+            return {"refused": "this worker does not serve yet"}
+        return self.reload().addCallback(lambda refused: {"refused": refused})
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         super().connectionLost(reason)

@@ -5,11 +5,14 @@ accepts on it: it starts N workers that each serve the same socket, and the kern
 new connection to one of the workers waiting in accept. It prints the ready line and tells
 systemd READY=1 once every worker serves; replaces a worker that dies (after 1 s, doubling
 up to 30 s while it keeps dying young), but not one that refused the code installed since the
-parent started (`apid.workers.versions`): the daemon must be restarted for that; passes SIGHUP
-on to one worker, whose reload reaches every worker and daemon through the database
-(`apid.reloading`); and on SIGTERM or SIGINT has each worker stop as a single daemon does
-(fail /health while serving, stop accepting, finish the requests in flight), keeping the
-socket open while /health fails, and kills those still running after the drain time.
+parent started (`apid.workers.versions`): the daemon must be restarted for that, and removes a
+dead worker's IO State report, so that `apid iostate reload` does not wait for it; has one
+worker reload on SIGHUP, whose reload reaches every worker and daemon through the database
+(`apid.reloading`), telling systemd RELOADING=1, then READY=1 with the outcome; sends systemd's
+watchdog its keep-alives while every worker answers (`apid.systemd`); and on SIGTERM or SIGINT
+has each worker stop as a single daemon does (fail /health while serving, stop accepting,
+finish the requests in flight), keeping the socket open while /health fails, and kills those
+still running after the drain time.
 Without Redis it keeps the counts that must be exact across workers (`apid.workers.channel`).
 """
 
@@ -38,9 +41,10 @@ from apid.auth.limits import MemoryWindows
 from apid.config import Config
 from apid.reactors import Reactor
 from apid.shutdown import Shutdown, stop_on_signals
+from apid.systemd import KeepAlive, notify, reloaded, reloading, watchdog_seconds
 from apid.throttle import MemoryCounters
 from apid.workers import CHANNEL_FD, PORT_FD, WorkerStart
-from apid.workers.channel import DropAnswers, ParentSide, adopt
+from apid.workers.channel import Alive, DropAnswers, ParentSide, Reload, adopt
 from apid.workers.versions import CODE_CHANGED, code_changes, installed_versions
 
 log = Logger(namespace="apid.workers")
@@ -51,7 +55,7 @@ STEADY_SECONDS = 60.0  # a worker that served this long before dying is replaced
 PASS_ON_SECONDS = 1.0  # a worker's change waits at most this long for the others to drop their answers
 KILL_AFTER = 5.0  # seconds past the workers' own drain time before they are killed (within TimeoutStopSec)
 # Systemd's variables are the parent's: a worker must neither notify nor take the sockets itself
-NOT_INHERITED = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+NOT_INHERITED = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 
 def address_family(port: tcp.Port) -> socket.AddressFamily:
@@ -112,6 +116,7 @@ class Parent:
     ) -> None:
         self._reactor = reactor
         self._versions = start.versions
+        self._database_url = start.config.server.database_url
         self._config = pickle.dumps(start)
         self._port = port
         self._count = count
@@ -129,6 +134,7 @@ class Parent:
         self._served = False  # all served once: from then on a worker that dies is replaced
         self._stopping = False
         self._all_ended: Deferred[None] | None = None
+        self._silent: set[tuple[int, int]] = set()  # (index, pid) of those that did not answer the last check
 
     def start(self) -> Deferred[str]:
         """Start every worker; fires when all serve (with the reactor they run), or fails
@@ -210,6 +216,7 @@ class Parent:
             if not self._serving.called:  # the first to fail says why; the parent is stopping
                 self._serving.errback(RuntimeError(f"worker {index} {how} before it served (its error is above)"))
             return
+        self._forget_reports(worker.pid)  # a worker that stops removes its own
         if isinstance(reason.value, ProcessTerminated) and reason.value.exitCode == CODE_CHANGED:
             self._code_changed(index, worker.pid)
             return
@@ -256,13 +263,64 @@ class Parent:
             lambda failure: log.failure("reading the versions installed failed", failure)
         )
 
-    def reload(self) -> None:
-        """SIGHUP: one worker validates the files and, when they load, has every process reload."""
-        for worker in self._workers.values():
+    def _forget_reports(self, pid: int) -> None:
+        from apid.reloading import forget_ended
+
+        deferToThread(forget_ended, self._database_url, pid).addErrback(
+            lambda failure: log.warn(
+                "removing the IO State report of worker pid {pid} failed ({error}); "
+                "`apid iostate reload` waits for it until it is old",
+                pid=pid,
+                error=failure.getErrorMessage().splitlines()[0],
+            )
+        )
+
+    async def reload(self) -> None:
+        """SIGHUP: one worker validates the files and, when they load, has every process
+        reload; systemd hears RELOADING=1, then READY=1 with the outcome."""
+        notify(reloading())
+        notify(reloaded(await self._reload()))
+
+    async def _reload(self) -> str | None:
+        """Why nothing reloaded, if it did not."""
+        for index, worker in self._workers.items():
             if worker.ready:
-                _signal(worker, "HUP")
-                return
+                try:
+                    answer = await self._channels[index].callRemote(Reload)
+                except Exception as exc:  # the worker ended meanwhile
+                    return f"worker {index} (pid {worker.pid}) did not reload: {exc}"
+                refused: str | None = answer["refused"]
+                return refused
         log.error("SIGHUP ignored: no worker serves to reload the IO State")
+        return "no worker serves to reload the IO State"
+
+    def alive(self, timeout: float) -> Deferred[bool]:
+        """Whether every worker serving answers within `timeout` seconds (their reactors turn);
+        this process's reactor runs this check. Logs a worker once when it stops answering."""
+        serving = [(index, worker.pid) for index, worker in self._workers.items() if worker.ready]
+
+        def answered(index: int) -> Deferred[bool]:
+            return (
+                self._channels[index]
+                .callRemote(Alive)
+                .addTimeout(timeout, self._reactor)
+                .addCallbacks(lambda _: True, lambda _: False)
+            )
+
+        def checked(answers: list[bool]) -> bool:
+            silent = {(index, pid) for (index, pid), ok in zip(serving, answers, strict=True) if not ok}
+            for index, pid in sorted(silent - self._silent):
+                log.error(
+                    "worker {index} (pid {pid}) did not answer within {timeout:g} s: "
+                    "no keep-alive to systemd's watchdog while it does not",
+                    index=index,
+                    pid=pid,
+                    timeout=timeout,
+                )
+            self._silent = silent
+            return not silent
+
+        return defer.gatherResults([answered(index) for index, _ in serving]).addCallback(checked)
 
     async def stop(self) -> None:
         """Have every worker drain (each fails its /health while serving, then finishes what is
@@ -330,7 +388,7 @@ def serve_workers(
 ) -> int:
     """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker
     started. `versions`: the code installed as it started, which every worker must find too."""
-    from apid.daemon import describe, notify_systemd, server_endpoint
+    from apid.daemon import describe, server_endpoint
     from apid.metrics import count_if_read, listen_metrics
     from apid.proxies import socket_listen
     from apid.reactors import installed
@@ -346,7 +404,7 @@ def serve_workers(
         reactor.stop()
 
     async def shutdown(parent: Parent, metrics: IListeningPort | None) -> None:
-        notify_systemd("STOPPING=1")
+        notify("STOPPING=1")
         await parent.stop()
         if metrics is not None:
             stopped = metrics.stopListening()  # scraped until the last worker ended
@@ -374,7 +432,7 @@ def serve_workers(
         start = WorkerStart(config, versions)
         parent = Parent(reactor, start, port, count, reactor_choice, Shutdown(reactor, config.server.shutdown))
         reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(parent, metrics)))
-        signal.signal(signal.SIGHUP, lambda *_: reactor.callFromThread(parent.reload))
+        signal.signal(signal.SIGHUP, lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(parent.reload())))
         try:
             reactor_name = await parent.start()
         except Exception as exc:
@@ -385,7 +443,10 @@ def serve_workers(
             f"API version {config.api.version}, reactor {reactor_name}, {count} workers)",
             flush=True,
         )
-        notify_systemd(f"READY=1\nSTATUS=serving with {count} workers")
+        notify(f"READY=1\nSTATUS=serving with {count} workers")
+        interval = watchdog_seconds()
+        if interval is not None:  # a quarter of the interval for the workers' answers
+            KeepAlive(reactor, interval, lambda: parent.alive(interval / 4)).start()
 
     # the socket alone (a bad `listen` ends here, exit 2): each worker serves it through the PROXY
     # protocol when `listen` says so (apid.proxies.client_endpoint), this process never reads it
