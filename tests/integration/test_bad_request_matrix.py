@@ -61,9 +61,10 @@ CASES_FILE = REPO / "tests" / "data" / "bad_requests.yaml"
 # Every table is compared, the session and one-time token tables included: no case of the
 # matrix is a request that may legitimately write (a refused /logout must not revoke, a refused
 # /refreshToken must not rotate, a refused /validate or /resetPassword must not use an id up).
-# The throwaway accounts and their tokens are made before the first snapshot. A table named
-# here would be left out of the comparison; none needs to be.
-EXCLUDED_TABLES: frozenset[str] = frozenset()
+# The throwaway accounts and their tokens are made before the first snapshot. One table is left
+# out: each daemon process notes there that it still runs, every 15 s (`iostate_report.seen_at`,
+# apid.reloading), a heartbeat no request writes, which may fall between two snapshots.
+EXCLUDED_TABLES: frozenset[str] = frozenset({"iostate_report"})
 
 # The matrix sends hundreds of failed logins, registrations and reset requests from one
 # address: the abuse limits are raised far above that (they have their own tests in
