@@ -27,6 +27,17 @@ def engine(url):
     engine.dispose()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def engine_of_each_database(request, url, tmp_path):
+    """conftest's migrated SQLite file, or a migrated database on the module's PostgreSQL."""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres").new_database(tmp_path.name.lower())
+    engine = make_engine(url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture
 def database(engine):
     """The daemon's handle on that file: units of work in a thread pool, answered as Deferreds."""

@@ -12,20 +12,14 @@ from sqlalchemy import event, select
 import apid.accounts
 from apid.accounts import email_key, find_login, get_account, insert_account, update_account, username_key
 from apid.problems import Conflict
-from apid.store.database import make_engine, run_read, run_write
-from apid.store.migrate import upgrade
+from apid.store.database import run_read, run_write
 from apid.store.tables import person
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
-def engine(request, url, tmp_path):
-    """conftest's migrated SQLite file, or a migrated database on the module's PostgreSQL."""
-    if request.param == "postgresql":
-        url = request.getfixturevalue("postgres").new_database(tmp_path.name.lower())
-    engine = make_engine(url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
+@pytest.fixture
+def engine(engine_of_each_database):
+    """Every test of the module on SQLite and on PostgreSQL (conftest)."""
+    return engine_of_each_database
 
 
 def test_the_fold_makes_case_and_unicode_forms_one_address():
