@@ -1,5 +1,5 @@
 """Finding the account of a login against the number of accounts (section `logins` of
-scripts/bench, issue 25): `apid.accounts.find_login`, the unit of work `/authenticate` runs
+scripts/bench, issue 25): `apid.auth.accounts.find_login`, the unit of work `/authenticate` runs
 before it verifies the password, on databases of 1,000 and 100,000 accounts, SQLite and (when
 Debian's PostgreSQL is installed, as for the tests) PostgreSQL; beside it, the lookup before
 issue 25 (lower(username), which no index serves), for contrast.
@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, text
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from apid.accounts import email_key, find_login, username_key  # noqa: E402
+from apid.auth.accounts import email_key, find_login, username_key  # noqa: E402
 from apid.store.database import make_engine, run_read  # noqa: E402
 from apid.store.migrate import upgrade  # noqa: E402
 from apid.store.tables import person, person_role, role  # noqa: E402
@@ -160,7 +160,7 @@ def logins_section(figures: dict) -> str:
     plans = "\n".join(f"- {names[kind].split()[0]}: `{figures[kind, COUNTS[-1]]['plan']}`" for kind in kinds)
     return f"""## Finding a login's account against the number of accounts (issue 25: independent of it)
 
-`apid.accounts.find_login`, the unit of work `/authenticate` runs before it verifies the
+`apid.auth.accounts.find_login`, the unit of work `/authenticate` runs before it verifies the
 password: the account of the name in any ASCII letter case, and its roles. Databases of
 {COUNTS[0]:,} and {COUNTS[-1]:,} accounts (each with a role), migrated by apid and filled in bulk; names
 typed in another letter case (`User000123` for `user000123`), each lookup a transaction of its

@@ -17,8 +17,8 @@ from twisted.internet.testing import StringTransport
 from twisted.web.http import Request
 from twisted.web.resource import Resource
 
-from apid.config import ConnectionLimits
-from apid.http import ApidSite, TextPaths, query_fields, read_json_body, write_json, write_problem
+from apid.config.files import ConnectionLimits
+from apid.http.site import ApidSite, TextPaths, query_fields, read_json_body, write_json, write_problem
 from apid.problems import Problem
 
 LIMIT = 1024  # the site's maxBodyBytes

@@ -4,8 +4,11 @@ type-checks while the real class is what the protocol says; nothing here runs.""
 
 from __future__ import annotations
 
-from apid import accounts, config, iostate, ping, plugin
+from apid import iostate, plugin
+from apid.auth import accounts
+from apid.config import files as config
 from apid.hooks.service import Hooks
+from apid.server import peers as ping
 from apid.store import database
 
 

@@ -1,11 +1,11 @@
 import sys
 
-from apid.workers.orphans import guard_worker
+from apid.server.workers.orphans import guard_worker
 
 
 def run() -> int:
     guard_worker(sys.argv[1:])  # before the slow imports: a worker never outlives its parent
-    from apid.cli import main
+    from apid.cli.main import main
 
     return main()
 

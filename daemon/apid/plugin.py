@@ -8,7 +8,7 @@ returns is filtered to the caller's RESPONSE fields by the daemon, never by the 
 This module is the whole contract. What the daemon lends a controller (`Services`) is named
 by small protocols defined here, which the daemon's own classes keep, so the module imports
 nothing of the daemon but its problems (`apid.problems`) and the declaration of settings
-(`apid.plugin_settings`, over `apid.settings`), which import nothing else of apid, and the
+(`apid.config.plugin_settings`, over `apid.config.settings`), which import nothing else of apid, and the
 daemon's inner modules depend on it, never the other way round.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 
-from apid.plugin_settings import setting, settings
+from apid.config.plugin_settings import setting, settings
 from apid.problems import (
     BadGateway,
     BadRequest,
@@ -274,7 +274,7 @@ class Endpoint(Protocol):
 
 class RuleSet(Protocol):
     """The IO State rules in force: each controller's NAME to its rules, the model of
-    docs/iostate.md. The `apidoc` controller describes them with `apid.apidoc.api_view`."""
+    docs/iostate.md. The `apidoc` controller describes them with `apid.openapi.view.api_view`."""
 
     @property
     def controllers(self) -> Mapping[str, Any]: ...
@@ -491,7 +491,7 @@ class Call:
         """(offset, limit) from the `offset` and `max` fields, for actions that list records,
         within the action's `@action(page=...)` (else `Page()`: 20 and 100), whose `default` and
         `maximum` the arguments override; the answer then gets `next`/`prev`/`first` links
-        (apid.links.page_links). Declare the page instead: the API documents then say it."""
+        (apid.calls.links.page_links). Declare the page instead: the API documents then say it."""
         declared = self.paging or Page()
         page = Page(declared.default if default is None else default, declared.maximum if maximum is None else maximum)
         errors = page.errors(self.fields)

@@ -368,7 +368,7 @@ PROBLEM_TYPES: tuple[type[Problem], ...] = (
     GatewayTimeout,
 )
 """Every problem type apid itself answers, each with its own schema in the API documents and
-its own section on the problem types page (`apid.docspage`)."""
+its own section on the problem types page (`apid.openapi.docs_page`)."""
 
 TYPES_PAGE = "/docs/assets/problems.html"
 """The daemon's page of every problem type, one section each (`#` and the type's slug): what a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apid.apidoc import api_view
+from apid.openapi.view import api_view
 from apid.plugin import Call, Controller, NotFound, action
 
 

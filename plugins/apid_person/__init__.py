@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from apid.accounts import check_credentials
+from apid.auth.accounts import check_credentials
 from apid.plugin import Call, Caller, Conflict, Controller, Forbidden, InvalidFields, NotFound, Page, action
 
 # Request field -> account attribute, for the fields an update may change.

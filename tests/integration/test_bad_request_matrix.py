@@ -63,7 +63,7 @@ CASES_FILE = REPO / "tests" / "data" / "bad_requests.yaml"
 # /refreshToken must not rotate, a refused /validate or /resetPassword must not use an id up).
 # The throwaway accounts and their tokens are made before the first snapshot. One table is left
 # out: each daemon process notes there that it still runs, every 15 s (`iostate_report.seen_at`,
-# apid.reloading), a heartbeat no request writes, which may fall between two snapshots.
+# apid.server.reloading), a heartbeat no request writes, which may fall between two snapshots.
 EXCLUDED_TABLES: frozenset[str] = frozenset({"iostate_report"})
 
 # The matrix sends hundreds of failed logins, registrations and reset requests from one

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, update
 
-from apid.caching import CHECK_SECONDS
+from apid.calls.caching import CHECK_SECONDS
 from apid.store.tables import person
 from harness import (
     ADMIN,

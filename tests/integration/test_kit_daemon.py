@@ -1,4 +1,4 @@
-"""apid's pytest plugin (`apid.pytest_plugin`) as a plugin's tests use it: the shipped
+"""apid's pytest plugin (`apid.testing.pytest_plugin`) as a plugin's tests use it: the shipped
 `apid_daemon` fixture runs the real `apid serve` (here on the asyncio reactor) with the
 installed sample plugin, and `webhook_receiver` stands in for the service its asyncio
 actions call and receives the daemon's signed webhooks."""

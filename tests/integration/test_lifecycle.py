@@ -351,14 +351,14 @@ def test_the_jwt_secret_is_created_0600_and_survives_a_restart(tmp_path):
 # real signal handler, as `make run` stopped early sends it.
 SIGTERM_DURING_START_UP = """
 import os, signal, sys
-from apid import reactors
-from apid.cli import main
+from apid.server import reactors
+from apid.cli.main import main
 
 install = reactors.install
 
 def install_then_arm(name):
     installed = install(name)
-    from apid import reloading  # imports the reactor: only once apid installed it
+    from apid.server import reloading  # imports the reactor: only once apid installed it
 
     started = reloading.RulesWatcher.start
 

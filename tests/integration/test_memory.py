@@ -40,7 +40,7 @@ UNUSED_WHEN_EMBEDDED = {
     "apid.store.migrate": "none: the migration at start runs in a child process",
     "txredisapi": "redis.url",
     "twisted.mail.smtp": "mail.backend: smtp, at the first mail sent",
-    "apid.smtp": "mail.backend: smtp, at the first mail sent",
+    "apid.mail.smtp": "mail.backend: smtp, at the first mail sent",
     "prometheus_client": "metrics.listen or metrics.role",
     "apid.hooks.delivery": "webhookActive",
     "treq": "webhookActive, or the first pingServers",
@@ -72,7 +72,13 @@ def embedded(tmp_path_factory) -> set[str]:
 
 
 def test_the_embedded_daemon_serves_with_its_own_modules_loaded(embedded):
-    assert {"apid.daemon", "apid.assembly", "sqlalchemy.dialects.sqlite", "apid.mail", "apid.ping"} <= embedded
+    assert {
+        "apid.server.daemon",
+        "apid.server.assembly",
+        "sqlalchemy.dialects.sqlite",
+        "apid.mail.message",
+        "apid.server.peers",
+    } <= embedded
 
 
 @pytest.mark.parametrize("module", sorted(UNUSED_WHEN_EMBEDDED))

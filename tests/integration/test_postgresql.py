@@ -10,7 +10,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select, text
 
-from apid.accounts import insert_account
+from apid.auth.accounts import insert_account
 from apid.store.tables import metadata, person, person_role, role
 from assertions import assert_problem
 from harness import ADMIN, Deployment, burst, deployment_with_accounts, running_daemon, wait_for

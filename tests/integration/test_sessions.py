@@ -17,7 +17,7 @@ import jwt
 import pytest
 import yaml
 
-from apid import config as apid_config
+from apid.config import files as apid_config
 from forged_tokens import secret_of
 from harness import (
     ADMIN,

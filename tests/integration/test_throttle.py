@@ -400,7 +400,7 @@ def fail_open_daemon(tmp_path_factory):
 REDIS_HANGS = (
     "BUG: with Redis unreachable RedisCounters.charge never answers (txredisapi's reconnecting pool "
     "queues the EVAL until a connection exists), so the call hangs instead of failing open or closed; "
-    "apid/throttle.py RedisCounters.charge: bound it with a timeout (e.g. addTimeout(2, reactor))"
+    "apid/calls/rate_limits.py RedisCounters.charge: bound it with a timeout (e.g. addTimeout(2, reactor))"
 )
 
 

@@ -15,7 +15,7 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from apid.hooks.worker import backoff
+from apid.hooks.deliverer import backoff
 from harness import V, burst, deployment_with_accounts, new_person
 from receiver import Answer, Receiver
 

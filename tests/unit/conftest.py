@@ -8,7 +8,7 @@ import pytest_twisted
 import txredisapi
 from twisted.internet import reactor
 
-from apid.accounts import insert_account
+from apid.auth.accounts import insert_account
 from apid.store.database import Database, make_engine, run_write
 from apid.store.migrate import upgrade
 from redis_server import running_redis

@@ -15,8 +15,8 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sqlalchemy import select
 
-from apid.accounts import delete_account, update_account
 from apid.auth import onetime
+from apid.auth.accounts import delete_account, update_account
 from apid.auth.apikeys import NewKey, insert_key
 from apid.auth.key_verifier import principal_of
 from apid.auth.registration import enable_account, register_account, request_reset, reset_password

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import event, select
 
-import apid.accounts
-from apid.accounts import email_key, find_login, get_account, insert_account, update_account, username_key
+import apid.auth.accounts
+from apid.auth.accounts import email_key, find_login, get_account, insert_account, update_account, username_key
 from apid.problems import Conflict
 from apid.store.database import run_read, run_write
 from apid.store.tables import person
@@ -113,7 +113,7 @@ def test_the_unique_constraint_answers_409_when_the_check_loses_a_race(engine, m
     loser gets the 409 the check would have given, naming the field."""
     first = add(engine, "first", "ärger@example.com")
     other = add(engine, "other", "other@example.com")
-    monkeypatch.setattr(apid.accounts, "taken", lambda *args: None)
+    monkeypatch.setattr(apid.auth.accounts, "taken", lambda *args: None)
     for name, email, field in (
         ("second", "ÄRGER@example.com", "email"),
         ("first", "new@example.com", "username"),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from apid.accounts import email_key, get_account
 from apid.auth import onetime
+from apid.auth.accounts import email_key, get_account
 from apid.auth.address_change import confirm_address, revert_address, revert_id
 from apid.problems import Conflict
 from apid.store.database import run_read, run_write

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from apid.config import API_FILE, load_api
+from apid.calls.pipeline import filter_output
+from apid.config.files import API_FILE, load_api
 from apid.hooks.events import messages_for
 from apid.hooks.queue import Subscriber
 from apid.iostate import Endpoint, parse_text
 from apid.iostate.types import INT64, value_type
-from apid.pipeline import filter_output
 from apid.testing import InMemoryApid
 from apid_sample import TeamController
 

@@ -1,4 +1,4 @@
-"""The role-filtered view of the API (apid.apidoc) and the `apidoc` controller that answers it,
+"""The role-filtered view of the API (apid.openapi.view) and the `apidoc` controller that answers it,
 against the repository's IO State files and the sample plugin's team.json."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 import pytest_twisted
 
-from apid.apidoc import api_view, mock_value
 from apid.auth.tokens import Principal
-from apid.config import load_api
+from apid.calls.pipeline import CallRequest, Pipeline
+from apid.config.files import load_api
 from apid.iostate import RuleSet, parse_text
 from apid.iostate.types import value_type
-from apid.pipeline import CallRequest, Pipeline
-from apid.plugins import load_all
+from apid.openapi.view import api_view, mock_value
+from apid.plugin_host.discovery import load_all
 from apid.problems import Forbidden, NotFound
 from apid_apidoc import ApidocController
 from iostate_rules import SAMPLE_TEAM, documented_calls, expected_calls, network_roles, read_states

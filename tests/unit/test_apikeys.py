@@ -17,8 +17,8 @@ from apid.auth.apikeys import (
     parse_expiry,
     printable,
 )
-from apid.config import load
-from apid.plugins import load_all
+from apid.config.files import load
+from apid.plugin_host.discovery import load_all
 from apid.problems import Forbidden, InvalidFields
 
 ROOT = Path(__file__).resolve().parents[2]

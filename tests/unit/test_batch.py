@@ -9,9 +9,9 @@ import pytest
 from twisted.internet.defer import CancelledError, Deferred
 
 from apid.auth.tokens import anonymous_caller
-from apid.batch import BatchRunner, parse_batch, summarise
+from apid.calls.batch import BatchRunner, parse_batch, summarise
+from apid.calls.paths import Target
 from apid.problems import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge
-from apid.routing import Target
 
 
 def test_a_batch_body_parses_into_elements_and_combine():

@@ -1,4 +1,4 @@
-"""Answers of GET calls (apid.caching): ETag and 304, CACHE in IO State, the cache key, and
+"""Answers of GET calls (apid.calls.caching): ETag and 304, CACHE in IO State, the cache key, and
 invalidation here at once and in other daemons through the change counters."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest_twisted
 from twisted.internet.task import Clock
 from twisted.web.test.requesthelper import DummyRequest
 
-from apid.caching import CHECK_SECONDS, AnswerCache, answer, cache_key, entity_tag
-from apid.config import API_FILE, load_api
+from apid.calls.caching import CHECK_SECONDS, AnswerCache, answer, cache_key, entity_tag
+from apid.calls.pipeline import CallRequest, CallResult
+from apid.config.files import API_FILE, load_api
 from apid.iostate import IOStateError, check_shared_caches, parse
 from apid.iostate.loader import UPDATECACHE_AGE
 from apid.iostate.model import CachePolicy
-from apid.pipeline import CallRequest, CallResult
 from apid.plugin import action, action_rules
 from apid_person import PersonController
 from apid_sample import TeamController

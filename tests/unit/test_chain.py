@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apid.chain import (
+from apid.calls.chain import (
     ChainRequest,
     ChainRuleBroken,
     ChainType,
@@ -19,10 +19,10 @@ from apid.chain import (
     order_names,
     parse_chain,
 )
+from apid.calls.paths import Target
 from apid.iostate import ApiVersion, ControllerState, Endpoint, FieldSpec, RoleFields, RuleSet
 from apid.iostate.types import value_type
 from apid.problems import BadRequest
-from apid.routing import Target
 
 METHODS = ("GET", "POST", "PUT", "DELETE")
 NO_FIELDS = RoleFields(permit_all=frozenset(), by_role={})

@@ -13,10 +13,10 @@ from twisted.internet import task
 from twisted.internet.address import IPv6Address
 
 from apid.auth.limits import AbuseLimiter, MemoryWindows
-from apid.config import API_FILE, AbuseLimit, ConfigError, load_api
-from apid.http import ApidSite, OpenConnections, TextPaths
+from apid.config.files import API_FILE, AbuseLimit, ConfigError, load_api
+from apid.http.proxies import TrustedProxies, client_group, proxy_network
+from apid.http.site import ApidSite, OpenConnections, TextPaths
 from apid.problems import TooManyRequests
-from apid.proxies import TrustedProxies, client_group, proxy_network
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "2001:db8:1:2"

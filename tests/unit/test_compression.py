@@ -12,7 +12,7 @@ from twisted.web.http import Request
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from apid.compression import (
+from apid.http.compression import (
     FAST_ABOVE,
     MAX_BYTES,
     MIN_BYTES,
@@ -21,7 +21,7 @@ from apid.compression import (
     gzip_tag,
     window_bits,
 )
-from apid.http import TextPaths
+from apid.http.site import TextPaths
 from http_in_memory import Connection
 
 LARGE = b'{"records": [' + b",".join(b'{"id": %d, "name": "record %d"}' % (n, n) for n in range(200)) + b"]}"

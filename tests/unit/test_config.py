@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apid.config import API_FILE, SERVER_FILE, AbuseLimit, ConfigError, ConnectionLimits, load, load_api, load_server
+from apid.config.files import (
+    API_FILE,
+    SERVER_FILE,
+    AbuseLimit,
+    ConfigError,
+    ConnectionLimits,
+    load,
+    load_api,
+    load_server,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ETC = REPO / "etc"

@@ -1,4 +1,4 @@
-"""A call's error event carries the request's id and the endpoint (`apid.current_request`): the
+"""A call's error event carries the request's id and the endpoint (`apid.http.current_request`): the
 X-Request-ID a client got finds the traceback, even when the action failed later, from a
 callback that runs outside the call's coroutine (as a database thread's answer does)."""
 
@@ -12,12 +12,12 @@ from twisted.logger import LogLevel, globalLogPublisher
 from twisted.web.http import Request
 
 from apid.auth.tokens import Principal
-from apid.config import load_api
-from apid.dispatch import ApiDispatch
+from apid.calls.dispatch import ApiDispatch
+from apid.calls.pipeline import CallRequest, Pipeline
+from apid.config.files import load_api
+from apid.http.routes import answer_failure
 from apid.iostate import RuleSet, parse_text
-from apid.pipeline import CallRequest, Pipeline
 from apid.plugin import Call, Controller, action
-from apid.routes import answer_failure
 from http_in_memory import Connection
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Building the listening endpoint before anything starts (apid.daemon.server_endpoint)."""
+"""Building the listening endpoint before anything starts (apid.server.daemon.server_endpoint)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.task import Clock
 
-from apid.config import ConfigError
-from apid.daemon import server_endpoint
+from apid.config.files import ConfigError
+from apid.server.daemon import server_endpoint
 
 
 def test_a_tcp_endpoint_is_built_with_the_larger_backlog():

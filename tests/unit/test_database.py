@@ -7,7 +7,7 @@ import pytest_twisted
 from sqlalchemy import bindparam, select
 from twisted.internet import reactor
 
-from apid.accounts import Accounts, get_accounts
+from apid.auth.accounts import Accounts, get_accounts
 from apid.store.database import Database, PreparedSelect, run_read
 from apid.store.tables import person
 

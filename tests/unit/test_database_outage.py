@@ -11,7 +11,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from twisted.internet import reactor
 
-from apid.health import Health
+from apid.server.health import Health
 from apid.store.database import (
     CONNECT_TIMEOUT,
     Database,

@@ -1,4 +1,4 @@
-"""The answer headers and the 410 of deprecated API versions (apid.deprecation), on the sample
+"""The answer headers and the 410 of deprecated API versions (apid.calls.deprecation), on the sample
 plugin's team.json with its version 2 deprecated."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from twisted.web.test.requesthelper import DummyRequest
 
-from apid.config import load_api
-from apid.deprecation import announce
+from apid.calls.deprecation import announce
+from apid.calls.links import add_links
+from apid.calls.paths import parse_target
+from apid.config.files import load_api
 from apid.iostate import RuleSet, parse_text
-from apid.links import add_links
 from apid.problems import Gone
-from apid.routing import parse_target
 from iostate_rules import SAMPLE_TEAM
 
 ROOT = Path(__file__).resolve().parents[2]

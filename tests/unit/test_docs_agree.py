@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from apid.cli import parser
-from apid.config import DOCUMENTED
-from apid.settings import rows
+from apid.cli.main import parser
+from apid.config.files import DOCUMENTED
+from apid.config.settings import rows
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]

@@ -14,8 +14,8 @@ from twisted.python.failure import Failure
 from twisted.web.test.requesthelper import DummyRequest
 
 from apid.auth.endpoints import PublicRoute
-from apid.compression import accepts_gzip
-from apid.docspage import CONTENT_SECURITY_POLICY, DocsPage, load_assets
+from apid.http.compression import accepts_gzip
+from apid.openapi.docs_page import CONTENT_SECURITY_POLICY, DocsPage, load_assets
 from apid.problems import NotFound
 
 

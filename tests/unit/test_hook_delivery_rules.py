@@ -9,10 +9,10 @@ from email.utils import format_datetime
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from apid.hooks.deliverer import backoff
 from apid.hooks.delivery import retry_after
 from apid.hooks.signing import new_secret, sign, signature_header
 from apid.hooks.urls import UrlRefused, check_url
-from apid.hooks.worker import backoff
 
 ALLOWED = ("http://127.0.0.1:9000", "https://hooks.example.com", "http://localhost:3000/")
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from apid.accounts import insert_account
+from apid.auth.accounts import insert_account
 from apid.hooks.queue import (
     Attempt,
     NewMessage,

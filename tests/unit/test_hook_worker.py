@@ -14,10 +14,10 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from apid.config import WebhooksConfig
+from apid.config.files import WebhooksConfig
+from apid.hooks.deliverer import HOLD_PER_SLOT, DeliveryWorker
 from apid.hooks.queue import Attempt, Claimed, NewMessage, Outcome, insert_messages
 from apid.hooks.registry import insert_hook
-from apid.hooks.worker import HOLD_PER_SLOT, DeliveryWorker
 from apid.store.database import run_read, run_write
 from apid.store.tables import hook, hook_message
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apid.config import API_FILE, SecurityConfig, load_api
+from apid.config.files import API_FILE, SecurityConfig, load_api
 from apid.iostate import (
     IOStateError,
     RuleSet,

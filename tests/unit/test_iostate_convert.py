@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from apid.cli import main
-from apid.config import API_FILE, SecurityConfig, load_api
+from apid.cli.main import main
+from apid.config.files import API_FILE, SecurityConfig, load_api
 from apid.iostate import IOStateError, parse
 from apid.iostate.convert import convert
 from apid.iostate.model import CallLimit

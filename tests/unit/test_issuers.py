@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apid.accounts import check_credentials
+from apid.auth.accounts import check_credentials
 from apid.auth.identities import username_for
 from apid.auth.issuers import claims_issuer
-from apid.config import API_FILE, ConfigError, load_api
+from apid.config.files import API_FILE, ConfigError, load_api
 from apid.iostate.types import EMAIL
 from apid.problems import InvalidFields
 

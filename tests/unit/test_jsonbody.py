@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apid.jsonbody import MAX_DEPTH, deeper_than, parse_json_object
+from apid.http.jsonbody import MAX_DEPTH, deeper_than, parse_json_object
 from apid.problems import BadRequest, InvalidFields
 
 

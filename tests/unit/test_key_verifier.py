@@ -14,13 +14,13 @@ import pytest
 from twisted.internet import defer, task
 from twisted.python.failure import Failure
 
-from apid.accounts import insert_account
 from apid.auth import key_verifier
+from apid.auth.accounts import insert_account
 from apid.auth.apikeys import NewKey, insert_key, new_key
 from apid.auth.key_verifier import UNKNOWN_KEPT, KeyVerifier
 from apid.auth.limits import AbuseLimiter, MemoryWindows
 from apid.auth.tokens import Principal
-from apid.config import AbuseLimit
+from apid.config.files import AbuseLimit
 from apid.problems import TooManyRequests, Unauthorized
 from apid.store.database import make_engine, run_read, run_write
 from apid.store.migrate import upgrade

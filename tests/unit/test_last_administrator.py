@@ -1,4 +1,4 @@
-"""The last active administrator is kept (`apid.accounts.keep_an_administrator`), in the
+"""The last active administrator is kept (`apid.auth.accounts.keep_an_administrator`), in the
 transaction of the change: against a real SQLite file and a real PostgreSQL, each migrated with
 Alembic, including two transactions each demoting one of the last two administrators at once."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from apid.accounts import delete_account, get_account, insert_account, update_account
+from apid.auth.accounts import delete_account, get_account, insert_account, update_account
 from apid.problems import Conflict
 from apid.store.database import run_read, run_write
 

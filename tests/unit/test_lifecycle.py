@@ -1,4 +1,4 @@
-"""apid.lifecycle: the stopping hooks in the reverse order, each bounded by the shutdown's
+"""apid.plugin_host.lifecycle: the stopping hooks in the reverse order, each bounded by the shutdown's
 deadline (or a short grace when the requests took it all), a hook cut or failing logged and
 the others run all the same; on the reactor's clock, no sleeping."""
 
@@ -11,8 +11,8 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, globalLogPublisher
 
-from apid.lifecycle import GRACE, HookFailed, PluginLifecycle
 from apid.plugin import Controller
+from apid.plugin_host.lifecycle import GRACE, HookFailed, PluginLifecycle
 
 
 class Hooked(Controller):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from httplink import parse_link_header
 
-from apid.config import API_FILE, load_api
+from apid.calls.links import link_header, page_links
+from apid.config.files import API_FILE, load_api
 from apid.iostate import RuleSet, bind_references, parse
-from apid.links import link_header, page_links
 
 REPO = Path(__file__).resolve().parents[2]
 SECURITY = load_api(REPO / "etc" / API_FILE, REPO).security

@@ -1,4 +1,4 @@
-"""apid.logs: the JSON lines `logFormat: json` writes, from real twisted.logger events."""
+"""apid.server.logs: the JSON lines `logFormat: json` writes, from real twisted.logger events."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 from twisted.logger import Logger, LogLevel, LogPublisher
 
-from apid.logs import json_line, log_observer
+from apid.server.logs import json_line, log_observer
 
 
 def logged(log_format: str, emit) -> str:

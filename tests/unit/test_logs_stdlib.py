@@ -9,7 +9,7 @@ import logging
 
 from twisted.logger import globalLogPublisher
 
-from apid.logs import log_observer
+from apid.server.logs import log_observer
 
 
 def logged(log_format: str, emit) -> str:

@@ -1,4 +1,4 @@
-"""apid.logs in a worker process: every event carries the worker's index."""
+"""apid.server.logs in a worker process: every event carries the worker's index."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 from twisted.logger import Logger, LogPublisher
 
-from apid.logs import log_observer
+from apid.server.logs import log_observer
 
 
 def test_every_json_line_of_a_worker_names_it_and_an_events_own_field_stays():

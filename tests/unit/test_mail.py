@@ -16,8 +16,8 @@ import pytest_twisted
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from apid.config import MailConfig
-from apid.mail import FileMailer, Message, SmtpMailer, Undeliverable, make_mailer
+from apid.config.files import MailConfig
+from apid.mail.message import FileMailer, Message, SmtpMailer, Undeliverable, make_mailer
 
 SENDER = "apid <apid@example.com>"
 NEWLINE_IN_HEADER = "may not contain linefeed or carriage return"  # the email package's refusal

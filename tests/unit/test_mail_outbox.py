@@ -14,8 +14,8 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 from twisted.logger import LogLevel, globalLogPublisher
 
-from apid.mail import Message, Undeliverable
-from apid.mail_outbox import PENDING, MailSender, claim, postpone, queue_mail, release
+from apid.mail.message import Message, Undeliverable
+from apid.mail.outbox import PENDING, MailSender, claim, postpone, queue_mail, release
 from apid.store.database import run_read, run_write
 from apid.store.tables import mail_outbox
 

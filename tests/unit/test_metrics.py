@@ -1,4 +1,4 @@
-"""apid.metrics: what each recorder counts, what a scrape reads, in one process and summed over
+"""apid.server.metrics: what each recorder counts, what a scrape reads, in one process and summed over
 worker processes (prometheus_client's multiprocess mode, in real subprocesses), and that a
 process whose metrics nobody can read counts nothing."""
 
@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import reactor
 
-from apid import metrics
+from apid.server import metrics
 
 metrics.count()  # as a daemon does when its metrics can be read
 
@@ -103,7 +103,7 @@ def test_one_process_renders_its_own_registry_in_the_text_format():
 
 WORKER = textwrap.dedent("""
     import sys
-    from apid import metrics
+    from apid.server import metrics
     metrics.count()
     assert metrics.multiprocess_mode()
     for _ in range(int(sys.argv[1])):
@@ -113,7 +113,7 @@ WORKER = textwrap.dedent("""
 """)
 SCRAPER = textwrap.dedent("""
     import sys
-    from apid import metrics
+    from apid.server import metrics
     metrics.count()
     if len(sys.argv) > 1:
         metrics.process_dead(int(sys.argv[1]))
@@ -124,8 +124,8 @@ SCRAPER = textwrap.dedent("""
 
 UNREAD = textwrap.dedent("""
     import sys
-    from apid import metrics
-    from apid.config import MetricsConfig
+    from apid.server import metrics
+    from apid.config.files import MetricsConfig
     metrics.request_answered("person/show", "1", b"GET", 200, 0.01)
     metrics.batch_run(3)
     metrics.throttled("rate", "ROLE_USER")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from apid.plugins import MigrationSource
-from apid.scaffold import PluginNames, write_plugin
+from apid.plugin_host.discovery import MigrationSource
+from apid.plugin_host.scaffold import PluginNames, write_plugin
 from apid.store.database import make_engine
 from apid.store.migrate import (
     APID,

@@ -12,7 +12,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from apid.plugins import MigrationSource, PluginError
+from apid.plugin_host.discovery import MigrationSource, PluginError
 from apid.store.database import make_engine
 from apid.store.migrate import MigrationRefused, MigrationsPending, require_current, schema_status, upgrade, upgrade_all
 from apid.store.tables import metadata

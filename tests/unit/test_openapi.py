@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
-from apid.apidoc import api_view
-from apid.config import load
+from apid.config.files import load
 from apid.iostate import RuleSet, bind_references, parse_text
 from apid.openapi import OPENAPI_PATH
 from apid.openapi.document import OpenApiDocuments, build, document_settings
-from apid.plugins import load_all
+from apid.openapi.view import api_view
+from apid.plugin_host.discovery import load_all
 from iostate_rules import SAMPLE_TEAM, expected_api_paths, network_roles, read_states
 
 ROOT = Path(__file__).resolve().parents[2]

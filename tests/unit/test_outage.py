@@ -9,7 +9,7 @@ from twisted.internet.defer import fail, succeed
 from twisted.internet.task import Clock
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 
-from apid.health import Health
+from apid.server.health import Health
 from apid.store.outage import PROBE_SECONDS, REPORT_SECONDS, Outage, describe
 
 log = Logger(namespace="test.outage")

@@ -1,4 +1,4 @@
-"""The HTTP client's connections (apid.outbound) against raw servers on loopback.
+"""The HTTP client's connections (apid.http.client) against raw servers on loopback.
 
 A connection outlives an answer exactly when RFC 9112 section 9.3 says so; the servers here
 never close a connection themselves, so the number of connections they see is the client's
@@ -15,7 +15,7 @@ from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.web.client import ResponseNeverReceived
 
-from apid.outbound import BytesBody, agent, connection_pool, keeps_connection
+from apid.http.client import BytesBody, agent, connection_pool, keeps_connection
 from receiver import RawReceiver
 
 OK_11 = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"

@@ -15,9 +15,9 @@ from twisted.internet.defer import succeed
 from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.auth.tokens import Principal, anonymous_caller
-from apid.config import load_api
+from apid.calls.pipeline import CallRequest, Pipeline, Purpose, filter_output
+from apid.config.files import load_api
 from apid.iostate import RuleSet, parse_text
-from apid.pipeline import CallRequest, Pipeline, Purpose, filter_output
 from apid.plugin import ActionRules, Call, Controller, action, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Unauthorized
 

@@ -1,5 +1,5 @@
 """`apid.plugin` stands above the daemon: it imports nothing of it but the problems and the
-declaration of settings (apid.plugin_settings over apid.settings, which import nothing else). That the
+declaration of settings (apid.config.plugin_settings over apid.config.settings, which import nothing else). That the
 daemon's own classes keep the protocols it names is checked by mypy (`make check`), in
 tests/plugin_face.py; `apid` ships `py.typed`, so plugins' own type checks see the face too."""
 
@@ -14,25 +14,32 @@ from typing import Any
 
 import pytest
 
+import apid.config.plugin_settings
+import apid.config.settings
 import apid.plugin
-import apid.plugin_settings
 import apid.problems
-import apid.settings
 
 
 def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems_and_settings():
     listing = "import sys, apid.plugin; print(*sorted(m for m in sys.modules if m.partition('.')[0] == 'apid'))"
     imported = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True).stdout
-    assert imported.split() == ["apid", "apid.plugin", "apid.plugin_settings", "apid.problems", "apid.settings"]
+    assert imported.split() == [
+        "apid",
+        "apid.config",
+        "apid.config.plugin_settings",
+        "apid.config.settings",
+        "apid.plugin",
+        "apid.problems",
+    ]
 
 
 @pytest.mark.parametrize(
     "module, allowed",
     [
-        (apid.plugin, {"apid.problems", "apid.plugin_settings"}),
+        (apid.plugin, {"apid.problems", "apid.config.plugin_settings"}),
         (apid.problems, set()),
-        (apid.plugin_settings, {"apid.settings"}),
-        (apid.settings, set()),
+        (apid.config.plugin_settings, {"apid.config.settings"}),
+        (apid.config.settings, set()),
     ],
     ids=["plugin", "problems", "plugin_settings", "settings"],
 )

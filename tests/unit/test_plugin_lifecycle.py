@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from apid.config import ConfigError
-from apid.lifecycle import HookFailed
+from apid.config.files import ConfigError
 from apid.plugin import Call, Controller, action, setting, settings
+from apid.plugin_host.lifecycle import HookFailed
 from apid.testing import InMemoryApid
 from apid_sample import TeamController
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from apid.config import ConfigError, load_server
+from apid.config.files import ConfigError, load_server
 from apid.plugin import setting, settings
 
 

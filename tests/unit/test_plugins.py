@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from apid.config import load_api
+from apid.config.files import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, action
-from apid.plugins import (
+from apid.plugin_host.discovery import (
     GROUP,
     MIGRATIONS_GROUP,
     FoundPlugin,
@@ -330,8 +330,8 @@ def test_a_migrations_package_that_does_not_import_names_the_distribution():
 
 
 def test_a_migrations_module_that_is_not_a_package_is_refused():
-    with pytest.raises(PluginError, match=r"migrations package apid.plugins failed to load: TypeError"):
-        MigrationSource.from_package("directory", "apid.plugins", "apid-directory")
+    with pytest.raises(PluginError, match=r"migrations package apid.plugin_host.discovery failed to load: TypeError"):
+        MigrationSource.from_package("directory", "apid.plugin_host.discovery", "apid-directory")
 
 
 def test_the_example_plugin_with_tables_is_not_installed_in_the_checkouts_venv():

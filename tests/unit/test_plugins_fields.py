@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table
 from twisted.logger import capturedLogs
 
-from apid.config import load_api
+from apid.config.files import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, action
-from apid.plugins import FoundPlugin, LoadedController, PluginError, RuleBook, bind, declared_fields, load
+from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, RuleBook, bind, declared_fields, load
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security

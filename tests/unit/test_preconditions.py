@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from apid.pipeline import CallRequest
-from apid.preconditions import matches, show_call, single_calls_only, strong_tags, unchanged_since, with_version
+from apid.calls.pipeline import CallRequest
+from apid.calls.preconditions import matches, show_call, single_calls_only, strong_tags, unchanged_since, with_version
 from apid.problems import BadRequest, PreconditionFailed
 
 TAG = b'"9f86d081884c7d65"'

@@ -1,4 +1,4 @@
-"""The client behind proxies (apid.proxies): who a request is from and over which scheme, read
+"""The client behind proxies (apid.http.proxies): who a request is from and over which scheme, read
 from a trusted peer's X-Forwarded-For or Forwarded (RFC 7239) and X-Forwarded-Proto, and
 ignored from anyone else; `trustedProxies` as read from service_server.yml; the PROXY
 protocol wrapped around any socket, refused from untrusted peers; and what the HTTP edge does
@@ -20,9 +20,9 @@ from twisted.web.resource import Resource
 from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 
-from apid.config import load_server
-from apid.http import ApidSite, OpenConnections, TextPaths, request_id, write_json
-from apid.proxies import (
+from apid.config.files import load_server
+from apid.config.settings import ConfigError
+from apid.http.proxies import (
     UNKNOWN,
     Client,
     TrustedProxies,
@@ -33,7 +33,7 @@ from apid.proxies import (
     socket_listen,
     speaks_proxy_protocol,
 )
-from apid.settings import ConfigError
+from apid.http.site import ApidSite, OpenConnections, TextPaths, request_id, write_json
 from http_in_memory import Transport, parse_answers
 
 PROXY = "10.0.0.1"

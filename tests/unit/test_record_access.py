@@ -1,5 +1,5 @@
 """Every copy of a record passes the action's own per-record check (issue 33, item 5): who may
-receive a copy (`apid.record_access`), as the actions declare it (`@action(may_see=...)`,
+receive a copy (`apid.auth.record_access`), as the actions declare it (`@action(may_see=...)`,
 `caller_independent`), bound to the rules at load; the refusal of a HOOK role that would hand
 one user's record to another; and the person events made outside endpoints (`AccountEvents`)."""
 
@@ -13,15 +13,15 @@ import pytest
 from sqlalchemy import select
 from twisted.logger import LogLevel, globalLogPublisher
 
-from apid.accounts import get_account, insert_account
-from apid.config import API_FILE, load_api
+from apid.auth.accounts import get_account, insert_account
+from apid.auth.record_access import may_receive, receiver
+from apid.calls.pipeline import filter_output
+from apid.config.files import API_FILE, load_api
 from apid.hooks.events import AccountEvents
 from apid.hooks.registry import insert_hook
 from apid.iostate import IOStateError, check_hook_roles, parse
-from apid.pipeline import filter_output
 from apid.plugin import Call, Caller, Controller, action, action_rules
-from apid.plugins import Bound, FoundPlugin, LoadedController, RuleBook, bind
-from apid.record_access import may_receive, receiver
+from apid.plugin_host.discovery import Bound, FoundPlugin, LoadedController, RuleBook, bind
 from apid.store.database import run_read, run_write
 from apid.store.tables import hook_message
 from apid_apikey import ApiKeyController

@@ -17,10 +17,10 @@ from twisted.internet import reactor
 from twisted.internet.defer import ensureDeferred
 from twisted.internet.task import deferLater
 
-from apid.config import load_api
+from apid.config.files import load_api
 from apid.iostate import IOStateError
-from apid.plugins import RuleBook, load_all
-from apid.reloading import (
+from apid.plugin_host.discovery import RuleBook, load_all
+from apid.server.reloading import (
     OK,
     Report,
     RulesWatcher,

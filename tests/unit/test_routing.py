@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from apid.calls.paths import call_path, parse_target
 from apid.problems import NotFound
-from apid.routing import call_path, parse_target
 
 APP = "1.0"
 

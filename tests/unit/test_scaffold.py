@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from apid.config import load_api
-from apid.plugins import FoundPlugin, bind, load
-from apid.scaffold import PluginNames, write_plugin
+from apid.config.files import load_api
+from apid.plugin_host.discovery import FoundPlugin, bind, load
+from apid.plugin_host.scaffold import PluginNames, write_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security

@@ -1,4 +1,4 @@
-"""A setting declared once (apid.settings): the one reader, its messages with file, line and
+"""A setting declared once (apid.config.settings): the one reader, its messages with file, line and
 key, and docs/configuration.md's tables written from the same declarations."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from apid.config import DOCUMENTED, SERVER_FILE, ConnectionLimits, WebhooksConfig, load_api, load_server
-from apid.settings import (
+from apid.config.files import DOCUMENTED, SERVER_FILE, ConnectionLimits, WebhooksConfig, load_api, load_server
+from apid.config.settings import (
     MARKER,
     ConfigError,
     Derived,

@@ -1,4 +1,4 @@
-"""The phases of a stop (apid.shutdown), on the reactor's clock: /health fails for the health
+"""The phases of a stop (apid.server.shutdown), on the reactor's clock: /health fails for the health
 drain, then requests in flight get the drain; a parent gone hurries both."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from apid.config import ShutdownConfig
-from apid.health import Health
-from apid.shutdown import TICK, Shutdown
+from apid.config.files import ShutdownConfig
+from apid.server.health import Health
+from apid.server.shutdown import TICK, Shutdown
 
 
 def test_health_fails_for_the_health_drain_then_the_drain_runs_to_its_deadline():

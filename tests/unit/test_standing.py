@@ -16,7 +16,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import ensureDeferred
 from twisted.internet.task import deferLater
 
-from apid.accounts import delete_account, insert_account, update_account
+from apid.auth.accounts import delete_account, insert_account, update_account
 from apid.auth.standing import REFUSED, Standings, changed_since, standings_of
 from apid.auth.tokens import Principal
 from apid.problems import Unauthorized

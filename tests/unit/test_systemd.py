@@ -1,4 +1,4 @@
-"""What apid tells systemd (apid.systemd): the watchdog's interval as systemd sets it, the
+"""What apid tells systemd (apid.server.systemd): the watchdog's interval as systemd sets it, the
 keep-alives at half of it while the liveness check passes, and the reload's messages."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 
-from apid.systemd import KeepAlive, notify, reloaded, reloading, watchdog_seconds
+from apid.server.systemd import KeepAlive, notify, reloaded, reloading, watchdog_seconds
 
 
 @pytest.fixture

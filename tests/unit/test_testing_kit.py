@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 from twisted.internet.defer import Deferred
 
 from apid.plugin import Call, Controller, action
-from apid.plugins import PluginError
+from apid.plugin_host.discovery import PluginError
 from apid.store.tables import person
 from apid.testing import InMemoryApid, StillWaiting
 from apid_sample import TeamController

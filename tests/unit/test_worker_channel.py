@@ -1,4 +1,4 @@
-"""The channel between the parent and its workers (apid.workers.channel): two workers' ends
+"""The channel between the parent and its workers (apid.server.workers.channel): two workers' ends
 counting in the parent's one store, and passing a change of cached answers on to each other,
 over AMP on an in-memory connection (twisted's iosim)."""
 
@@ -9,8 +9,8 @@ from twisted.internet.task import Clock
 from twisted.test.iosim import connect, makeFakeClient, makeFakeServer
 
 from apid.auth.limits import MemoryWindows, Window
-from apid.throttle import MemoryCounters
-from apid.workers.channel import (
+from apid.calls.rate_limits import MemoryCounters
+from apid.server.workers.channel import (
     DropAnswers,
     ParentCounters,
     ParentSide,

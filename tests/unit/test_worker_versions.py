@@ -1,8 +1,8 @@
-"""The versions of the code a worker compares with its parent's (apid.workers.versions)."""
+"""The versions of the code a worker compares with its parent's (apid.server.workers.versions)."""
 
 from __future__ import annotations
 
-from apid.workers.versions import code_changes, installed_versions
+from apid.server.workers.versions import code_changes, installed_versions
 
 
 def test_a_worker_compares_its_code_with_its_parents():

@@ -9,7 +9,7 @@ so a mistyped or somebody else's address never gets the account's mail.
 
 Each link is a one-time id (`apid.auth.onetime`) carrying the address it sets, opened
 through `/validate` like every emailed link; the ids are issued in the transaction of the
-change they belong to, and their mail is written in it too (`apid.mail_outbox`), sent once it
+change they belong to, and their mail is written in it too (`apid.mail.outbox`), sent once it
 commits. The links are opened by GET and carried out by POST (`apid.auth.link_page`), so a
 mail scanner opening them changes nothing; the owner may cancel the pending revert links
 (`cancel_reverts`, `person/cancelReverts`). A later change never withdraws an earlier revert
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, func, select
 from twisted.internet.defer import Deferred
 
-from apid.accounts import Account, change_account, email_key, taken
 from apid.auth import onetime
+from apid.auth.accounts import Account, change_account, email_key, taken
 from apid.auth.sessions import Revocations, revoke_person
-from apid.config import AccountsConfig
+from apid.config.files import AccountsConfig
 from apid.hooks.events import AccountEvents
-from apid.mail import PRODUCT, Message
-from apid.mail_outbox import queue_mail
+from apid.mail.message import PRODUCT, Message
+from apid.mail.outbox import queue_mail
 from apid.problems import BadRequest
 from apid.store.database import Database
 from apid.store.tables import account_token, person

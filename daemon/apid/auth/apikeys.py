@@ -15,7 +15,7 @@ within a second; the deny entry needs to outlive only what any daemon may have k
 
 A key outlasts the login that made it, so making one is told to its owner: creating and
 revoking a key each queue a mail to the owner's address in the same transaction
-(`apid.mail_outbox`), with the key's name, prefix and time, never the key. An account holds at
+(`apid.mail.outbox`), with the key's name, prefix and time, never the key. An account holds at
 most `security.apiKeysPerAccount` live keys (neither revoked nor expired), counted in the
 insert's transaction under a lock of the owner's row, so simultaneous creates cannot pass it.
 A key's name holds no control or format character (Unicode Cc, Cf): it is printed by
@@ -40,8 +40,8 @@ from sqlalchemy import Connection, func, insert, or_, select, update
 
 from apid.auth.identities import NO_PASSWORD
 from apid.auth.sessions import deny
-from apid.mail import PRODUCT, Message
-from apid.mail_outbox import queue_mail
+from apid.mail.message import PRODUCT, Message
+from apid.mail.outbox import queue_mail
 from apid.problems import Conflict, Forbidden, InvalidFields
 from apid.store.database import inserted_id
 from apid.store.tables import api_key, external_identity, person

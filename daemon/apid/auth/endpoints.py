@@ -4,7 +4,7 @@ This module holds what every public endpoint shares (the route value, the path d
 its OpenAPI operation, reading string fields, the client's address, the plain-text answer) and
 the service endpoints: `/health` (liveness), `/error` (a problem body for any status, for
 reverse proxies) and, when `metrics.role` is set, `/metrics` for a token of that role
-(`apid.metrics`; left out of the API documents).
+(`apid.server.metrics`; left out of the API documents).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 from twisted.web.http import Request
 
 from apid.auth.tokens import NEEDS_TOKEN, Principal
-from apid.health import Health
-from apid.http import query_fields, request_sender, write_json, write_problem
+from apid.http.site import query_fields, request_sender, write_json, write_problem
 from apid.iostate.types import value_type
-from apid.metrics import scrape
 from apid.openapi.parts import STRING, json_answer, problem_answer, query_parameter
 from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_status
+from apid.server.health import Health
+from apid.server.metrics import scrape
 
 Handler = Callable[[Request, Principal | None], Awaitable[bytes]]
 EMAIL = value_type("Email")
@@ -124,7 +124,7 @@ def error_status(query: Mapping[str, list[str]]) -> int:
 
 def client_address(request: Request) -> str:
     """The client's address, as every per-address limit counts it: behind `trustedProxies`,
-    the one they forward (apid.proxies), else the peer's."""
+    the one they forward (apid.http.proxies), else the peer's."""
     return request_sender(request).host
 
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import Connection, insert, select, update
 from twisted.logger import Logger
 
-from apid.accounts import insert_account, update_account
+from apid.auth.accounts import insert_account, update_account
 from apid.problems import Conflict
 from apid.store.database import Database, DatabaseUnavailable
 from apid.store.tables import external_identity, person, person_role, role

@@ -1,7 +1,7 @@
 """An OpenID provider's signing keys: fetched from the provider, kept by `kid`.
 
 The provider's discovery document (`{issuer}/.well-known/openid-configuration`) names its JWKS;
-both are fetched with apid's HTTP client (`apid.outbound`; no redirect followed, each fetch
+both are fetched with apid's HTTP client (`apid.http.client`; no redirect followed, each fetch
 bounded in time and size), never on the path of a request whose key is known. A token naming a
 `kid` apid does not hold makes it fetch the JWKS again (the provider rotated its keys), but at
 most once per `refresh` seconds: a stream of tokens with forged `kid`s costs the provider one
@@ -34,7 +34,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from apid.config import provider_url
+from apid.config.files import provider_url
 from apid.problems import ServiceUnavailable
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ class ProviderClient:
         if self._client is None:  # a daemon that never sees a provider's token never loads treq
             from treq.client import HTTPClient
 
-            from apid.outbound import agent, single_use_pool
+            from apid.http.client import agent, single_use_pool
 
             self._client = HTTPClient(agent(self._reactor, single_use_pool(self._reactor), FETCH_TIMEOUT))
         return self._client

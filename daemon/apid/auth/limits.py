@@ -33,11 +33,11 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from apid import metrics
-from apid.accounts import email_key
-from apid.config import AbuseLimit
+from apid.auth.accounts import email_key
+from apid.config.files import AbuseLimit
+from apid.http.proxies import client_group
 from apid.problems import TooManyRequests
-from apid.proxies import client_group
+from apid.server import metrics
 from apid.store.redis import RedisCircuit, RedisUnreachable, store_unreachable
 
 if TYPE_CHECKING:

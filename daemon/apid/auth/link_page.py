@@ -17,8 +17,8 @@ from urllib.parse import urlencode
 from twisted.web.http import Request
 
 from apid.auth import onetime
-from apid.http import write_json
-from apid.mail import PRODUCT
+from apid.http.site import write_json
+from apid.mail.message import PRODUCT
 
 CONTENT_SECURITY_POLICY = "default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 # purpose -> (title, what the POST does, button)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from twisted.web.http import Request
 
-from apid.accounts import Accounts, username_key
+from apid.auth.accounts import Accounts, username_key
 from apid.auth.apikeys import is_key
 from apid.auth.endpoints import PublicPath, PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
 from apid.auth.sessions import Revocations, Rotation, rotate, start_family
 from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
-from apid.config import JwtConfig
-from apid.http import bearer_token, read_json_body, write_json
+from apid.config.files import JwtConfig
+from apid.http.site import bearer_token, read_json_body, write_json
 from apid.openapi.parts import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.problems import Unauthorized
 from apid.store.database import Database

@@ -16,7 +16,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import Request
 
-from apid.accounts import (
+from apid.auth import link_page, onetime
+from apid.auth.accounts import (
     PASSWORD_LENGTH,
     USERNAME,
     change_account,
@@ -26,7 +27,6 @@ from apid.accounts import (
     insert_account,
     username_key,
 )
-from apid.auth import link_page, onetime
 from apid.auth.address_change import PURPOSES, AddressChanges
 from apid.auth.endpoints import (
     EMAIL,
@@ -44,11 +44,11 @@ from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import Principal
-from apid.config import AccountsConfig
+from apid.config.files import AccountsConfig
 from apid.hooks.events import AccountEvents
-from apid.http import read_json_body, write_json
-from apid.mail import PRODUCT, Message
-from apid.mail_outbox import queue_mail
+from apid.http.site import read_json_body, write_json
+from apid.mail.message import PRODUCT, Message
+from apid.mail.outbox import queue_mail
 from apid.openapi.parts import (
     FILLED_STRING,
     header_refs,

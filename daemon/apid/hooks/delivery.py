@@ -5,7 +5,7 @@ timeout; redirects are not followed (a 3xx is a failure, as Standard Webhooks sa
 `per_host` deliveries are in flight to one host. The receiver's body is read (to keep the
 connection reusable) but at most `BODY_LIMIT` bytes of it. Connections are kept or closed as
 HTTP says, and a delivery that finds a pooled connection closed before any answer is sent once
-more on a fresh one (apid.outbound), within the same timeout.
+more on a fresh one (apid.http.client), within the same timeout.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from twisted.web.iweb import IResponse
 from apid.hooks.queue import Attempt, Claimed, Outcome
 from apid.hooks.signing import signature_header
 from apid.hooks.urls import UrlRefused, check_url
-from apid.outbound import BytesBody, agent, connection_pool
+from apid.http.client import BytesBody, agent, connection_pool
 
 BODY_LIMIT = 64 * 1024
 THROTTLING = (429, 503)

@@ -14,7 +14,8 @@ from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Any
 
-from apid.config import SecurityConfig
+from apid.calls.paths import NAME
+from apid.config.files import SecurityConfig
 from apid.iostate.model import (
     METHODS,
     ApiVersion,
@@ -28,7 +29,6 @@ from apid.iostate.model import (
     RoleFields,
 )
 from apid.iostate.types import Conversion, value_type
-from apid.routing import NAME
 
 PERMIT_ALL = "permitAll"
 UNLIMITED = "*"
@@ -505,7 +505,7 @@ def check_hook_roles(state: ControllerState, declared: Iterable[str], superuser_
 
 def bind_audiences(state: ControllerState, audiences: Mapping[str, Audience]) -> ControllerState:
     """The state with each endpoint bound to who may receive copies of its action's records
-    (`apid.record_access`); an action without an entry stays unbound, and so sends none."""
+    (`apid.auth.record_access`); an action without an entry stays unbound, and so sends none."""
     versions = {
         name: replace(
             version,

@@ -85,7 +85,7 @@ class Audience:
     """Who may receive a copy of a record the action answers other than its caller (a webhook
     event): what the action declares (`@action(may_see=..., caller_independent=...)`), bound to
     its endpoints when the rules are loaded, with the role that makes an administrator.
-    `apid.record_access` decides with it."""
+    `apid.auth.record_access` decides with it."""
 
     superuser_role: str
     may_see: Callable[[Any, Any], bool] | None = None
@@ -109,7 +109,7 @@ class Endpoint:
     # The RESPONSE fields whose answered values take their VALUES type's form (`ValueType.answer`):
     # a Float stored as 1 answers 1.0 from every action and event, as the database gives it back
     conversions: Mapping[str, Conversion] = field(default_factory=dict)
-    # Who may receive copies of its records (`apid.record_access`); None until bound to the
+    # Who may receive copies of its records (`apid.auth.record_access`); None until bound to the
     # plugin's code, and then nobody does
     audience: Audience | None = None
     _granted: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)

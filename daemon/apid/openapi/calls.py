@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from apid.apidoc import ID, ActionDoc, iso_time
 from apid.openapi.fields import field_schema, object_schema, page_bounds
 from apid.openapi.parts import (
     API_ERRORS,
@@ -25,6 +24,7 @@ from apid.openapi.parts import (
     problem_answers,
     ref,
 )
+from apid.openapi.view import ID, ActionDoc, iso_time
 from apid.plugin import ActionRules
 
 NO_RULES = ActionRules()

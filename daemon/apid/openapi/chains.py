@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from apid.apidoc import ActionDoc
 from apid.openapi.calls import NO_RULES, ActionNames, description_of, required_fields, summary_of
 from apid.openapi.fields import field_schema, object_schema, page_bounds
 from apid.openapi.parts import (
@@ -33,6 +32,7 @@ from apid.openapi.parts import (
     ref,
     schema_body,
 )
+from apid.openapi.view import ActionDoc
 from apid.plugin import ActionRules
 
 LINK_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*$"

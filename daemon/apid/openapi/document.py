@@ -1,4 +1,4 @@
-"""OpenAPI 3.1 documents of the API, built from the role-filtered view of `apid.apidoc`.
+"""OpenAPI 3.1 documents of the API, built from the role-filtered view of `apid.openapi.view`.
 
 `build(view, settings)` turns the view of some roles into one document: every action those
 roles may call as plain calls (`/v{app}[-{api}]/{controller}/{action}` and its `/{id}` form),
@@ -16,11 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from apid.apidoc import ApiView, api_view
 from apid.auth.issuers import PASSWORD_PATHS
 from apid.auth.jwks import discovery_url
 from apid.auth.login import LOGOUT, REFRESH_TOKEN
-from apid.config import Config
+from apid.config.files import Config
 from apid.iostate.model import RuleSet
 from apid.openapi.calls import (
     NO_RULES,
@@ -34,10 +33,11 @@ from apid.openapi.chains import chain_operations
 from apid.openapi.components import shared_components
 from apid.openapi.parts import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
+from apid.openapi.view import ApiView, api_view
 from apid.plugin import ActionRules, action_rules
 
 if TYPE_CHECKING:
-    from apid.plugins import LoadedController
+    from apid.plugin_host.discovery import LoadedController
 
 OPENAPI_VERSION = "3.1.0"
 

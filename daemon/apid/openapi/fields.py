@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from apid.apidoc import FieldDoc
+from apid.openapi.view import FieldDoc
 from apid.plugin import Page
 
 Bounds = Mapping[str, Mapping[str, Any]]  # field name -> JSON Schema keywords narrowing its type

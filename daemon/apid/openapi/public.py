@@ -17,11 +17,11 @@ from apid.openapi import OPENAPI_PATH
 from apid.openapi.parts import BEARER, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG, STRING, json_answer, problem_answers
 
 if TYPE_CHECKING:
-    from apid.plugins import LoadedController
+    from apid.plugin_host.discovery import LoadedController
 
 ROUTE_VARIABLE = re.compile(r"<(?:[^:<>]+:)?([^:<>]+)>")  # werkzeug's <name> or <converter:name>
 
-# `/openapi.json` is routed by `apid.app.Application`, but what it answers is this package's own.
+# `/openapi.json` is routed by `apid.server.application.Application`, but what it answers is this package's own.
 OPENAPI_DOCUMENT = PublicPath(
     OPENAPI_PATH,
     "GET",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from twisted.web.http import Request
 
-from apid.caching import entity_tag
+from apid.calls.caching import entity_tag
 
 DOCUMENT_CACHING = b"private, no-cache"
 

@@ -1,6 +1,6 @@
 """The private names of twisted.web's client side that apid relies on (see `apid.private_apis`
 for why they are fenced, and tests/unit/test_private_apis.py for their tests). Imported only by
-`apid.outbound`, which loads when apid first makes an outgoing request.
+`apid.http.client`, which loads when apid first makes an outgoing request.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = [
 
 # twisted.web's client side. Its HTTP/1.1 connection (HTTP11ClientProtocol) and the request
 # it sends (ClientRequest) live in a private module, twisted.web._newclient: twisted.web.client
-# imports them but leaves them out of its __all__. Exported from here for apid.outbound.
+# imports them but leaves them out of its __all__. Exported from here for apid.http.client.
 
 
 class ClientProtocolHooks(HTTP11ClientProtocol):

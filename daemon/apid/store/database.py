@@ -35,8 +35,8 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
-from apid.metrics import pool_wait
 from apid.problems import ServiceUnavailable
+from apid.server.metrics import pool_wait
 from apid.store.outage import Outage
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import NoReturn
 
-from apid.config import Config
+from apid.config.files import Config
 
 
 class MigrationFailed(Exception):
@@ -54,7 +54,7 @@ def _migrate_and_exit(config: Config, writer: int) -> NoReturn:
     parent's exit handlers or flushing the parent's buffers a second time."""
     status = 1
     try:
-        from apid.plugins import migration_sources
+        from apid.plugin_host.discovery import migration_sources
         from apid.store.database import make_engine
         from apid.store.migrate import ensure_sqlite_folder, require_current, upgrade_all
 

@@ -2,7 +2,7 @@
 circuit that fails fast while the server cannot be reached, and what to do then
 (`redis.onFailure`).
 
-The rate limiter (`apid.throttle`) and the abuse limiter (`apid.auth.limits`) each keep their
+The rate limiter (`apid.calls.rate_limits`) and the abuse limiter (`apid.auth.limits`) each keep their
 counts with one Lua script per change, so that every change is atomic under concurrency.
 
 txredisapi's pool holds a command until it has a connection: with Redis down, every call

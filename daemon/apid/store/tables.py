@@ -37,13 +37,13 @@ person = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("version", Integer, nullable=False, server_default=text("0")),
     Column("username", String(64), nullable=False, unique=True),
-    # The identity of the name (apid.accounts.username_key, ASCII letters lowercased): what
+    # The identity of the name (apid.auth.accounts.username_key, ASCII letters lowercased): what
     # login, registration and uniqueness compare, through this unique index. As long as the
     # name: the fold maps one character to one.
     Column("username_key", String(64), nullable=False, unique=True),
     Column("password", String(255), nullable=False),
     Column("email", String(254), nullable=False, unique=True),
-    # The identity of the address (apid.accounts.email_key, Unicode case fold): what lookups
+    # The identity of the address (apid.auth.accounts.email_key, Unicode case fold): what lookups
     # and uniqueness compare. Folding can lengthen text (ß -> ss, U+FB03 -> ffi): at most 3
     # code points for 1, and the Email type allows a 64-character local part and an ASCII
     # domain, which the fold keeps as long: 3 x 64 + 190 = 382.
@@ -134,7 +134,7 @@ hook_attempt = Table(
     Column("error", Text, nullable=True),
 )
 
-# Mail written in the transaction of the change that implies it (apid.mail_outbox), sent after
+# Mail written in the transaction of the change that implies it (apid.mail.outbox), sent after
 # commit by whichever daemon leases it; a sent message's row is deleted.
 mail_outbox = Table(
     "mail_outbox",

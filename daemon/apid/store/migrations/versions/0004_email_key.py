@@ -1,7 +1,7 @@
 """person.email_key: the identity of an address by Unicode case fold, unique.
 
 Each existing row gets the key of its address, computed by the daemon's own
-`apid.accounts.email_key`, so the keys are those the running code looks up. Two existing
+`apid.auth.accounts.email_key`, so the keys are those the running code looks up. Two existing
 addresses with one key (`ÄRGER@example.com` and `ärger@example.com`: the ASCII-only check
 before this let both in) stop the migration before it changes anything, naming the rows:
 which of the two is the person's is for an operator to decide, not for a migration to guess.
@@ -13,7 +13,7 @@ Create Date: 2026-11-23
 
 import unicodedata
 
-from apid.accounts import email_key
+from apid.auth.accounts import email_key
 from apid.store.unique_keys import FoldedKey
 
 revision = "0004"

@@ -3,7 +3,7 @@
 Before this, usernames were unique as typed and compared by lower() only in a check before the
 write, so two concurrent creates of `Bob` and `bob` on PostgreSQL could both get in, and every
 login scanned the whole table for lower(username). Each existing row gets the key of its name,
-computed by the daemon's own `apid.accounts.username_key`, so the keys are those the running
+computed by the daemon's own `apid.auth.accounts.username_key`, so the keys are those the running
 code looks up. Two existing names with one key stop the migration before it changes anything,
 naming the rows: which account keeps the name is for an operator to decide, not a migration.
 
@@ -12,7 +12,7 @@ Revises: 0008
 Create Date: 2026-11-28
 """
 
-from apid.accounts import username_key
+from apid.auth.accounts import username_key
 from apid.store.unique_keys import FoldedKey
 
 revision = "0009"

@@ -1,7 +1,7 @@
 """mail_outbox: mail written with the change that implies it, sent after commit.
 
 A change that mails (a notice, a validation or reset link) writes its message here in its own
-transaction (apid.mail_outbox.queue_mail); a daemon leases it, sends it and deletes the row.
+transaction (apid.mail.outbox.queue_mail); a daemon leases it, sends it and deletes the row.
 A hang-up, a crash or a SIGKILL after commit loses nothing: the row waits for the next sender.
 
 Revision ID: 0013

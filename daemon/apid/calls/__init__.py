@@ -1,0 +1,2 @@
+"""API calls: the URL grammar, dispatch, the one pipeline, batch, chain, caching, preconditions,
+links, deprecation, rate limits."""

@@ -1,0 +1,2 @@
+"""Hosting plugins: discovery through entry points, their migrations, their start-up and shutdown
+hooks, and `apid new-plugin`."""

@@ -1,0 +1,417 @@
+"""The application: API calls (routed by `apid.calls.dispatch`) and the Klein routes of every other
+path (`apid.http.routes`), with authentication at the edge.
+
+Public routes answer without a token only when their path is in `reservedUris`; every other
+route (API calls `/v`, `/b`, `/c`, and plugins' `@route` paths) is authenticated against the
+account's current standing and charged to the caller's rate limit, then handled. An API call
+without an Authorization header is made as the anonymous role (`security.anonymousRole`), and
+only an endpoint whose IO State roles include it answers one; any other answers 401. A GET
+call's answer carries its ETag and comes from the cache when its action declares one
+(`apid.calls.caching`). Every error leaves as an RFC 9457 problem (`apid.http.routes.answer_failure`).
+Each request is named for the metrics and the access log by what it reached (`name`): its IO
+State endpoint and API version, `batch` or `chain`, or the route's pattern.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.web.resource import IResource
+
+from apid.auth.apikeys import OUT_OF_SCOPE, is_key
+from apid.auth.endpoints import PublicRoute, client_address
+from apid.auth.issuers import ExternalIssuers
+from apid.auth.key_verifier import KeyVerifier
+from apid.auth.sessions import Revocations
+from apid.auth.standing import Standings
+from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_caller
+from apid.calls.batch import BatchRunner
+from apid.calls.caching import AnswerCache, answer, cache_key, entity_tag
+from apid.calls.chain import ChainRunner, order_names
+from apid.calls.coroutines import started
+from apid.calls.deprecation import announce
+from apid.calls.dispatch import ApiDispatch
+from apid.calls.links import add_links, link_header, page_links
+from apid.calls.links import wanted as wanted_links
+from apid.calls.paths import Target, parse_target
+from apid.calls.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
+from apid.calls.preconditions import checked_write, single_calls_only, unchanged_since
+from apid.calls.rate_limits import RateLimiter
+from apid.http.routes import answer_failure, klein_routes
+from apid.http.site import ApidRequest, bearer_token, query_fields, read_json_body, write_json
+from apid.iostate import Endpoint
+from apid.openapi import OPENAPI_PATH
+from apid.openapi.serving import revalidated
+from apid.plugin import Caller, Controller, RouteCall
+from apid.problems import Forbidden, NotFound, Problem, Unauthorized
+
+log = Logger(namespace="apid.app")
+
+API_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+KIND_NAMES = {"b": "batch", "c": "chain"}  # what metrics name a batch and a chain by (a call: its endpoint)
+
+
+class Application:
+    def __init__(
+        self,
+        *,
+        version: str,
+        reserved_uris: frozenset[str],
+        tokens: TokenService,
+        keys: KeyVerifier,
+        revocations: Revocations,
+        standings: Standings,
+        pipeline: Pipeline,
+        batch: BatchRunner,
+        chain: ChainRunner,
+        public_routes: Iterable[PublicRoute],
+        clock: IReactorTime,
+        rate_limiter: RateLimiter | None = None,
+        openapi: Callable[[frozenset[str] | None], Any] | None = None,
+        anonymous_role: str = "ROLE_ANONYMOUS",
+        cache: AnswerCache | None = None,
+        issuers: ExternalIssuers | None = None,
+    ) -> None:
+        self.version = version
+        self._issuers = issuers  # the trusted OpenID providers (security.issuers), if any
+        self._reserved = reserved_uris
+        self._tokens = tokens
+        self._keys = keys
+        self._revocations = revocations
+        self._standings = standings
+        self._pipeline = pipeline
+        self._batch = batch
+        self._chain = chain
+        self._rate_limiter = rate_limiter
+        self._clock = clock
+        self._openapi = openapi
+        self._anonymous = anonymous_caller(anonymous_role)
+        self._cache = cache
+        self.klein = klein_routes()
+        self._public_routes = list(public_routes)
+        self._add_routes(self._public_routes)
+
+    def resource(self) -> IResource:
+        """API calls routed by their own grammar (`apid.calls.dispatch`), every other path by Klein."""
+        claimed = {route.path.strip("/").partition("/")[0].encode() for route in self._public_routes}
+        return ApiDispatch(self._api, answer_failure, API_METHODS, self.klein.resource(), claimed)
+
+    async def authenticate(self, request: ApidRequest) -> Principal:
+        return await self._authenticated(bearer_token(request), request)
+
+    async def _authenticated(self, token: str | None, request: ApidRequest) -> Principal:
+        """The caller of a request sending `token` as their account stands now: the token
+        verified, not revoked, and its roles cut to those the account still holds. A key
+        refused counts against the request's client address (`KeyVerifier`)."""
+        if token is None:
+            raise Unauthorized(NEEDS_TOKEN)
+        if not token:
+            raise Unauthorized("the Authorization header must read Bearer <token>")
+        if self._issuers is not None and self._issuers.issued(token):
+            # a trusted OpenID provider's token: kept, or verified once
+            principal = self._issuers.kept(token) or await self._issuers.verify(token)
+        elif is_key(token):  # an API key: kept, or read once a minute
+            principal = self._keys.kept(token) or await self._keys.verify(token, client_address(request))
+        else:
+            principal = self._tokens.verify(token)
+        if self._revocations.refuses(principal):
+            raise Unauthorized("the access token was revoked; log in again")
+        return await self._standings.admit(principal)
+
+    def _add_routes(self, public_routes: Iterable[PublicRoute]) -> None:
+        app = self.klein
+        seen: dict[tuple[str, str], PublicRoute] = {}
+        for route in public_routes:
+            key = (route.method, route.path.rstrip("/") or "/")
+            if key in seen:
+                raise ValueError(f"two endpoints answer {route.method} {route.path}")
+            seen[key] = route
+            app.route(
+                route.path, methods=[route.method], endpoint=f"public {route.method} {route.path}", strict_slashes=False
+            )(self._public(route))
+        if self._openapi is not None:
+            if ("GET", OPENAPI_PATH) in seen:
+                raise ValueError(f"two endpoints answer GET {OPENAPI_PATH}")
+            app.route(OPENAPI_PATH, methods=["GET"], endpoint="openapi")(self._openapi_route(self._openapi))
+        app.route("/", methods=API_METHODS, endpoint="root")(self._nothing)
+
+    def _public(self, route: PublicRoute) -> Callable[..., Any]:
+        path = route.reserved_as
+
+        async def handle(request: ApidRequest, **_: Any) -> bytes:
+            request.endpoint_name = route.path
+            if path in self._reserved:
+                return await route.handler(request, None)
+            principal = await self.authenticate(request)
+            if principal.key_scopes is not None:  # a plugin's own path is in no key's scope
+                raise Forbidden(OUT_OF_SCOPE.format(path=route.path))
+            await self._charge(request, principal, 1)
+            return await route.handler(request, principal)
+
+        return handle
+
+    async def _api(
+        self, request: ApidRequest, prefix: str, controller: str, action: str | None = None, id: str | None = None
+    ) -> bytes:
+        target = parse_target(self.version, prefix, controller, action, id)
+        try:
+            return await self._call(request, target)
+        except Exception:
+            # perhaps refused before its endpoint was known: named now, on this slower path only
+            with suppress(Problem):  # no such endpoint: `other`
+                name(
+                    request,
+                    self._pipeline.endpoint(
+                        CallRequest(
+                            controller=target.controller,
+                            action=target.action,
+                            api_version=target.api_version,
+                            method=None,
+                        )
+                    ),
+                    target.kind,
+                )
+            raise
+
+    async def _call(self, request: ApidRequest, target: Target) -> bytes:
+        token = bearer_token(request)
+        if token is None:
+            # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
+            principal = self._anonymous
+            self._pipeline.check_anonymous(
+                principal,
+                CallRequest(
+                    controller=target.controller,
+                    action=target.action,
+                    api_version=target.api_version,
+                    method=None,
+                ),
+                Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT,
+            )
+        else:
+            principal = await self._authenticated(token, request)
+        announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
+        body = read_json_body(request)
+        method = request.method.decode("ascii")
+        # read before the charge: a batch or chain refused for its method, shape or size costs nothing
+        batch = self._batch.parse(target, method, body) if target.kind == "b" else None
+        chain = self._chain.parse(principal, target, body, method) if target.kind == "c" else None
+        single_calls_only(target.kind, request.getHeader(b"if-match"))
+        await self._charge(
+            request,
+            principal,
+            request_cost(target.kind, body),
+            lambda: endpoint_calls(self._pipeline.endpoint, target, body),
+        )
+        text = query_fields(request)
+        if target.id is not None:
+            text["id"] = [target.id]
+        if batch is not None:
+            outcome, batched = await self._batch.run(
+                principal, target, batch, request.path.decode("utf-8", "replace"), client_address(request)
+            )
+            name(request, batched, target.kind)
+            self._set_links(request, principal, batched, None, target.api_version)
+            return write_json(request, outcome.body, outcome.status)
+        if chain is not None:
+            chained = await self._chain.run(principal, target, chain, method, text, client_address(request))
+            name(request, chained.endpoint, target.kind)
+            self._set_links(request, principal, chained.endpoint, chained.record, target.api_version)
+            return write_json(request, chained.body)
+        call = CallRequest(
+            controller=target.controller,
+            action=target.action,
+            api_version=target.api_version,
+            method=method,
+            body=body,
+            text=text,
+        )
+        admitted = self._pipeline.admit(principal, call, address=client_address(request))
+        name(request, admitted.endpoint, target.kind)
+        if not admitted.endpoint.is_safe:
+            condition = request.getHeader(b"if-match")
+            if condition is not None:
+                call = await checked_write(
+                    self._pipeline, principal, admitted, call, condition, admitted.caller.address
+                )
+            result = await self._pipeline.execute(admitted, call)
+            self._set_call_links(request, principal, result, target)
+            return write_json(request, result.data)
+        return await self._read(request, principal, admitted, call, target)
+
+    async def _read(
+        self, request: ApidRequest, principal: Principal, admitted: Admission, call: CallRequest, target: Target
+    ) -> bytes:
+        """A GET call: from the cache when its action declares one and holds the answer, with
+        its ETag, answering 304 to a client that holds it already."""
+        endpoint = admitted.endpoint
+        key = None
+        if endpoint.cache is not None and self._cache is not None:
+            key = cache_key(endpoint, admitted.granted, principal.user_id, call)
+            cached = await self._cache.get(key, endpoint)
+            if cached is not None:
+                request.setHeader(b"Content-Type", b"application/json")
+                self._set_call_links(request, principal, cached.result, target)
+                unchanged_since(request.getHeader(b"if-match"), cached.tag)
+                return answer(request, cached.body, cached.tag, endpoint)
+            generation = self._cache.generation(endpoint.controller)
+        result = await self._pipeline.execute(admitted, call)
+        body = write_json(request, result.data)
+        tag = entity_tag(body)
+        if key is not None and self._cache is not None:
+            self._cache.put(key, result, body, tag, generation)
+        self._set_call_links(request, principal, result, target)
+        unchanged_since(request.getHeader(b"if-match"), tag)
+        return answer(request, body, tag, endpoint)
+
+    def _set_call_links(self, request: ApidRequest, principal: Principal, result: CallResult, target: Target) -> None:
+        self._set_links(
+            request,
+            principal,
+            result.endpoint,
+            result.data,
+            target.api_version,
+            page_links(
+                result.endpoint, result.granted, result.data, result.page, request.uri.decode("utf-8", "replace")
+            ),
+        )
+
+    def _set_links(
+        self,
+        request: ApidRequest,
+        principal: Principal,
+        endpoint: Endpoint,
+        data: Any,
+        api_version: str | None,
+        paging: Sequence[str] = (),
+    ) -> None:
+        """The answer's `Link` header: a list answer's `paging` links always, the related calls
+        of `endpoint` for the record `data` when the request asked for them."""
+        if wanted_links(request):
+            value = link_header(
+                self._pipeline.rules(),
+                endpoint,
+                data,
+                principal.roles,
+                self.version,
+                api_version,
+                request.uri.decode("utf-8", "replace"),
+                request.method.decode("ascii"),
+                paging,
+            )
+        elif paging:
+            value = ", ".join(paging)
+        else:
+            return
+        add_links(request, value)
+
+    async def _charge(
+        self,
+        request: ApidRequest,
+        principal: Principal,
+        cost: int,
+        calls: Callable[[], Sequence[tuple[Endpoint, int]]] = tuple,
+    ) -> None:
+        """Count the request against the caller's rate limit and its `calls` against their
+        endpoints' RATELIMIT (a 429 past either) and say so in the RateLimit fields."""
+        if self._rate_limiter is None:
+            return
+        limited = calls() if self._pipeline.rules().limits_calls else ()
+        charged = await self._rate_limiter.charge(principal, cost, client_address(request), limited)
+        for name, value in charged.items():
+            request.setHeader(name.encode("ascii"), value.encode("ascii"))
+
+    def _openapi_route(self, document: Callable[[frozenset[str] | None], Any]) -> Callable[..., Any]:
+        async def serve(request: ApidRequest) -> bytes:
+            """The OpenAPI document of the caller's roles; without an Authorization header (and
+            with /openapi.json in reservedUris), the one of the endpoints that need no token."""
+            request.endpoint_name = OPENAPI_PATH
+            if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
+                return revalidated(request, write_json(request, document(None)))
+            principal = await self.authenticate(request)
+            await self._charge(request, principal, 1)
+            return revalidated(request, write_json(request, document(principal.roles)))
+
+        return serve
+
+    def _nothing(self, request: ApidRequest) -> bytes:
+        raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
+
+
+def name(request: ApidRequest, endpoint: Endpoint, kind: str) -> None:
+    """Name the request by the endpoint it reached, for the metrics and the access log: a
+    call by the endpoint's path, a batch or chain by its kind; each with the API version."""
+    request.endpoint_name = KIND_NAMES.get(kind, endpoint.path)
+    request.api_version = endpoint.api_version
+
+
+def request_cost(kind: str, body: Mapping[str, Any]) -> int:
+    """How many requests a call counts as: a batch one per element, a chain one per link."""
+    if kind == "b" and isinstance(body.get("batch"), list):
+        return max(1, len(body["batch"]))
+    if kind == "c":
+        return 1 + len(order_names(body.get("chain")))
+    return 1
+
+
+def endpoint_calls(
+    resolve: Callable[[CallRequest], Endpoint], target: Target, body: Mapping[str, Any]
+) -> list[tuple[Endpoint, int]]:
+    """The endpoints a call will reach and how many calls each, for their RATELIMIT: a batch's
+    elements all call its endpoint, a chain's links each call theirs. One that does not
+    resolve is left out: the call then fails as it would anyway, before anything runs."""
+    paths = [(target.controller, target.action)]
+    if target.kind == "c":
+        for name in order_names(body.get("chain")):
+            link_controller, _, link_action = name.partition("/")
+            paths.append((link_controller, link_action))
+    count = request_cost(target.kind, body) if target.kind == "b" else 1
+    calls: dict[tuple[str, str], tuple[Endpoint, int]] = {}
+    for controller, action in paths:
+        try:
+            endpoint = resolve(
+                CallRequest(controller=controller, action=action or None, api_version=target.api_version, method=None)
+            )
+        except Problem:
+            continue
+        key = (endpoint.api_version, endpoint.path)
+        calls[key] = (endpoint, calls.get(key, (endpoint, 0))[1] + count)
+    return list(calls.values())
+
+
+def plugin_routes(controllers: Mapping[str, Controller], superuser_role: str) -> list[PublicRoute]:
+    """The `@route` methods of the controllers, as public routes answering JSON."""
+    routes = []
+    for controller in controllers.values():
+        for attr, (path, method) in type(controller).routes().items():
+            routes.append(PublicRoute(path, method, _route_handler(getattr(controller, attr), superuser_role)))
+    return routes
+
+
+def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> Callable[..., Any]:
+    async def handle(request: ApidRequest, principal: Principal | None) -> bytes:
+        caller = (
+            None
+            if principal is None
+            else Caller(
+                id=principal.user_id,
+                username=principal.username,
+                roles=principal.roles,
+                is_superuser=superuser_role in principal.roles,
+                session=principal.session,
+                all_roles=principal.roles,
+                address=client_address(request),
+                api_key=principal.key_id,
+            )
+        )
+        output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
+        if inspect.isawaitable(output):
+            output = await started(output)  # an asyncio task under the asyncio reactor, as actions
+        return write_json(request, output)
+
+    return handle

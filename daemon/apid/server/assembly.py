@@ -1,0 +1,256 @@
+"""Wiring the request path: the one `Application` the daemon serves, built in one place.
+
+`apid.server.daemon.start` and the testing kit (`apid.testing`) both build it here, so what a
+plugin's tests call is what the daemon serves. What touches the outside stays with the
+caller: reading the secret and the viewer's files, migrating, binding the plugins, the
+database's and the passwords' thread pools, and the webhook delivery worker. Nothing is
+started here; the caller starts the pools and `revocations`, and listens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from twisted.web.resource import IResource
+
+from apid.auth.accounts import Accounts
+from apid.auth.address_change import AddressChanges
+from apid.auth.endpoints import ServiceEndpoints
+from apid.auth.identities import ExternalIdentities
+from apid.auth.issuers import PASSWORD_PATHS, external_issuers
+from apid.auth.key_verifier import KeyVerifier
+from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows, WindowStore
+from apid.auth.login import SessionEndpoints
+from apid.auth.passwords import Passwords
+from apid.auth.registration import AccountEndpoints
+from apid.auth.sessions import Revocations
+from apid.auth.standing import Standings
+from apid.auth.tokens import TokenService
+from apid.calls.batch import BatchRunner
+from apid.calls.caching import AnswerCache
+from apid.calls.chain import ChainRunner
+from apid.calls.pipeline import Events, Pipeline, filter_output
+from apid.calls.rate_limits import CounterStore, MemoryCounters, RateLimiter, RedisCounters
+from apid.config.files import Config
+from apid.hooks.events import AccountEvents, EventRecorder
+from apid.hooks.service import Hooks
+from apid.http.compression import compressing
+from apid.http.cors import Cors
+from apid.http.site import TextPaths
+from apid.mail.message import make_mailer
+from apid.mail.outbox import MailSender
+from apid.openapi.docs_page import DocsPage
+from apid.openapi.document import OpenApiDocuments, document_settings
+from apid.plugin import Services
+from apid.plugin_host.discovery import Bound, RuleBook
+from apid.plugin_host.lifecycle import PluginLifecycle
+from apid.server.application import Application, plugin_routes
+from apid.server.health import Health
+from apid.server.peers import PeerPinger
+from apid.server.reactors import Reactor
+from apid.store.database import Database
+from apid.store.redis import RedisCircuit, redis_pool
+
+if TYPE_CHECKING:
+    from apid.server.workers.worker import WorkerLink
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """What `assemble` built, nothing of it started: the resource to serve, and the parts
+    that are started, stopped or asked for later (by the daemon, or by the testing kit)."""
+
+    application: Application
+    resource: IResource  # what the daemon's site serves: `serving_stack`
+    rule_book: RuleBook
+    accounts: Accounts
+    tokens: TokenService
+    revocations: Revocations
+    mail: MailSender  # sends the mail outbox's messages once started
+    pinger: PeerPinger
+    redis: RedisCircuit | None  # the Redis pool, rebuilt after an outage; stopped on shutdown
+    health: Health  # what /health answers: conditions reported by the parts that hold them
+    plugins: PluginLifecycle  # the controllers' start-up and shutdown hooks, to run
+
+
+def assemble(
+    reactor: Reactor,
+    config: Config,
+    *,
+    secret: bytes,
+    docs_page: DocsPage,
+    bound: Bound,
+    db: Database,
+    passwords: Passwords,
+    wake: Callable[[], None] | None,
+    wrap_events: Callable[[EventRecorder], Events] | None = None,
+    shared: WorkerLink | None = None,
+) -> Assembly:
+    """Build the application over these parts.
+
+    `wake` tells the webhook delivery worker that messages wait; None means webhooks are off
+    and no events are recorded. `wrap_events`, if given, wraps the recorder each call reports
+    its events to (the testing kit collects them this way). `shared` is a worker process's
+    link to its parent, which keeps the counts of every worker when Redis does not."""
+    server, api = config.server, config.api
+    # each controller's own settings, first: the file's mistakes stop the start before anything is made
+    plugin_settings = server.plugins.read(
+        {name: loaded.cls.settings_class for name, loaded in bound.controllers.items()}
+    )
+    health = Health()
+    db.outage.report_to(health, "database")  # /health fails while the database cannot be reached
+    rule_book = RuleBook(bound, api.iostate_dir, api.security)
+    standings = Standings(
+        reactor,
+        db,
+        local_logins=api.security.local_logins,
+        vouched_for={issuer.issuer: issuer.keys_lifetime for issuer in api.security.issuers},
+    )
+    revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
+    # one circuit, owning the pool, shared: one outage of Redis is one, whichever limits meet it
+    circuit = None
+    if server.redis_url:
+        url = server.redis_url
+        circuit = RedisCircuit(lambda: redis_pool(url), reactor, fail_open=server.redis_fail_open)
+        if not server.redis_fail_open:  # a hard dependency: /health fails while Redis cannot be reached
+            circuit.outage.report_to(health, "redis")
+    limiter = abuse_limiting(reactor, config, circuit, shared)
+    mail = MailSender(reactor, db, make_mailer(server.mail, reactor))
+    account_events = (
+        AccountEvents(
+            lambda: rule_book.current,
+            filter_output,
+            time.time,
+            lambda: reactor.callFromThread(wake),
+        )
+        if wake
+        else None
+    )
+    addresses = AddressChanges(db, revocations, server.accounts, server.base_url, server.home_url, account_events)
+    accounts = Accounts(reactor, db, passwords, revocations, limiter, addresses, api.security.superuser_role)
+    pinger = PeerPinger(reactor, server.servers)
+    hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
+    services = Services(
+        db=db,
+        accounts=accounts,
+        security=api.security,
+        pinger=pinger,
+        hooks=hooks,
+        rules=lambda: rule_book.current,
+        version=api.version,
+    )
+    controllers = {
+        name: loaded.cls(replace(services, settings=plugin_settings.get(name)))
+        for name, loaded in bound.controllers.items()
+    }
+    labels = {name: loaded.plugin.label for name, loaded in bound.controllers.items()}
+    tokens = TokenService(server.jwt, secret, time.time)
+    recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
+    events = wrap_events(recorder) if recorder and wrap_events else recorder
+    cache = AnswerCache(reactor, db, shared.siblings() if shared is not None else None)
+    pipeline = Pipeline(
+        lambda: rule_book.current, controllers, api.security.superuser_role, events, db, changed=cache.changed
+    )
+    public_routes = [
+        *ServiceEndpoints(api.version, health, server.metrics.role).routes(),
+        *docs_page.routes(),
+        *SessionEndpoints(
+            accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies
+        ).routes(),
+        *AccountEndpoints(
+            db,
+            passwords,
+            revocations,
+            limiter,
+            server.accounts,
+            server.base_url,
+            server.home_url,
+            api.security.user_role,
+            account_events,
+            addresses,
+        ).routes(),
+        *plugin_routes(controllers, api.security.superuser_role),
+    ]
+    if not api.security.local_logins:  # password accounts switched off: callers sign in with a provider
+        public_routes = [route for route in public_routes if route.path not in PASSWORD_PATHS]
+    rate_limiter = rate_limiting(reactor, config, circuit, shared)
+    application = Application(
+        version=api.version,
+        reserved_uris=api.reserved_uris,
+        tokens=tokens,
+        keys=KeyVerifier(reactor, db, limiter),
+        revocations=revocations,
+        standings=standings,
+        pipeline=pipeline,
+        batch=BatchRunner(pipeline, api.batch_limit),
+        chain=ChainRunner(pipeline, api.chain_limit),
+        public_routes=public_routes,
+        clock=reactor,
+        rate_limiter=rate_limiter,
+        anonymous_role=api.security.anonymous_role,
+        cache=cache,
+        issuers=external_issuers(
+            reactor,
+            api.security.issuers,
+            ExternalIdentities(db, revocations, account_events, time.time),
+            server.jwt.leeway,
+        ),
+        openapi=OpenApiDocuments(
+            lambda: rule_book.current, document_settings(config, bound.controllers.values())
+        ).document,
+    )
+    return Assembly(
+        application=application,
+        resource=serving_stack(application, api.allowed_origins),
+        rule_book=rule_book,
+        accounts=accounts,
+        tokens=tokens,
+        revocations=revocations,
+        mail=mail,
+        pinger=pinger,
+        redis=circuit,
+        health=health,
+        plugins=PluginLifecycle(reactor, controllers, labels, server.shutdown.drain),
+    )
+
+
+def serving_stack(application: Application, allowed_origins: Iterable[str]) -> IResource:
+    """Every layer a request passes before its handler, outermost first: answers are
+    compressed for clients that ask when worth it (`compressing`), paths that are not
+    text are refused (`TextPaths`), CORS answers preflights and marks answers to allowed
+    origins (`Cors`), API calls go to their handler by apid's grammar and every other path to
+    the Klein routes (`ApiDispatch`, `Application.resource`)."""
+    return compressing(TextPaths(Cors(application.resource(), allowed_origins)))
+
+
+def rate_limiting(
+    reactor: Reactor, config: Config, circuit: RedisCircuit | None, shared: WorkerLink | None = None
+) -> RateLimiter | None:
+    """The rate limiter when apiThrottle is on: counting in Redis when redis.url is set, else
+    in the parent of the worker processes, else in this process."""
+    if not config.server.api_throttle:
+        return None
+    store: CounterStore
+    if circuit is not None:
+        store = RedisCounters(circuit.pool, reactor, circuit=circuit)
+    else:
+        store = shared.counters() if shared is not None else MemoryCounters(reactor)
+    throttle = config.api.throttle
+    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
+
+
+def abuse_limiting(
+    reactor: Reactor, config: Config, circuit: RedisCircuit | None, shared: WorkerLink | None = None
+) -> AbuseLimiter:
+    """The limits on logins, registrations and reset requests: counting in Redis when
+    redis.url is set (whatever apiThrottle says), so that every daemon shares them, else as
+    the rate limits are."""
+    store: WindowStore
+    if circuit is not None:
+        store = RedisWindows(circuit.pool, reactor, circuit=circuit)
+    else:
+        store = shared.windows() if shared is not None else MemoryWindows(reactor)
+    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open, config.api.security.ipv6_prefix)

@@ -1,0 +1,83 @@
+"""Which Twisted reactor runs the daemon: the `reactor` setting and its installation.
+
+`default` is Twisted's choice for the platform (epoll on Linux), the fastest; `asyncio` is
+AsyncioSelectorReactor, on uvloop when it is installed (the `asyncio` extra) and on the
+standard event loop otherwise, under which plugin actions may await asyncio libraries
+(apid.calls.coroutines). A reactor is installed once per process, before anything imports
+twisted.internet.reactor: `apid serve` installs it before it imports the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import cast
+
+from twisted.internet.interfaces import (
+    IReactorCore,
+    IReactorProcess,
+    IReactorSocket,
+    IReactorTCP,
+    IReactorThreads,
+    IReactorTime,
+    IReactorUNIX,
+)
+
+from apid.config.files import REACTORS
+
+
+class Reactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorUNIX, IReactorSocket, IReactorProcess):
+    """The reactor's interfaces apid uses, as one type (as Twisted types its global reactor with
+    the common ones): both reactors apid installs are PosixReactorBase and provide them all."""
+
+
+def installed() -> Reactor:
+    """The installed reactor (Twisted's default when none is yet)."""
+    from twisted.internet import reactor
+
+    # Twisted types its global reactor with fewer interfaces than it provides (no threads, no
+    # adopted sockets); apid's reactors are all PosixReactorBase, which provides Reactor
+    return cast(Reactor, reactor)
+
+
+class ReactorInstalled(RuntimeError):
+    """A reactor was installed before apid chose one: something imported it too early."""
+
+
+def install(choice: str) -> str:
+    """Install the reactor `choice` names; returns what runs, for the log ("asyncio on uvloop")."""
+    if choice not in REACTORS:
+        raise ValueError(f"reactor must be one of {', '.join(REACTORS)}, not {choice!r}")
+    if "twisted.internet.reactor" in sys.modules:
+        from twisted.internet import reactor
+
+        raise ReactorInstalled(
+            f"{type(reactor).__name__} was installed before apid could install the {choice} reactor: "
+            "a module imported twisted.internet.reactor too early"
+        )
+    if choice == "default":
+        from twisted.internet import default
+
+        default.install()
+        from twisted.internet import reactor
+
+        return f"default ({type(reactor).__name__})"
+    from twisted.internet import asyncioreactor
+
+    from apid.calls.coroutines import bridge_tasks
+
+    loop, name = new_loop()
+    asyncio.set_event_loop(loop)
+    bridge_tasks(loop)
+    asyncioreactor.install(loop)
+    return f"asyncio on {name}"
+
+
+def new_loop() -> tuple[asyncio.AbstractEventLoop, str]:
+    """A new event loop, uvloop's when it is installed (the faster one, docs/benchmarks.md),
+    and its name."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop(), "the standard event loop"
+    return uvloop.new_event_loop(), "uvloop"

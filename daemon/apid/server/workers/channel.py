@@ -1,0 +1,230 @@
+"""The channel between the parent of the worker processes and each worker: AMP over a socket
+pair the parent makes for the worker when it starts it.
+
+A worker tells the parent when it serves (`Ready`). Without Redis, the parent keeps the counts
+that must be exact across workers, rate limits (`Charge`) and abuse limits (`Reserve`,
+`Release`), in the same in-process stores one daemon uses: the parent's reactor runs one
+charge at a time, so N workers count exactly as one process does. With `redis.url` set the
+workers count in Redis, as separate daemons do.
+
+A worker whose write changed a controller with cached answers tells the parent
+(`AnswersChanged`), which has every other worker drop them (`DropAnswers`) before the write is
+answered: no worker of the daemon serves an answer the write made old (`apid.calls.caching`).
+
+The parent asks each worker whether it answers (`Alive`, for systemd's watchdog: the
+worker's reactor answers it) and has one worker reload the IO State everywhere (`Reload`),
+so that it can tell systemd how the reload went.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorSocket
+from twisted.internet.protocol import ServerFactory, connectionDone
+from twisted.protocols import amp
+from twisted.python.failure import Failure
+
+from apid.auth.limits import MemoryWindows, Window
+from apid.calls.rate_limits import Charge, MemoryCounters
+
+P = TypeVar("P", bound=amp.AMP)
+
+
+class Ready(amp.Command):
+    """Worker `index` serves, on `reactor` (as `apid.server.reactors.install` described it)."""
+
+    arguments = [(b"index", amp.Integer()), (b"reactor", amp.Unicode())]
+    response = []
+
+
+class ChargeCalls(amp.Command):
+    """`CounterStore.charge`, counted by the parent."""
+
+    arguments = [
+        (b"key", amp.Unicode()),
+        (b"amount", amp.Integer()),
+        (b"limit", amp.Integer()),
+        (b"window", amp.Integer()),
+        (b"lock", amp.Integer()),
+    ]
+    response = [(b"allowed", amp.Boolean()), (b"remaining", amp.Integer()), (b"reset", amp.Float())]
+
+
+class ReserveAttempt(amp.Command):
+    """`WindowStore.reserve`, counted by the parent: the wait in seconds, 0 when reserved."""
+
+    arguments = [
+        (b"keys", amp.ListOf(amp.Unicode())),
+        (b"limits", amp.ListOf(amp.Integer())),
+        (b"seconds", amp.Integer()),
+    ]
+    response = [(b"wait", amp.Float())]
+
+
+class ReleaseAttempt(amp.Command):
+    """`WindowStore.release`, counted by the parent."""
+
+    arguments = [(b"keys", amp.ListOf(amp.Unicode()))]
+    response = []
+
+
+class AnswersChanged(amp.Command):
+    """A write of this worker changed `controllers`: the parent answers once every other
+    worker dropped their cached answers."""
+
+    arguments = [(b"controllers", amp.ListOf(amp.Unicode()))]
+    response = []
+
+
+class DropAnswers(amp.Command):
+    """Drop the cached answers of `controllers`: another worker changed them."""
+
+    arguments = [(b"controllers", amp.ListOf(amp.Unicode()))]
+    response = []
+
+
+class Alive(amp.Command):
+    """Answered by a worker whose reactor turns: the parent's liveness check (`apid.server.systemd`)."""
+
+    arguments = []
+    response = []
+
+
+class Reload(amp.Command):
+    """Reload the IO State of every daemon process (SIGHUP to the parent): why the rules in
+    force stay, if they do."""
+
+    arguments = []
+    response = [(b"refused", amp.Unicode(optional=True))]
+
+
+class ParentSide(amp.AMP):
+    """The parent's end of one worker's channel: every worker's end shares `counters` and
+    `windows`; `changed` passes a worker's change on to the others."""
+
+    def __init__(
+        self,
+        counters: MemoryCounters,
+        windows: MemoryWindows,
+        ready: Callable[[int, str], None],
+        changed: Callable[[Sequence[str]], Deferred[None]],
+    ) -> None:
+        super().__init__()
+        self._counters = counters
+        self._windows = windows
+        self._ready = ready
+        self._changed = changed
+
+    @Ready.responder
+    def ready(self, index: int, reactor: str) -> dict:
+        self._ready(index, reactor)
+        return {}
+
+    @ChargeCalls.responder
+    def charge(self, key: str, amount: int, limit: int, window: int, lock: int) -> Deferred[dict]:
+        return self._counters.charge(key, amount, limit, window, lock).addCallback(
+            lambda charge: {"allowed": charge.allowed, "remaining": charge.remaining, "reset": charge.reset}
+        )
+
+    @ReserveAttempt.responder
+    def reserve(self, keys: list[str], limits: list[int], seconds: int) -> Deferred[dict]:
+        windows = [Window(key, limit) for key, limit in zip(keys, limits, strict=True)]
+        return self._windows.reserve(windows, seconds).addCallback(lambda wait: {"wait": wait})
+
+    @ReleaseAttempt.responder
+    def release(self, keys: list[str]) -> Deferred[dict]:
+        return self._windows.release(keys).addCallback(lambda _: {})
+
+    @AnswersChanged.responder
+    def answers_changed(self, controllers: list[str]) -> Deferred[dict]:
+        return self._changed(controllers).addCallback(lambda _: {})
+
+
+class WorkerSide(amp.AMP):
+    """A worker's end of its channel; `lost` runs when the parent is gone (the worker then
+    stops); `drop_answers`, once its cache exists, drops what another worker changed;
+    `reload`, once it serves, reloads the IO State everywhere."""
+
+    def __init__(self, lost: Callable[[], None]) -> None:
+        super().__init__()
+        self._lost = lost
+        self.drop_answers: Callable[[Sequence[str]], None] = lambda controllers: None
+        self.reload: Callable[[], Deferred[str | None]] | None = None
+
+    @DropAnswers.responder
+    def drop(self, controllers: list[str]) -> dict:
+        self.drop_answers(controllers)
+        return {}
+
+    @Alive.responder
+    def alive(self) -> dict:
+        return {}
+
+    @Reload.responder
+    def reload_everywhere(self) -> Deferred[dict] | dict:
+        if self.reload is None:
+            return {"refused": "this worker does not serve yet"}
+        return self.reload().addCallback(lambda refused: {"refused": refused})
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        super().connectionLost(reason)
+        self._lost()
+
+
+class ParentCounters:
+    """A `CounterStore` (apid.calls.rate_limits) whose counts the parent keeps."""
+
+    def __init__(self, channel: amp.AMP) -> None:
+        self._channel = channel
+
+    def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:
+        charging = self._channel.callRemote(ChargeCalls, key=user, amount=amount, limit=limit, window=window, lock=lock)
+        return charging.addCallback(lambda reply: Charge(reply["allowed"], reply["remaining"], reply["reset"]))
+
+
+class ParentWindows:
+    """A `WindowStore` (apid.auth.limits) whose windows the parent keeps."""
+
+    def __init__(self, channel: amp.AMP) -> None:
+        self._channel = channel
+
+    def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
+        reserving = self._channel.callRemote(
+            ReserveAttempt,
+            keys=[window.key for window in windows],
+            limits=[window.limit for window in windows],
+            seconds=seconds,
+        )
+        return reserving.addCallback(lambda reply: reply["wait"])
+
+    def release(self, keys: Sequence[str]) -> Deferred[None]:
+        return self._channel.callRemote(ReleaseAttempt, keys=list(keys)).addCallback(lambda _: None)
+
+
+class SiblingWorkers:
+    """The other workers of this daemon, as `apid.calls.caching.AnswerCache` tells them of changes."""
+
+    def __init__(self, channel: WorkerSide) -> None:
+        self._channel = channel
+
+    def changed(self, controllers: Sequence[str]) -> Deferred[None]:
+        """Fires once the others dropped their answers of `controllers`; never fails: without a
+        parent this worker is stopping, and the write it answers is done."""
+        telling = self._channel.callRemote(AnswersChanged, controllers=list(controllers))
+        return telling.addCallbacks(lambda _: None, lambda _: None)
+
+    def on_change(self, drop: Callable[[Sequence[str]], None]) -> None:
+        self._channel.drop_answers = drop
+
+
+def adopt(reactor: IReactorSocket, fd: int, protocol: P) -> P:
+    """Run `protocol` over the connected Unix socket `fd` (the reactor keeps a copy of it)."""
+    factory: ServerFactory = ServerFactory()  # the type adoptStreamConnection takes
+    factory.protocol = lambda: protocol
+    factory.noisy = False
+    reactor.adoptStreamConnection(fd, socket.AF_UNIX, factory)
+    return protocol
