@@ -23,11 +23,12 @@ run: $(INSTALLED)
 	@echo
 	$(BIN)/apid serve
 
-# the gates before the tests: lint, formatting, types (pyproject.toml configures each)
+# the gates before the tests: lint, formatting, types, the layering contract (pyproject.toml configures each)
 check: $(INSTALLED)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 system-deps:
 	scripts/system-deps

@@ -5,7 +5,7 @@ type-checks while the real class is what the protocol says; nothing here runs.""
 from __future__ import annotations
 
 from apid import iostate, plugin
-from apid.auth import accounts
+from apid.auth import account_service, accounts
 from apid.config import files as config
 from apid.hooks.service import Hooks
 from apid.server import peers as ping
@@ -24,7 +24,7 @@ def a_call_is_a_unit_of_work(call: plugin.Call) -> plugin.UnitOfWork:
     return call
 
 
-def accounts_are_accounts(service: accounts.Accounts) -> plugin.Accounts:
+def accounts_are_accounts(service: account_service.Accounts) -> plugin.Accounts:
     return service
 
 

@@ -41,7 +41,7 @@ def engine_of_each_database(request, url, tmp_path):
 @pytest.fixture
 def database(engine):
     """The daemon's handle on that file: units of work in a thread pool, answered as Deferreds."""
-    db = Database(reactor, engine, 2)
+    db = Database(reactor=reactor, engine=engine, threads=2)
     db.start()
     yield db
     db.stop()

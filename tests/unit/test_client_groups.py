@@ -40,7 +40,7 @@ def test_an_ipv6_address_counts_as_its_network_and_ipv4_as_itself():
 
 @pytest_twisted.ensureDeferred
 async def test_25_addresses_of_one_slash_64_share_one_abuse_limit():
-    limiter = AbuseLimiter(MemoryWindows(task.Clock()), LIMITS)
+    limiter = AbuseLimiter(store=MemoryWindows(task.Clock()), limits=LIMITS)
     spread = addresses(25)
     for address in spread[:3]:
         assert await limiter.reserve("login", address, "alice")
@@ -48,7 +48,7 @@ async def test_25_addresses_of_one_slash_64_share_one_abuse_limit():
         with pytest.raises(TooManyRequests):
             await limiter.reserve("login", address, "alice")
     assert await limiter.reserve("login", "2001:db8:1:3::1", "alice")  # the next /64 is another client
-    per_address = AbuseLimiter(MemoryWindows(task.Clock()), LIMITS, ipv6_prefix=128)
+    per_address = AbuseLimiter(store=MemoryWindows(task.Clock()), limits=LIMITS, ipv6_prefix=128)
     assert [await per_address.reserve("login", address, "alice") for address in spread] == [True] * 25
 
 

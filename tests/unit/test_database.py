@@ -7,7 +7,8 @@ import pytest_twisted
 from sqlalchemy import bindparam, select
 from twisted.internet import reactor
 
-from apid.auth.accounts import Accounts, get_accounts
+from apid.auth.account_service import Accounts
+from apid.auth.accounts import get_accounts
 from apid.store.database import Database, PreparedSelect, run_read
 from apid.store.tables import person
 
@@ -26,10 +27,10 @@ def test_a_prepared_select_types_its_rows_like_sqlalchemy(engine, alice, bob):
 
 @pytest_twisted.ensureDeferred
 async def test_one_account_read_prepared_equals_the_account_read_in_a_transaction(engine, alice, bob):
-    db = Database(reactor, engine, 2)
+    db = Database(reactor=reactor, engine=engine, threads=2)
     db.start()
     try:
-        accounts = Accounts(reactor, db, passwords=None, revocations=None)
+        accounts = Accounts(reactor=reactor, db=db, passwords=None, revocations=None)
         assert await accounts.get(alice) == run_read(engine, get_accounts, [alice])[alice]
         assert await accounts.get(bob + 100) is None
     finally:

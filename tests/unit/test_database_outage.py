@@ -11,7 +11,6 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from twisted.internet import reactor
 
-from apid.server.health import Health
 from apid.store.database import (
     CONNECT_TIMEOUT,
     Database,
@@ -21,6 +20,7 @@ from apid.store.database import (
     run_write,
     unreachable,
 )
+from apid.telemetry.health import Health
 from harness import free_port
 
 
@@ -64,7 +64,7 @@ def test_a_postgresql_port_nobody_listens_on_is_unreachable():
 
 @pytest_twisted.ensureDeferred
 async def test_every_unit_of_work_on_an_unreachable_database_is_a_503_and_one_outage(tmp_path):
-    db = Database(reactor, make_engine(f"sqlite:///{tmp_path / 'gone' / 'apid.db'}"), 2)
+    db = Database(reactor=reactor, engine=make_engine(f"sqlite:///{tmp_path / 'gone' / 'apid.db'}"), threads=2)
     health = Health()
     db.outage.report_to(health, "database")
     db.start()
@@ -82,7 +82,7 @@ async def test_every_unit_of_work_on_an_unreachable_database_is_a_503_and_one_ou
 
 @pytest_twisted.ensureDeferred
 async def test_a_mistake_stays_itself_and_starts_no_outage(tmp_path):
-    db = Database(reactor, make_engine(f"sqlite:///{tmp_path / 'apid.db'}"), 2)
+    db = Database(reactor=reactor, engine=make_engine(f"sqlite:///{tmp_path / 'apid.db'}"), threads=2)
     db.start()
     try:
         with pytest.raises(OperationalError):

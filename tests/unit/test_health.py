@@ -1,6 +1,6 @@
-"""What /health answers as conditions come and go (apid.server.health)."""
+"""What /health answers as conditions come and go (apid.telemetry.health)."""
 
-from apid.server.health import Health
+from apid.telemetry.health import Health
 
 
 def test_it_passes_with_no_condition():

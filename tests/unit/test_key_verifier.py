@@ -107,7 +107,7 @@ def test_the_unknown_lookup_ids_remembered_are_bounded_the_oldest_going_first(da
 def test_refused_keys_count_against_their_address_and_past_the_limit_get_429_unread(database):
     clock = task.Clock()
     limits = {"login": AbuseLimit(per_address=5, per_account=100, window=60, per_account_address=5)}
-    verifier = KeyVerifier(clock, database, AbuseLimiter(MemoryWindows(clock), limits))  # type: ignore[arg-type]
+    verifier = KeyVerifier(clock, database, AbuseLimiter(store=MemoryWindows(clock), limits=limits))  # type: ignore[arg-type]
     real = a_key(database)
     for _ in range(3):  # a good key gives its count back
         assert isinstance(verified(clock, verifier, real), Principal)

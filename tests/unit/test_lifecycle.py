@@ -45,7 +45,12 @@ def logged():
 
 def lifecycle(clock: Clock, *controllers: Hooked) -> PluginLifecycle:
     named = {controller.name: controller for controller in controllers}
-    return PluginLifecycle(clock, named, {name: f"{name} (distribution apid-{name})" for name in named}, 20.0)
+    return PluginLifecycle(
+        clock=clock,
+        controllers=named,
+        labels={name: f"{name} (distribution apid-{name})" for name in named},
+        drain=20.0,
+    )
 
 
 def run(clock: Clock, coroutine: Any) -> Deferred[Any]:

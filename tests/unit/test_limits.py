@@ -54,7 +54,7 @@ class Subject:
     clock: task.Clock | None = None
 
     def limiter(self, limits: dict[str, AbuseLimit] = LIMITS, fail_open: bool = True) -> AbuseLimiter:
-        return AbuseLimiter(self.store, limits, fail_open)
+        return AbuseLimiter(store=self.store, limits=limits, fail_open=fail_open)
 
     async def wait(self, seconds: float) -> None:
         """Let `seconds` go by: on the Clock exactly, on Redis for real and a little more."""
@@ -75,7 +75,7 @@ def subject(request) -> Subject:
         clock.advance(START)
         return Subject("memory", MemoryWindows(clock), clock)
     pool = request.getfixturevalue("redis_pool")
-    return Subject("redis", RedisWindows(pool, reactor, prefix=f"test:{uuid.uuid4().hex}:"))
+    return Subject("redis", RedisWindows(pool=pool, clock=reactor, prefix=f"test:{uuid.uuid4().hex}:"))
 
 
 async def attempt(limiter: AbuseLimiter, kind: str, address: str, account: str | None) -> None:
@@ -335,7 +335,7 @@ def clock() -> task.Clock:
 
 @pytest_twisted.ensureDeferred
 async def test_retry_after_is_rounded_up_and_at_least_one_second(clock):
-    limiter = AbuseLimiter(MemoryWindows(clock), LIMITS)
+    limiter = AbuseLimiter(store=MemoryWindows(clock), limits=LIMITS)
     for _ in range(3):
         await attempt(limiter, "login", "10.0.0.1", "alice")
     clock.advance(35.5)
@@ -350,7 +350,7 @@ async def test_retry_after_is_rounded_up_and_at_least_one_second(clock):
 async def test_the_first_window_starts_at_the_first_attempt_on_a_young_clock():
     clock = task.Clock()
     clock.advance(10)
-    limiter = AbuseLimiter(MemoryWindows(clock), LIMITS)
+    limiter = AbuseLimiter(store=MemoryWindows(clock), limits=LIMITS)
     for _ in range(3):
         await attempt(limiter, "login", "10.0.0.1", "alice")
     assert retry_after(await refused(limiter, "login", "10.0.0.1", "alice")) == WINDOW
@@ -359,11 +359,11 @@ async def test_the_first_window_starts_at_the_first_attempt_on_a_young_clock():
 @pytest_twisted.ensureDeferred
 async def test_an_unknown_kind_is_a_programming_error(clock):
     with pytest.raises(KeyError):
-        await AbuseLimiter(MemoryWindows(clock), LIMITS).reserve("signup", "10.0.0.1", "alice")
+        await AbuseLimiter(store=MemoryWindows(clock), limits=LIMITS).reserve("signup", "10.0.0.1", "alice")
 
 
 def test_keys_hold_account_names_casefolded_and_digested(clock):
-    limiter = AbuseLimiter(MemoryWindows(clock), LIMITS)
+    limiter = AbuseLimiter(store=MemoryWindows(clock), limits=LIMITS)
     login = limiter.windows("login", "10.0.0.1", "Alice@Example.COM")
     assert [window.key for window in login] == [
         window.key for window in limiter.windows("login", "10.0.0.1", "alice@example.com")
@@ -380,7 +380,7 @@ def test_keys_hold_account_names_casefolded_and_digested(clock):
 async def test_many_keys_do_not_break_counting_and_ended_windows_are_dropped(clock):
     """Past 10000 entries ended windows are pruned; live ones survive the pruning."""
     store = MemoryWindows(clock)
-    limiter = AbuseLimiter(store, LIMITS)
+    limiter = AbuseLimiter(store=store, limits=LIMITS)
     for _ in range(3):
         await attempt(limiter, "login", "10.0.0.1", "alice")
     for n in range(10001):
@@ -400,7 +400,7 @@ async def test_many_keys_do_not_break_counting_and_ended_windows_are_dropped(clo
 @pytest_twisted.ensureDeferred
 async def test_redis_keys_expire_with_their_window_and_giving_back_keeps_it(redis_pool):
     prefix = f"test:{uuid.uuid4().hex}:"
-    limiter = AbuseLimiter(RedisWindows(redis_pool, reactor, prefix=prefix), LIMITS)
+    limiter = AbuseLimiter(store=RedisWindows(pool=redis_pool, clock=reactor, prefix=prefix), limits=LIMITS)
     await limiter.reserve("login", "10.0.0.1", "alice")
     keys = [prefix + window.key for window in limiter.windows("login", "10.0.0.1", "alice")]
     for key in keys:
@@ -419,8 +419,8 @@ async def test_two_daemons_on_one_redis_share_their_counts(redis_server, redis_p
     )
     try:
         prefix = f"test:{uuid.uuid4().hex}:"
-        first = AbuseLimiter(RedisWindows(redis_pool, reactor, prefix=prefix), LIMITS)
-        second = AbuseLimiter(RedisWindows(other_pool, reactor, prefix=prefix), LIMITS)
+        first = AbuseLimiter(store=RedisWindows(pool=redis_pool, clock=reactor, prefix=prefix), limits=LIMITS)
+        second = AbuseLimiter(store=RedisWindows(pool=other_pool, clock=reactor, prefix=prefix), limits=LIMITS)
         bursts = await defer.gatherResults(
             [
                 defer.Deferred.fromCoroutine(burst(limiter, [("login", "10.0.0.1", "alice")] * 50))
@@ -466,7 +466,7 @@ def errors_logged():
 
 @pytest_twisted.ensureDeferred
 async def test_failing_open_lets_attempts_through_uncounted_and_logs(errors_logged):
-    limiter = AbuseLimiter(Unreachable(), LIMITS, fail_open=True)
+    limiter = AbuseLimiter(store=Unreachable(), limits=LIMITS, fail_open=True)
     for _ in range(10):
         assert await limiter.reserve("login", "10.0.0.1", "alice") is False
     assert len(errors_logged) == 10
@@ -474,7 +474,7 @@ async def test_failing_open_lets_attempts_through_uncounted_and_logs(errors_logg
 
 @pytest_twisted.ensureDeferred
 async def test_failing_closed_answers_503_with_retry_after(errors_logged):
-    limiter = AbuseLimiter(Unreachable(), LIMITS, fail_open=False)
+    limiter = AbuseLimiter(store=Unreachable(), limits=LIMITS, fail_open=False)
     for kind in ("login", "register", "reset"):
         with pytest.raises(ServiceUnavailable) as caught:
             await limiter.reserve(kind, "10.0.0.1", "alice@example.com")
@@ -487,7 +487,9 @@ async def test_failing_closed_answers_503_with_retry_after(errors_logged):
 @pytest_twisted.ensureDeferred
 async def test_giving_back_to_an_unreachable_store_only_logs(errors_logged):
     for fail_open in (True, False):
-        await AbuseLimiter(Unreachable(), LIMITS, fail_open=fail_open).release("login", "10.0.0.1", "alice")
+        await AbuseLimiter(store=Unreachable(), limits=LIMITS, fail_open=fail_open).release(
+            "login", "10.0.0.1", "alice"
+        )
     assert len(errors_logged) == 2
 
 
@@ -496,7 +498,7 @@ async def test_redis_on_a_closed_port_fails_closed_in_bounded_time():
     pool = txredisapi.lazyConnectionPool(
         host="127.0.0.1", port=free_port(), poolsize=2, convertNumbers=False, connectTimeout=1, replyTimeout=1
     )
-    limiter = AbuseLimiter(RedisWindows(pool, reactor, timeout=1), LIMITS, fail_open=False)
+    limiter = AbuseLimiter(store=RedisWindows(pool=pool, clock=reactor, timeout=1), limits=LIMITS, fail_open=False)
     started = reactor.seconds()
     try:
         with pytest.raises(ServiceUnavailable):

@@ -17,7 +17,8 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from apid.config.files import MailConfig
-from apid.mail.message import FileMailer, Message, SmtpMailer, Undeliverable, make_mailer
+from apid.mail.message import Message, Undeliverable
+from apid.mail.senders import FileMailer, SmtpMailer, make_mailer
 
 SENDER = "apid <apid@example.com>"
 NEWLINE_IN_HEADER = "may not contain linefeed or carriage return"  # the email package's refusal

@@ -97,7 +97,7 @@ def senders(database):
 
     def make(mailer, **options) -> MailSender:
         options.setdefault("poll", LONG)
-        sender = MailSender(reactor, database, mailer, **options)
+        sender = MailSender(reactor=reactor, db=database, mailer=mailer, **options)
         made.append(sender)
         return sender
 
@@ -255,7 +255,7 @@ async def test_two_daemons_send_each_message_once(engine, database, senders):
 async def test_a_stopping_daemon_hands_back_what_it_could_not_send(engine, database):
     queue(engine, welcome())
     mailer = SlowMailer()
-    sender = MailSender(reactor, database, mailer, poll=LONG)
+    sender = MailSender(reactor=reactor, db=database, mailer=mailer, poll=LONG)
     sender.start()
     await until(lambda: mailer.waiting)
     assert rows(engine)[0].lease_owner == sender.owner

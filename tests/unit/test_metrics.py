@@ -1,4 +1,5 @@
-"""apid.server.metrics: what each recorder counts, what a scrape reads, in one process and summed over
+"""apid.telemetry.metrics, and the port of apid.server.metrics: what each recorder counts, what a
+scrape reads, in one process and summed over
 worker processes (prometheus_client's multiprocess mode, in real subprocesses), and that a
 process whose metrics nobody can read counts nothing."""
 
@@ -15,7 +16,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import reactor
 
-from apid.server import metrics
+from apid.server.metrics import listen_metrics
+from apid.telemetry import metrics
 
 metrics.count()  # as a daemon does when its metrics can be read
 
@@ -103,7 +105,7 @@ def test_one_process_renders_its_own_registry_in_the_text_format():
 
 WORKER = textwrap.dedent("""
     import sys
-    from apid.server import metrics
+    from apid.telemetry import metrics
     metrics.count()
     assert metrics.multiprocess_mode()
     for _ in range(int(sys.argv[1])):
@@ -113,7 +115,7 @@ WORKER = textwrap.dedent("""
 """)
 SCRAPER = textwrap.dedent("""
     import sys
-    from apid.server import metrics
+    from apid.telemetry import metrics
     metrics.count()
     if len(sys.argv) > 1:
         metrics.process_dead(int(sys.argv[1]))
@@ -124,7 +126,7 @@ SCRAPER = textwrap.dedent("""
 
 UNREAD = textwrap.dedent("""
     import sys
-    from apid.server import metrics
+    from apid.telemetry import metrics
     from apid.config.files import MetricsConfig
     metrics.request_answered("person/show", "1", b"GET", 200, 0.01)
     metrics.batch_run(3)
@@ -179,7 +181,7 @@ def test_worker_processes_are_summed_and_a_dead_ones_gauges_forgotten(tmp_path):
 
 @pytest_twisted.ensureDeferred
 async def test_the_metrics_port_serves_get_metrics_and_nothing_else():
-    port = await metrics.listen_metrics(reactor, "tcp:0:interface=127.0.0.1")
+    port = await listen_metrics(reactor, "tcp:0:interface=127.0.0.1")
     origin = f"http://127.0.0.1:{port.getHost().port}"
     try:
         metrics.request_answered("person/list", "1", b"GET", 200, 0.02)

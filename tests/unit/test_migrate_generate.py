@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from apid.plugin_host.discovery import MigrationSource
+from apid.plugin_host.migrations import MigrationSource
 from apid.plugin_host.scaffold import PluginNames, write_plugin
 from apid.store.database import make_engine
 from apid.store.migrate import (

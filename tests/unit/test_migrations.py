@@ -12,7 +12,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from apid.plugin_host.discovery import MigrationSource, PluginError
+from apid.plugin_host.discovery import PluginError
+from apid.plugin_host.migrations import MigrationSource
 from apid.store.database import make_engine
 from apid.store.migrate import MigrationRefused, MigrationsPending, require_current, schema_status, upgrade, upgrade_all
 from apid.store.tables import metadata

@@ -9,8 +9,8 @@ from twisted.internet.defer import fail, succeed
 from twisted.internet.task import Clock
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 
-from apid.server.health import Health
 from apid.store.outage import PROBE_SECONDS, REPORT_SECONDS, Outage, describe
+from apid.telemetry.health import Health
 
 log = Logger(namespace="test.outage")
 
@@ -34,7 +34,7 @@ def levels(events: list[dict]) -> list[LogLevel]:
 
 def test_a_thousand_failures_are_one_error_then_a_count_every_few_seconds_then_one_end(logged):
     clock = Clock()
-    outage = Outage(clock, log, "the thing", "calls answer 503")
+    outage = Outage(clock=clock, log=log, subject="the thing", consequence="calls answer 503")
     for _ in range(1000):  # 10 s of 100 failures a second
         outage.failed(ConnectionRefusedError("refused"))
         clock.advance(0.01)
@@ -53,7 +53,7 @@ def test_a_thousand_failures_are_one_error_then_a_count_every_few_seconds_then_o
 
 def test_health_fails_while_the_outage_lasts():
     clock, health = Clock(), Health()
-    outage = Outage(clock, log, "database", "calls answer 503")
+    outage = Outage(clock=clock, log=log, subject="database", consequence="calls answer 503")
     outage.report_to(health, "database")
     assert health.document("0.1")[0] == 200
     outage.failed(OSError("down"))
@@ -72,7 +72,7 @@ def test_a_probe_runs_every_second_while_down_and_ends_the_outage_when_it_answer
         probed.append(clock.seconds())
         return answers.pop(0)
 
-    outage = Outage(clock, log, "database", "calls answer 503", probe=probe)
+    outage = Outage(clock=clock, log=log, subject="database", consequence="calls answer 503", probe=probe)
     clock.advance(10)
     assert probed == []  # no probe while all is well
     outage.failed(OSError("down"))
@@ -86,7 +86,9 @@ def test_a_probe_runs_every_second_while_down_and_ends_the_outage_when_it_answer
 
 def test_stopping_cancels_the_probe():
     clock = Clock()
-    outage = Outage(clock, log, "database", "calls answer 503", probe=lambda: succeed(None))
+    outage = Outage(
+        clock=clock, log=log, subject="database", consequence="calls answer 503", probe=lambda: succeed(None)
+    )
     outage.failed(OSError("down"))
     outage.stop()
     assert clock.getDelayedCalls() == []

@@ -15,18 +15,8 @@ import pytest
 from apid.config.files import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, action
-from apid.plugin_host.discovery import (
-    GROUP,
-    MIGRATIONS_GROUP,
-    FoundPlugin,
-    LoadedController,
-    MigrationSource,
-    PluginError,
-    bind,
-    discover,
-    load,
-    migration_sources,
-)
+from apid.plugin_host.discovery import GROUP, FoundPlugin, LoadedController, PluginError, bind, discover, load
+from apid.plugin_host.migrations import MIGRATIONS_GROUP, MigrationSource, migration_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security

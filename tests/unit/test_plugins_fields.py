@@ -16,7 +16,8 @@ from twisted.logger import capturedLogs
 from apid.config.files import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, action
-from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, RuleBook, bind, declared_fields, load
+from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, bind, declared_fields, load
+from apid.plugin_host.rules import RuleBook
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY = load_api(ROOT / "etc" / "service_api.yml", ROOT).security

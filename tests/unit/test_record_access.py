@@ -21,7 +21,8 @@ from apid.hooks.events import AccountEvents
 from apid.hooks.registry import insert_hook
 from apid.iostate import IOStateError, check_hook_roles, parse
 from apid.plugin import Call, Caller, Controller, action, action_rules
-from apid.plugin_host.discovery import Bound, FoundPlugin, LoadedController, RuleBook, bind
+from apid.plugin_host.discovery import Bound, FoundPlugin, LoadedController, bind
+from apid.plugin_host.rules import RuleBook
 from apid.store.database import run_read, run_write
 from apid.store.tables import hook_message
 from apid_apikey import ApiKeyController

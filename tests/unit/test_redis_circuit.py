@@ -85,7 +85,7 @@ def test_probes_back_off_to_a_cap_and_a_fresh_pool_that_answers_replaces_the_old
         return pools[-1]
 
     clock = Clock()
-    circuit = RedisCircuit(connect, clock, timeout=2)
+    circuit = RedisCircuit(connect=connect, clock=clock, timeout=2)
     first = circuit.pool
     calling = circuit.run_script(SCRIPT, [], [])
     clock.advance(2)  # no answer: the call times out and the circuit opens
@@ -132,7 +132,7 @@ def test_a_call_failing_on_a_replaced_pool_does_not_open_the_circuit_again():
         return pools[-1]
 
     clock = Clock()
-    circuit = RedisCircuit(connect, clock, timeout=2)
+    circuit = RedisCircuit(connect=connect, clock=clock, timeout=2)
     late = circuit.run_script(SCRIPT, [], [])  # on the first pool, still waiting
     circuit.pool._factory.size = 0  # the pool lost its connections
     assert failed_at_once(circuit)
@@ -153,7 +153,7 @@ def test_stopping_ends_the_probing():
         return pools[-1]
 
     clock = Clock()
-    circuit = RedisCircuit(connect, clock)
+    circuit = RedisCircuit(connect=connect, clock=clock)
     circuit.pool._factory.size = 0
     assert failed_at_once(circuit)
     circuit.stop()
@@ -165,7 +165,7 @@ def test_stopping_ends_the_probing():
 async def test_nothing_listening_one_call_waits_its_timeout_then_calls_fail_at_once_while_probes_fail(logged):
     port = free_port()
     clock = Clock()
-    circuit = RedisCircuit(lambda: redis_pool(f"redis://127.0.0.1:{port}/0"), clock, timeout=2)
+    circuit = RedisCircuit(connect=lambda: redis_pool(f"redis://127.0.0.1:{port}/0"), clock=clock, timeout=2)
     try:
         first: list = []
         circuit.run_script(SCRIPT, [], []).addBoth(first.append)
@@ -187,7 +187,7 @@ async def test_nothing_listening_one_call_waits_its_timeout_then_calls_fail_at_o
 @pytest_twisted.ensureDeferred
 async def test_redis_stopped_fails_every_call_at_once_and_started_again_a_probe_reconnects(logged):
     server = RedisServer().start()
-    circuit = RedisCircuit(lambda: redis_pool(server.url), reactor)
+    circuit = RedisCircuit(connect=lambda: redis_pool(server.url), clock=reactor)
     try:
         assert await circuit.run_script(SCRIPT, [], []) == 1
         first = circuit.pool
@@ -212,7 +212,7 @@ async def test_redis_frozen_past_the_reply_timeout_with_auth_is_reconnected_afte
     """The issue's failure: a frozen server accepts TCP, AUTH times out, and txredisapi stops
     reconnecting for good; the circuit's probes do not depend on it."""
     server = RedisServer(password="s3cret").start()
-    circuit = RedisCircuit(lambda: redis_pool(server.url), reactor)
+    circuit = RedisCircuit(connect=lambda: redis_pool(server.url), clock=reactor)
     try:
         assert await circuit.run_script(SCRIPT, [], []) == 1
         first = circuit.pool
@@ -237,7 +237,9 @@ async def test_redis_frozen_past_the_reply_timeout_with_auth_is_reconnected_afte
 async def test_a_wrong_password_is_an_outage_that_ends_when_it_is_right():
     server = RedisServer(password="right").start()
     password = ["wrong"]
-    circuit = RedisCircuit(lambda: redis_pool(f"redis://:{password[0]}@127.0.0.1:{server.port}/0"), reactor, timeout=1)
+    circuit = RedisCircuit(
+        connect=lambda: redis_pool(f"redis://:{password[0]}@127.0.0.1:{server.port}/0"), clock=reactor, timeout=1
+    )
     try:
         with pytest.raises(RedisUnreachable):
             await circuit.run_script(SCRIPT, [], [])
@@ -253,7 +255,7 @@ async def test_a_wrong_password_is_an_outage_that_ends_when_it_is_right():
 @pytest_twisted.ensureDeferred
 async def test_a_script_error_is_redis_answering_not_an_outage(logged):
     server = RedisServer().start()
-    circuit = RedisCircuit(lambda: redis_pool(server.url), Clock())
+    circuit = RedisCircuit(connect=lambda: redis_pool(server.url), clock=Clock())
     try:
         with pytest.raises(Exception, match="ERR"):
             await circuit.run_script("return redis.call('NOSUCHCOMMAND')", [], [])

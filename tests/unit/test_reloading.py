@@ -19,7 +19,8 @@ from twisted.internet.task import deferLater
 
 from apid.config.files import load_api
 from apid.iostate import IOStateError
-from apid.plugin_host.discovery import RuleBook, load_all
+from apid.plugin_host.discovery import load_all
+from apid.plugin_host.rules import RuleBook
 from apid.server.reloading import (
     OK,
     Report,

@@ -374,7 +374,7 @@ def principal(
 @pytest.fixture
 def second_database(url, engine):
     """Another process's handle on the same database file."""
-    db = Database(reactor, make_engine(url), 2)
+    db = Database(reactor=reactor, engine=make_engine(url), threads=2)
     db.start()
     yield db
     db.stop()

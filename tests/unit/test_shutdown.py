@@ -7,8 +7,8 @@ from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from apid.config.files import ShutdownConfig
-from apid.server.health import Health
 from apid.server.shutdown import TICK, Shutdown
+from apid.telemetry.health import Health
 
 
 def test_health_fails_for_the_health_drain_then_the_drain_runs_to_its_deadline():

@@ -30,7 +30,7 @@ from apid.auth.tokens import Principal
 from apid.calls.rate_limits import DAY, Charge, MemoryCounters, RateLimiter, RedisCounters, Rule, endpoint_rule
 from apid.iostate.model import CallLimit, Endpoint, RoleFields
 from apid.problems import ServiceUnavailable, TooManyRequests
-from apid.server import metrics
+from apid.telemetry import metrics
 from harness import free_port
 
 REDIS_TOLERANCE = 1.0  # seconds: Redis timers run on real time, on a machine that may be loaded

@@ -1,1 +1,3 @@
-"""Authentication: passwords, access tokens and the public endpoints that issue them."""
+"""Authentication and accounts: passwords, access tokens, API keys, sessions, the accounts (their
+rows, the service, a change of address, the abuse limits) and the public endpoints that issue
+tokens and accounts."""

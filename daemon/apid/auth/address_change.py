@@ -115,6 +115,7 @@ class AddressChanges:
 
     def __init__(
         self,
+        *,
         db: Database,
         revocations: Revocations,
         config: AccountsConfig,

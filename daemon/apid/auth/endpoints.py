@@ -4,7 +4,7 @@ This module holds what every public endpoint shares (the route value, the path d
 its OpenAPI operation, reading string fields, the client's address, the plain-text answer) and
 the service endpoints: `/health` (liveness), `/error` (a problem body for any status, for
 reverse proxies) and, when `metrics.role` is set, `/metrics` for a token of that role
-(`apid.server.metrics`; left out of the API documents).
+(`apid.telemetry.metrics`; left out of the API documents).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from apid.http.site import query_fields, request_sender, write_json, write_probl
 from apid.iostate.types import value_type
 from apid.openapi.parts import STRING, json_answer, problem_answer, query_parameter
 from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_status
-from apid.server.health import Health
-from apid.server.metrics import scrape
+from apid.telemetry.health import Health
+from apid.telemetry.metrics import scrape
 
 Handler = Callable[[Request, Principal | None], Awaitable[bytes]]
 EMAIL = value_type("Email")

@@ -37,8 +37,8 @@ from apid.auth.accounts import email_key
 from apid.config.files import AbuseLimit
 from apid.http.proxies import client_group
 from apid.problems import TooManyRequests
-from apid.server import metrics
 from apid.store.redis import RedisCircuit, RedisUnreachable, store_unreachable
+from apid.telemetry import metrics
 
 if TYPE_CHECKING:
     import txredisapi
@@ -141,13 +141,14 @@ class RedisWindows:
 
     def __init__(
         self,
+        *,
         pool: txredisapi.ConnectionHandler,
         clock: IReactorTime,
         timeout: float = 2.0,
         prefix: str = "apid:abuse:",
         circuit: RedisCircuit | None = None,
     ) -> None:
-        self._circuit = circuit or RedisCircuit(lambda: pool, clock, timeout)
+        self._circuit = circuit or RedisCircuit(connect=lambda: pool, clock=clock, timeout=timeout)
         self._prefix = prefix
 
     def reserve(self, windows: Sequence[Window], seconds: int) -> Deferred[float]:
@@ -170,7 +171,7 @@ def account_key(account: str) -> str:
 
 class AbuseLimiter:
     def __init__(
-        self, store: WindowStore, limits: Mapping[str, AbuseLimit], fail_open: bool = True, ipv6_prefix: int = 64
+        self, *, store: WindowStore, limits: Mapping[str, AbuseLimit], fail_open: bool = True, ipv6_prefix: int = 64
     ) -> None:
         self._store = store
         self._limits = limits

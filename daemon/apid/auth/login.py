@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from twisted.web.http import Request
 
-from apid.auth.accounts import Accounts, username_key
+from apid.auth.account_service import Accounts
+from apid.auth.accounts import username_key
 from apid.auth.apikeys import is_key
 from apid.auth.endpoints import PublicPath, PublicRoute, client_address, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter

@@ -24,7 +24,7 @@ from apid.calls.paths import Target
 from apid.calls.pipeline import CallRequest, CallResult, Pipeline, Purpose
 from apid.iostate import Endpoint
 from apid.problems import BadRequest, MethodNotAllowed, PayloadTooLarge, Problem
-from apid.server import metrics
+from apid.telemetry import metrics
 
 MULTI_STATUS = 207
 

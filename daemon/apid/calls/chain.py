@@ -30,7 +30,7 @@ from apid.calls.paths import Target
 from apid.calls.pipeline import CallRequest, Pipeline
 from apid.iostate import PATH_ID, ControllerState, Endpoint, RuleSet
 from apid.problems import BadRequest, ChainRuleBroken, MethodNotAllowed, Problem
-from apid.server import metrics
+from apid.telemetry import metrics
 
 RETURN = "return"
 LINK_MEMBERS = frozenset({"link", "key"})  # an entry of the array form of `order`

@@ -38,8 +38,8 @@ from twisted.logger import Logger
 from apid.auth.tokens import Principal
 from apid.iostate.model import Endpoint
 from apid.problems import TooManyRequests
-from apid.server import metrics
 from apid.store.redis import RedisCircuit, store_unreachable
+from apid.telemetry import metrics
 
 if TYPE_CHECKING:
     import txredisapi
@@ -126,7 +126,7 @@ class RedisCounters:
         prefix: str = "apid:throttle:",
         circuit: RedisCircuit | None = None,
     ) -> None:
-        self._circuit = circuit or RedisCircuit(lambda: pool, clock, timeout)
+        self._circuit = circuit or RedisCircuit(connect=lambda: pool, clock=clock, timeout=timeout)
         self._prefix = prefix
 
     def charge(self, user: str, amount: int, limit: int, window: int, lock: int) -> Deferred[Charge]:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     from sqlalchemy import Engine
 
     from apid.auth.accounts import Account
-    from apid.plugin_host.discovery import Bound, MigrationSource
+    from apid.plugin_host.discovery import Bound
+    from apid.plugin_host.migrations import MigrationSource
     from apid.store.migrate import SchemaChange, Target
 
 
@@ -68,7 +69,8 @@ def _database(config: Config) -> Engine:
 
 def _migration_sources() -> list[MigrationSource]:
     """The installed plugins' migrations; a broken entry point ends the command."""
-    from apid.plugin_host.discovery import PluginError, migration_sources
+    from apid.plugin_host.discovery import PluginError
+    from apid.plugin_host.migrations import migration_sources
 
     try:
         return migration_sources()
@@ -581,7 +583,7 @@ def cmd_iostate_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_routes(args: argparse.Namespace) -> int:
-    from apid.plugin_host.discovery import dump_routes
+    from apid.cli.plugin_report import dump_routes
 
     config = _load(args)
     for line in dump_routes(_bound(config), config.api.version, config.api.reserved_uris):

@@ -33,9 +33,9 @@ from twisted.logger import Logger
 from apid.config.files import WebhooksConfig
 from apid.hooks.delivery import Deliverer
 from apid.hooks.queue import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
-from apid.server import metrics
 from apid.store import leases
 from apid.store.database import Database, DatabaseUnavailable
+from apid.telemetry import metrics
 
 log = Logger(namespace="apid.hooks")
 

@@ -1,2 +1,2 @@
-"""Mail: a message, the durable outbox written with the change that implies it, and the SMTP and
-file senders."""
+"""Mail: a message (`message`), the durable outbox written with the change that implies it
+(`outbox`), and the file and SMTP senders (`senders`, `smtp`)."""

@@ -1,7 +1,5 @@
-"""Outgoing mail: a message, and two ways to send it.
+"""Outgoing mail: a message, and what sending one promises.
 
-`file` writes one RFC 5322 `.eml` file per message into a folder (the embedded default);
-`smtp` hands it to an SMTP server with Twisted's ESMTP client (STARTTLS, optional login).
 Mail is never sent from the request path: a change writes its mail into the durable outbox in
 its own transaction, and the outbox's sender sends it after commit (`apid.mail.outbox`), trying
 a failed send again after each of `RETRY_DELAYS`, but for a message no server can take
@@ -10,29 +8,24 @@ a failed send again after each of `RETRY_DELAYS`, but for a message no server ca
 A recipient's address may be international (`jörg@example.com`: apid accepts any character
 but ASCII's specials before the `@`). Such an address has no ASCII spelling: its message is
 written with UTF-8 headers (RFC 6532) and sent with SMTPUTF8 (RFC 6531, `apid.mail.smtp`).
+
+The two senders (a folder of `.eml` files, an SMTP server) are in `apid.mail.senders`: the
+code that writes mail needs only this module.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
-from pathlib import Path
 from typing import Protocol
 
 from twisted.internet.defer import Deferred
-from twisted.internet.threads import deferToThread
-
-from apid.config.files import MailConfig
-from apid.server.reactors import Reactor
 
 PRODUCT = "apid"  # what mails call the service
 RETRY_DELAYS = (2.0, 10.0, 60.0, 300.0, 1800.0, 3600.0)  # seconds before each next try: ~1.5 h in all
-SMTP_TIMEOUT = 30.0
 UTF8_HEADERS = policy.default.clone(utf8=True)  # RFC 6532: header text, addresses included, as UTF-8
 
 
@@ -71,17 +64,6 @@ class Mailer(Protocol):
     def send(self, message: Message) -> Deferred[None]: ...
 
 
-def write_eml(outbox: Path, content: bytes) -> Path:
-    """Write a message whole under a private name, then rename it into place, so a reader of
-    the folder never sees half a message."""
-    outbox.mkdir(parents=True, exist_ok=True)
-    name = f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:12]}.eml"
-    draft = outbox / f".{name}.part"
-    draft.write_bytes(content)
-    os.replace(draft, outbox / name)
-    return outbox / name
-
-
 def rendered(message: Message, sender: str) -> bytes:
     """The message's bytes; one that cannot be written (a line break in a header: an
     injection that got this far) can never be sent, by any attempt."""
@@ -89,36 +71,3 @@ def rendered(message: Message, sender: str) -> bytes:
         return message.render(sender)
     except ValueError as error:
         raise Undeliverable(f"the message cannot be written: {error}") from error
-
-
-class FileMailer:
-    def __init__(self, config: MailConfig) -> None:
-        self._config = config
-
-    def send(self, message: Message) -> Deferred[None]:
-        return deferToThread(write_eml, self._config.outbox, rendered(message, self._config.sender)).addCallback(
-            lambda _: None
-        )
-
-
-class SmtpMailer:
-    def __init__(self, config: MailConfig, reactor: Reactor) -> None:
-        self._config = config
-        self._reactor = reactor
-
-    def send(self, message: Message) -> Deferred[None]:
-        from apid.mail.smtp import send  # here: a daemon mailing to files never loads SMTP
-
-        config = self._config
-        sending = send(self._reactor, config, _address(config.sender), message.to, rendered(message, config.sender))
-        sending.addTimeout(SMTP_TIMEOUT, self._reactor)
-        return sending.addCallback(lambda _: None)
-
-
-def _address(sender: str) -> str:
-    """The bare address of `Name <address>`."""
-    return sender.rsplit("<", 1)[-1].rstrip(">").strip()
-
-
-def make_mailer(config: MailConfig, reactor: Reactor) -> Mailer:
-    return SmtpMailer(config, reactor) if config.backend == "smtp" else FileMailer(config)

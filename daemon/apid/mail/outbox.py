@@ -123,6 +123,7 @@ class MailSender:
 
     def __init__(
         self,
+        *,
         reactor: Reactor,
         db: Database,
         mailer: Mailer,

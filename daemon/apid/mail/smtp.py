@@ -8,7 +8,7 @@ answer to EHLO (the last one: after STARTTLS the client asks again). When it doe
 message is not sent at all (RFC 6531 3.2: no downgrade) and the send fails with
 `SmtpUtf8Unavailable`, before MAIL FROM: retrying cannot change the server's answer.
 
-Imported at the first mail sent (`apid.mail.message.SmtpMailer`): a daemon mailing to files never
+Imported at the first mail sent (`apid.mail.senders.SmtpMailer`): a daemon mailing to files never
 loads Twisted's SMTP code.
 """
 

@@ -9,15 +9,12 @@ are refused at start and reload; and each endpoint bound to who may receive copi
 action's records, as the action declares).
 Every error names the distribution, so an operator knows which package to fix.
 
-Beside them, `migration_sources` finds the plugins' Alembic revisions (entry point group
-`apid.migrations`: the name is the plugin's branch, the value the package holding the revision
-files), which `apid.store.migrate` runs after apid's own.
+The plugins' migrations are found in `apid.plugin_host.migrations`, the rule set in force is
+kept by `apid.plugin_host.rules`.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -48,10 +45,6 @@ from apid.plugin import Controller, action_rules
 log = Logger(namespace="apid.plugins")
 
 GROUP = "apid.controllers"
-MIGRATIONS_GROUP = "apid.migrations"
-# A branch name ends the name of its version table, alembic_version_<name>: a plain SQL name
-# within PostgreSQL's 63 characters.
-BRANCH_NAME = re.compile(r"[a-z][a-z0-9_]{0,46}")
 
 
 class PluginError(Exception):
@@ -97,7 +90,7 @@ def discover(entry_points: Iterable[metadata.EntryPoint] | None = None) -> list[
         entry_points = metadata.entry_points(group=GROUP)
     found: dict[tuple[str, str], FoundPlugin] = {}
     for entry_point in entry_points:
-        distribution = _distribution(entry_point)
+        distribution = distribution_of(entry_point)
         found.setdefault(
             (distribution, entry_point.name),
             FoundPlugin(name=entry_point.name, distribution=distribution, entry_point=entry_point),
@@ -105,7 +98,8 @@ def discover(entry_points: Iterable[metadata.EntryPoint] | None = None) -> list[
     return sorted(found.values(), key=lambda p: (p.name, p.distribution))
 
 
-def _distribution(entry_point: metadata.EntryPoint) -> str:
+def distribution_of(entry_point: metadata.EntryPoint) -> str:
+    """The name of the distribution that announced `entry_point`, for errors that name it."""
     return entry_point.dist.name if entry_point.dist else "unknown"
 
 
@@ -212,104 +206,3 @@ def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: Securi
 
 def load_all(iostate_dir: Path, security: SecurityConfig) -> Bound:
     return bind(load(discover()), iostate_dir, security)
-
-
-@dataclass(frozen=True)
-class MigrationSource:
-    """A plugin's Alembic revision files: `name` is its branch (its version table is
-    `alembic_version_<name>`), `package` the import package holding the files and `folder`
-    that package on disk, where Alembic reads them (so not from a zip)."""
-
-    name: str
-    distribution: str
-    package: str
-    folder: Path
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} (distribution {self.distribution})"
-
-    @property
-    def version_table(self) -> str:
-        return f"alembic_version_{self.name}"
-
-    @classmethod
-    def from_package(cls, name: str, package: str, distribution: str = "unknown") -> MigrationSource:
-        """The revisions in `package` (imported to find its folder) as the branch `name`."""
-        label = f"{name} (distribution {distribution})"
-        if not BRANCH_NAME.fullmatch(name) or name == "apid":
-            raise PluginError(
-                f"plugin {label}: the migrations' name must be 1 to 47 lower-case letters, digits or _, "
-                f"starting with a letter, and not apid (it names the version table alembic_version_<name>)"
-            )
-        try:
-            folder = resources.files(package)
-        except Exception as exc:  # not found, not a package, or its __init__ failed
-            raise PluginError(
-                f"plugin {label}: migrations package {package} failed to load: {type(exc).__name__}: {exc}"
-            ) from exc
-        if not (isinstance(folder, Path) and folder.is_dir()):
-            raise PluginError(
-                f"plugin {label}: migrations package {package} is not a folder on disk "
-                f"(a regular package, not zipped, holding the revision files)"
-            )
-        return cls(name=name, distribution=distribution, package=package, folder=folder)
-
-
-def migration_sources(entry_points: Iterable[metadata.EntryPoint] | None = None) -> list[MigrationSource]:
-    """The installed plugins' migrations, sorted by name, each distribution counted once however
-    often it is on sys.path; two distributions may not share a name (nor so a version table)."""
-    if entry_points is None:
-        entry_points = metadata.entry_points(group=MIGRATIONS_GROUP)
-    sources: dict[str, MigrationSource] = {}
-    for entry_point in entry_points:
-        distribution = _distribution(entry_point)
-        taken = sources.get(entry_point.name)
-        if taken is None:
-            sources[entry_point.name] = MigrationSource.from_package(entry_point.name, entry_point.value, distribution)
-        elif taken.distribution != distribution:
-            raise PluginError(
-                f"plugin {entry_point.name} (distribution {distribution}): migrations named "
-                f"{entry_point.name!r} are already provided by {taken.label}"
-            )
-    return sorted(sources.values(), key=lambda source: source.name)
-
-
-class RuleBook:
-    """The rule set in force. A reload reads and validates the IO State files again and
-    swaps the whole set at once; a set that fails validation is refused and the last good
-    one stays. Requests already running keep the set they started with."""
-
-    def __init__(self, bound: Bound, iostate_dir: Path, security: SecurityConfig) -> None:
-        self.current = bound.rules
-        self._controllers = list(bound.controllers.values())
-        self._iostate_dir = iostate_dir
-        self._security = security
-
-    def read(self) -> RuleSet:
-        """Bind the installed controllers to the files as they are now (blocking file I/O)."""
-        return bind(self._controllers, self._iostate_dir, self._security).rules
-
-    def swap(self, rules: RuleSet) -> None:
-        self.current = rules
-
-
-def dump_routes(bound: Bound, version: str, reserved_uris: frozenset[str]) -> list[str]:
-    """One line per endpoint, for `apid routes`: IO State endpoints with their roles, then the
-    plugins' `@route` paths, public when in reservedUris, else for any logged-in caller and
-    rate limited like an API call."""
-    rules = bound.rules
-    lines = []
-    for controller in rules.controllers.values():
-        for api in controller.versions.values():
-            for endpoint in api.endpoints.values():
-                suffix = "" if api.name == controller.current_stable else f"-{api.name}"
-                lines.append(
-                    f"{endpoint.method:6} /v{version}{suffix}/{endpoint.path}  "
-                    f"roles={json.dumps(sorted(endpoint.roles))} batch={json.dumps(sorted(endpoint.batch_roles))}"
-                )
-    for _name, loaded in sorted(bound.controllers.items()):
-        for path, method in sorted(loaded.cls.routes().values()):
-            access = "public" if (path.rstrip("/") or "/") in reserved_uris else "needs a token, rate limited"
-            lines.append(f"{method:6} {path}  route of {loaded.plugin.label}: {access}")
-    return lines

@@ -39,7 +39,7 @@ class PluginLifecycle:
     """Starts and stops the controllers, each named in messages by its plugin's label."""
 
     def __init__(
-        self, clock: IReactorTime, controllers: Mapping[str, Controller], labels: Mapping[str, str], drain: float
+        self, *, clock: IReactorTime, controllers: Mapping[str, Controller], labels: Mapping[str, str], drain: float
     ) -> None:
         self._clock = clock
         self._drain = drain

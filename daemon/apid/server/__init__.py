@@ -1,2 +1,2 @@
-"""The running daemon: composition of the parts, start and shutdown, logs, metrics, health, peers,
-reloading and worker processes."""
+"""The running daemon: composition of the parts, start (the migration in a child process) and
+shutdown, logs, the metrics port, peers, reloading and worker processes."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from twisted.web.resource import IResource
 
-from apid.auth.accounts import Accounts
+from apid.auth.account_service import Accounts
 from apid.auth.address_change import AddressChanges
 from apid.auth.endpoints import ServiceEndpoints
 from apid.auth.identities import ExternalIdentities
@@ -40,19 +40,20 @@ from apid.hooks.service import Hooks
 from apid.http.compression import compressing
 from apid.http.cors import Cors
 from apid.http.site import TextPaths
-from apid.mail.message import make_mailer
 from apid.mail.outbox import MailSender
+from apid.mail.senders import make_mailer
 from apid.openapi.docs_page import DocsPage
 from apid.openapi.document import OpenApiDocuments, document_settings
 from apid.plugin import Services
-from apid.plugin_host.discovery import Bound, RuleBook
+from apid.plugin_host.discovery import Bound
 from apid.plugin_host.lifecycle import PluginLifecycle
+from apid.plugin_host.rules import RuleBook
 from apid.server.application import Application, plugin_routes
-from apid.server.health import Health
 from apid.server.peers import PeerPinger
 from apid.server.reactors import Reactor
 from apid.store.database import Database
 from apid.store.redis import RedisCircuit, redis_pool
+from apid.telemetry.health import Health
 
 if TYPE_CHECKING:
     from apid.server.workers.worker import WorkerLink
@@ -114,11 +115,11 @@ def assemble(
     circuit = None
     if server.redis_url:
         url = server.redis_url
-        circuit = RedisCircuit(lambda: redis_pool(url), reactor, fail_open=server.redis_fail_open)
+        circuit = RedisCircuit(connect=lambda: redis_pool(url), clock=reactor, fail_open=server.redis_fail_open)
         if not server.redis_fail_open:  # a hard dependency: /health fails while Redis cannot be reached
             circuit.outage.report_to(health, "redis")
     limiter = abuse_limiting(reactor, config, circuit, shared)
-    mail = MailSender(reactor, db, make_mailer(server.mail, reactor))
+    mail = MailSender(reactor=reactor, db=db, mailer=make_mailer(server.mail, reactor))
     account_events = (
         AccountEvents(
             lambda: rule_book.current,
@@ -129,8 +130,23 @@ def assemble(
         if wake
         else None
     )
-    addresses = AddressChanges(db, revocations, server.accounts, server.base_url, server.home_url, account_events)
-    accounts = Accounts(reactor, db, passwords, revocations, limiter, addresses, api.security.superuser_role)
+    addresses = AddressChanges(
+        db=db,
+        revocations=revocations,
+        config=server.accounts,
+        base_url=server.base_url,
+        home_url=server.home_url,
+        events=account_events,
+    )
+    accounts = Accounts(
+        reactor=reactor,
+        db=db,
+        passwords=passwords,
+        revocations=revocations,
+        limiter=limiter,
+        addresses=addresses,
+        superuser_role=api.security.superuser_role,
+    )
     pinger = PeerPinger(reactor, server.servers)
     hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
     services = Services(
@@ -213,7 +229,7 @@ def assemble(
         pinger=pinger,
         redis=circuit,
         health=health,
-        plugins=PluginLifecycle(reactor, controllers, labels, server.shutdown.drain),
+        plugins=PluginLifecycle(clock=reactor, controllers=controllers, labels=labels, drain=server.shutdown.drain),
     )
 
 
@@ -250,7 +266,12 @@ def abuse_limiting(
     the rate limits are."""
     store: WindowStore
     if circuit is not None:
-        store = RedisWindows(circuit.pool, reactor, circuit=circuit)
+        store = RedisWindows(pool=circuit.pool, clock=reactor, circuit=circuit)
     else:
         store = shared.windows() if shared is not None else MemoryWindows(reactor)
-    return AbuseLimiter(store, config.api.abuse, config.server.redis_fail_open, config.api.security.ipv6_prefix)
+    return AbuseLimiter(
+        store=store,
+        limits=config.api.abuse,
+        fail_open=config.server.redis_fail_open,
+        ipv6_prefix=config.api.security.ipv6_prefix,
+    )

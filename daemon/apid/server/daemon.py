@@ -9,7 +9,7 @@ requests finish (up to `shutdown.drain`), the plugins stop (`Controller.stopping
 pools (`apid.server.shutdown` says why in that order).
 
 A daemon holds only what its configuration uses: the migration runs in a child process
-(`apid.store.migration_child`), and Redis's client, the webhook worker, the metrics and SMTP
+(`apid.server.migration_child`), and Redis's client, the webhook worker, the metrics and SMTP
 are imported where they are set up, when the configuration asks for them.
 """
 
@@ -37,11 +37,12 @@ from apid.http.proxies import client_endpoint, socket_listen
 from apid.http.site import ApidSite, OpenConnections
 from apid.mail.outbox import MailSender
 from apid.openapi.docs_page import DocsPage
-from apid.plugin_host.discovery import RuleBook, load_all
+from apid.plugin_host.discovery import load_all
 from apid.plugin_host.lifecycle import PluginLifecycle
-from apid.server import metrics
+from apid.plugin_host.rules import RuleBook
 from apid.server.assembly import assemble
-from apid.server.health import Health
+from apid.server.metrics import listen_metrics
+from apid.server.migration_child import MigrationChild
 from apid.server.peers import PeerPinger
 from apid.server.reactors import Reactor, installed
 from apid.server.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
@@ -49,7 +50,8 @@ from apid.server.shutdown import Shutdown, close_after_answers, stop_on_signals
 from apid.server.systemd import KeepAlive, reloaded, reloading, watchdog_seconds
 from apid.server.systemd import notify as notify_systemd
 from apid.store.database import Database, make_engine, run_read
-from apid.store.migration_child import MigrationChild
+from apid.telemetry import metrics
+from apid.telemetry.health import Health
 
 if TYPE_CHECKING:
     from apid.hooks.deliverer import DeliveryWorker
@@ -133,7 +135,7 @@ async def start(
     generation = await deferToThread(run_read, engine, read_generation)  # before the files: no reload missed
     bound = await deferToThread(load_all, api.iostate_dir, api.security)
 
-    db = Database(reactor, engine, server.database_pool_size)
+    db = Database(reactor=reactor, engine=engine, threads=server.database_pool_size)
     passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
     deliveries = webhook_delivery(reactor, config, db)
     parts = assemble(
@@ -169,7 +171,7 @@ async def start(
         )
         connections = OpenConnections(site, server.connections.per_address, api.security.ipv6_prefix)
         if server.metrics.listen is not None and worker is None:  # a worker's parent serves every worker's
-            metrics_port = await metrics.listen_metrics(reactor, server.metrics.listen)
+            metrics_port = await listen_metrics(reactor, server.metrics.listen)
         port = await endpoint.listen(connections)
     except BaseException:
         if metrics_port is not None:

@@ -17,7 +17,7 @@ from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gathe
 from twisted.internet.interfaces import IReactorTime
 
 from apid.config.files import PeerServer
-from apid.server import metrics
+from apid.telemetry import metrics
 
 if TYPE_CHECKING:
     from treq.client import HTTPClient

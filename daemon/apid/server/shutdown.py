@@ -23,8 +23,8 @@ from twisted.web.http import HTTPChannel
 
 from apid.config.files import ShutdownConfig
 from apid.http.site import OpenConnections
-from apid.server.health import Health
 from apid.server.reactors import Reactor
+from apid.telemetry.health import Health
 
 log = Logger(namespace="apid.shutdown")
 

@@ -36,8 +36,8 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from apid.problems import ServiceUnavailable
-from apid.server.metrics import pool_wait
 from apid.store.outage import Outage
+from apid.telemetry.metrics import pool_wait
 
 T = TypeVar("T")
 
@@ -234,11 +234,19 @@ class Database:
     the database's reachability (see `unreachable`); `report_to` makes /health follow it too.
     """
 
-    def __init__(self, reactor: IReactorThreads, engine: Engine, threads: int, pool: ThreadPool | None = None) -> None:
+    def __init__(
+        self, *, reactor: IReactorThreads, engine: Engine, threads: int, pool: ThreadPool | None = None
+    ) -> None:
         self.engine = engine
         self._reactor = reactor
         clock = cast(IReactorTime, reactor)  # every reactor is a clock too
-        self.outage = Outage(clock, log, "database", "calls answer 503 and /health fails", probe=self._probe)
+        self.outage = Outage(
+            clock=clock,
+            log=log,
+            subject="database",
+            consequence="calls answer 503 and /health fails",
+            probe=self._probe,
+        )
         self._pool = ThreadPool(minthreads=1, maxthreads=threads, name="apid-db") if pool is None else pool
         single_writer = pool is None and engine.dialect.name == "sqlite"
         self._writer = ThreadPool(minthreads=1, maxthreads=1, name="apid-db-writer") if single_writer else self._pool

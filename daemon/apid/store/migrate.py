@@ -1,6 +1,6 @@
 """Bringing a database to the schema this build expects (Alembic, no alembic.ini needed).
 
-apid's schema comes first, then each plugin's (`apid.plugin_host.discovery.MigrationSource`), since a
+apid's schema comes first, then each plugin's (`apid.plugin_host.migrations.MigrationSource`), since a
 plugin's tables may reference apid's. Every schema has a version table of its own
 (`alembic_version`, `alembic_version_<name>`) and is upgraded in a transaction of its own;
 apid's env.py runs the plugins' revision files too. Beside upgrading everything (`upgrade_all`),
@@ -35,7 +35,8 @@ from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, MetaData, text
 
-from apid.plugin_host.discovery import MigrationSource, PluginError
+from apid.plugin_host.discovery import PluginError
+from apid.plugin_host.migrations import MigrationSource
 
 MIGRATION_LOCK = 0x61706964  # "apid"
 APID = "apid"  # the name of apid's own schema in what the functions below report

@@ -4,7 +4,7 @@ A dependency that cannot be reached fails every call that needs it, hundreds a s
 load: logging each (with its traceback) buries the log and says nothing new. An `Outage`
 logs one error when the first failure comes, then at most every `REPORT_SECONDS` a count of
 the failures since, and one line when the dependency answers again. While it lasts it holds a
-check of `apid.server.health.Health` failing, when given one, so that /health answers 503 and load
+check of `apid.telemetry.health.Health` failing, when given one, so that /health answers 503 and load
 balancers route around the daemon. Given a `probe`, it runs it every `PROBE_SECONDS` while the
 outage lasts: calls that succeed say nothing (the answer path stays free of extra work), so
 the probe is what finds the end, traffic or none.
@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from apid.server.health import Health
+from apid.telemetry.health import Health
 
 REPORT_SECONDS = 5.0  # at most one "still unreachable" line this often
 PROBE_SECONDS = 1.0  # between two probes while the outage lasts
@@ -34,6 +34,7 @@ class Outage:
 
     def __init__(
         self,
+        *,
         clock: IReactorTime,
         log: Logger,
         subject: str,

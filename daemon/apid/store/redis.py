@@ -100,6 +100,7 @@ class RedisCircuit:
 
     def __init__(
         self,
+        *,
         connect: Callable[[], txredisapi.ConnectionHandler],
         clock: IReactorTime,
         timeout: float = 2.0,
@@ -114,7 +115,7 @@ class RedisCircuit:
             if fail_open
             else "limits failing closed (limited calls and logins answer 503)"
         )
-        self.outage = Outage(clock, log, "Redis", consequence)
+        self.outage = Outage(clock=clock, log=log, subject="Redis", consequence=consequence)
         self._open = False
         self._probes = 0  # made in this outage
         self._probing: IDelayedCall | None = None

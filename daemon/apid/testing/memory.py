@@ -58,15 +58,8 @@ from apid.hooks.service import Hooks
 from apid.iostate import Endpoint, RuleSet
 from apid.openapi.docs_page import DocsPage
 from apid.plugin import Caller, Controller, Services
-from apid.plugin_host.discovery import (
-    MIGRATIONS_GROUP,
-    FoundPlugin,
-    MigrationSource,
-    bind,
-    discover,
-    load,
-    migration_sources,
-)
+from apid.plugin_host.discovery import FoundPlugin, bind, discover, load
+from apid.plugin_host.migrations import MIGRATIONS_GROUP, MigrationSource, migration_sources
 from apid.server.assembly import assemble
 from apid.server.reactors import Reactor, new_loop
 from apid.store.database import Database, make_engine
@@ -181,7 +174,7 @@ class InMemoryApid(ApiCalls):
         self._reactor = _InlineReactor()
         self._reactor.advance(time.time())
         pool = self._reactor.getThreadPool()
-        self._db = Database(self._reactor, self.engine, 1, pool=pool)
+        self._db = Database(reactor=self._reactor, engine=self.engine, threads=1, pool=pool)
         self._passwords = Passwords(self._reactor, 1, pool=pool)
         hooks = _LoopbackHooks(self._db, config.api.allowed_origins, lambda: self._parts.rule_book.current)
         first_party = [_with_hooks(found, hooks) for found in _first_party()]

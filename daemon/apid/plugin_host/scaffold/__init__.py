@@ -18,7 +18,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from string import Template
 
-from apid.plugin_host.discovery import BRANCH_NAME
+from apid.plugin_host.migrations import BRANCH_NAME
 
 CONTROLLER_NAME = re.compile(r"[a-z][a-z0-9_]*")  # an IO State NAME that is also a module name
 # A name said with a vowel first takes "an": a vowel letter, but not the "you" of unit or user,

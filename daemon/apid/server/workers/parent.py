@@ -370,7 +370,7 @@ def _signal(worker: Worker, name: str) -> None:
 
 def _metrics_of_dead(pid: int) -> None:
     """Its gauges leave the sums (files removed: in a thread)."""
-    from apid.server.metrics import process_dead
+    from apid.telemetry.metrics import process_dead
 
     deferToThread(process_dead, pid).addErrback(
         lambda failure: log.failure("removing the metrics of worker pid {pid} failed", failure, pid=pid)
@@ -378,7 +378,7 @@ def _metrics_of_dead(pid: int) -> None:
 
 
 def _count_restart() -> None:
-    from apid.server.metrics import worker_restarted
+    from apid.telemetry.metrics import worker_restarted
 
     worker_restarted()
 
@@ -390,9 +390,10 @@ def serve_workers(
     started. `versions`: the code installed as it started, which every worker must find too."""
     from apid.http.proxies import socket_listen
     from apid.server.daemon import describe, server_endpoint
-    from apid.server.metrics import count_if_read, listen_metrics
+    from apid.server.metrics import listen_metrics
+    from apid.server.migration_child import MigrationChild
     from apid.server.reactors import installed
-    from apid.store.migration_child import MigrationChild
+    from apid.telemetry.metrics import count_if_read
 
     reactor = installed()
 

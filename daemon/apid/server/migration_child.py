@@ -54,7 +54,7 @@ def _migrate_and_exit(config: Config, writer: int) -> NoReturn:
     parent's exit handlers or flushing the parent's buffers a second time."""
     status = 1
     try:
-        from apid.plugin_host.discovery import migration_sources
+        from apid.plugin_host.migrations import migration_sources
         from apid.store.database import make_engine
         from apid.store.migrate import ensure_sqlite_folder, require_current, upgrade_all
 
