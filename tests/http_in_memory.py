@@ -17,7 +17,7 @@ from twisted.internet.testing import StringTransport
 from twisted.web.http import Request
 from twisted.web.resource import Resource
 
-from apid.config.files import ConnectionLimits
+from apid.config.server import ConnectionLimits
 from apid.http.site import ApidSite, TextPaths, query_fields, read_json_body, write_json, write_problem
 from apid.problems import Problem
 

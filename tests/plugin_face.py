@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from apid import iostate, plugin
 from apid.auth import account_service, accounts
-from apid.config import files as config
+from apid.config import api as config
 from apid.hooks.service import Hooks
 from apid.server import peers as ping
 from apid.store import database

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from apid.calls.pipeline import filter_output
-from apid.config.files import API_FILE, load_api
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
 from apid.hooks.events import messages_for
 from apid.hooks.queue import Subscriber
 from apid.iostate import Endpoint, parse_text

@@ -14,7 +14,8 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from apid.calls.caching import CHECK_SECONDS, AnswerCache, answer, cache_key, entity_tag
 from apid.calls.pipeline import CallRequest, CallResult
-from apid.config.files import API_FILE, load_api
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
 from apid.iostate import IOStateError, check_shared_caches, parse
 from apid.iostate.loader import UPDATECACHE_AGE
 from apid.iostate.model import CachePolicy

@@ -13,7 +13,10 @@ from twisted.internet import task
 from twisted.internet.address import IPv6Address
 
 from apid.auth.limits import AbuseLimiter, MemoryWindows
-from apid.config.files import API_FILE, AbuseLimit, ConfigError, load_api
+from apid.config.api import AbuseLimit
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
+from apid.config.nodes import ConfigError
 from apid.http.proxies import TrustedProxies, client_group, proxy_network
 from apid.http.site import ApidSite, OpenConnections, TextPaths
 from apid.problems import TooManyRequests

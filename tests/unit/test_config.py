@@ -8,16 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apid.config.files import (
-    API_FILE,
-    SERVER_FILE,
-    AbuseLimit,
-    ConfigError,
-    ConnectionLimits,
-    load,
-    load_api,
-    load_server,
-)
+from apid.config.api import AbuseLimit
+from apid.config.files import load, load_api, load_server
+from apid.config.kinds import API_FILE, SERVER_FILE
+from apid.config.nodes import ConfigError
+from apid.config.server import ConnectionLimits
 
 REPO = Path(__file__).resolve().parents[2]
 ETC = REPO / "etc"

@@ -6,7 +6,7 @@ import pytest
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.task import Clock
 
-from apid.config.files import ConfigError
+from apid.config.nodes import ConfigError
 from apid.server.daemon import server_endpoint
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from apid.cli.main import parser
 from apid.config.files import DOCUMENTED
-from apid.config.settings import rows
+from apid.config.reference import rows
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]

@@ -14,7 +14,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 
-from apid.config.files import WebhooksConfig
+from apid.config.server import WebhooksConfig
 from apid.hooks.deliverer import HOLD_PER_SLOT, DeliveryWorker
 from apid.hooks.queue import Attempt, Claimed, NewMessage, Outcome, insert_messages
 from apid.hooks.registry import insert_hook

@@ -20,7 +20,7 @@ from twisted.web.http import Request
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
-from apid.config.files import ConnectionLimits
+from apid.config.server import ConnectionLimits
 from apid.http.site import (
     LINGER_SECONDS,
     ApidSite,

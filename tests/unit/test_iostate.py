@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from apid.config.files import API_FILE, SecurityConfig, load_api
+from apid.config.api import SecurityConfig
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
 from apid.iostate import (
     IOStateError,
     RuleSet,

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from apid.cli.main import main
-from apid.config.files import API_FILE, SecurityConfig, load_api
+from apid.config.api import SecurityConfig
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
 from apid.iostate import IOStateError, parse
 from apid.iostate.convert import convert
 from apid.iostate.model import CallLimit

@@ -13,7 +13,9 @@ import yaml
 from apid.auth.accounts import check_credentials
 from apid.auth.identities import username_for
 from apid.auth.issuers import claims_issuer
-from apid.config.files import API_FILE, ConfigError, load_api
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
+from apid.config.nodes import ConfigError
 from apid.iostate.types import EMAIL
 from apid.problems import InvalidFields
 

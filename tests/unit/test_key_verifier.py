@@ -20,7 +20,7 @@ from apid.auth.apikeys import NewKey, insert_key, new_key
 from apid.auth.key_verifier import UNKNOWN_KEPT, KeyVerifier
 from apid.auth.limits import AbuseLimiter, MemoryWindows
 from apid.auth.tokens import Principal
-from apid.config.files import AbuseLimit
+from apid.config.api import AbuseLimit
 from apid.problems import TooManyRequests, Unauthorized
 from apid.store.database import make_engine, run_read, run_write
 from apid.store.migrate import upgrade

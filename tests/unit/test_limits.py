@@ -25,7 +25,7 @@ from twisted.internet import defer, reactor, task
 from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows
-from apid.config.files import AbuseLimit
+from apid.config.api import AbuseLimit
 from apid.problems import ServiceUnavailable, TooManyRequests
 from harness import free_port
 

@@ -11,7 +11,8 @@ import pytest
 from httplink import parse_link_header
 
 from apid.calls.links import link_header, page_links
-from apid.config.files import API_FILE, load_api
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
 from apid.iostate import RuleSet, bind_references, parse
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import pytest_twisted
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from apid.config.files import MailConfig
+from apid.config.server import MailConfig
 from apid.mail.message import Message, Undeliverable
 from apid.mail.senders import FileMailer, SmtpMailer, make_mailer
 

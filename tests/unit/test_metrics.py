@@ -127,7 +127,7 @@ SCRAPER = textwrap.dedent("""
 UNREAD = textwrap.dedent("""
     import sys
     from apid.telemetry import metrics
-    from apid.config.files import MetricsConfig
+    from apid.config.server import MetricsConfig
     metrics.request_answered("person/show", "1", b"GET", 200, 0.01)
     metrics.batch_run(3)
     metrics.throttled("rate", "ROLE_USER")

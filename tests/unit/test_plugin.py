@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import apid.config.nodes
 import apid.config.plugin_settings
 import apid.config.settings
 import apid.plugin
@@ -26,6 +27,7 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
     assert imported.split() == [
         "apid",
         "apid.config",
+        "apid.config.nodes",
         "apid.config.plugin_settings",
         "apid.config.settings",
         "apid.plugin",
@@ -38,10 +40,11 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
     [
         (apid.plugin, {"apid.problems", "apid.config.plugin_settings"}),
         (apid.problems, set()),
-        (apid.config.plugin_settings, {"apid.config.settings"}),
-        (apid.config.settings, set()),
+        (apid.config.plugin_settings, {"apid.config.nodes", "apid.config.settings"}),
+        (apid.config.settings, {"apid.config.nodes"}),
+        (apid.config.nodes, set()),
     ],
-    ids=["plugin", "problems", "plugin_settings", "settings"],
+    ids=["plugin", "problems", "plugin_settings", "settings", "nodes"],
 )
 def test_the_plugin_api_names_no_module_of_the_daemon_even_for_types(module: Any, allowed: set[str]):
     tree = ast.parse(inspect.getsource(module))

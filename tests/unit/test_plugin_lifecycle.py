@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from apid.config.files import ConfigError
+from apid.config.nodes import ConfigError
 from apid.plugin import Call, Controller, action, setting, settings
 from apid.plugin_host.lifecycle import HookFailed
 from apid.testing import InMemoryApid

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from apid.config.files import ConfigError, load_server
+from apid.config.files import load_server
+from apid.config.nodes import ConfigError
 from apid.plugin import setting, settings
 
 

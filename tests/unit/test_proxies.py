@@ -21,7 +21,7 @@ from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 
 from apid.config.files import load_server
-from apid.config.settings import ConfigError
+from apid.config.nodes import ConfigError
 from apid.http.proxies import (
     UNKNOWN,
     Client,

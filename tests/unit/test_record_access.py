@@ -16,7 +16,8 @@ from twisted.logger import LogLevel, globalLogPublisher
 from apid.auth.accounts import get_account, insert_account
 from apid.auth.record_access import may_receive, receiver
 from apid.calls.pipeline import filter_output
-from apid.config.files import API_FILE, load_api
+from apid.config.files import load_api
+from apid.config.kinds import API_FILE
 from apid.hooks.events import AccountEvents
 from apid.hooks.registry import insert_hook
 from apid.iostate import IOStateError, check_hook_roles, parse

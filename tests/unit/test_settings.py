@@ -13,23 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from apid.config.files import DOCUMENTED, SERVER_FILE, ConnectionLimits, WebhooksConfig, load_api, load_server
-from apid.config.settings import (
-    MARKER,
-    ConfigError,
-    Derived,
-    Invalid,
-    Reading,
-    choice,
-    document,
-    per_kind,
-    read_file,
-    read_section,
-    rows,
-    section,
-    setting,
-    settings,
-)
+from apid.config.files import DOCUMENTED, load_api, load_server
+from apid.config.kinds import SERVER_FILE
+from apid.config.nodes import ConfigError, Reading, read_file
+from apid.config.reference import MARKER, document, rows
+from apid.config.server import ConnectionLimits, WebhooksConfig
+from apid.config.settings import Derived, Invalid, choice, per_kind, read_section, section, setting, settings
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "configuration.md"

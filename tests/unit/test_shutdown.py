@@ -6,7 +6,7 @@ from __future__ import annotations
 from twisted.internet import defer
 from twisted.internet.task import Clock
 
-from apid.config.files import ShutdownConfig
+from apid.config.server import ShutdownConfig
 from apid.server.shutdown import TICK, Shutdown
 from apid.telemetry.health import Health
 

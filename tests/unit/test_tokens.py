@@ -12,7 +12,7 @@ import jwt
 import pytest
 
 from apid.auth.tokens import Principal, TokenService, load_secret
-from apid.config.files import JwtConfig
+from apid.config.server import JwtConfig
 from apid.problems import Unauthorized
 
 SECRET = b"k" * 40

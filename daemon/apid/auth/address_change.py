@@ -28,7 +28,7 @@ from twisted.internet.defer import Deferred
 from apid.auth import onetime
 from apid.auth.accounts import Account, change_account, email_key, taken
 from apid.auth.sessions import Revocations, revoke_person
-from apid.config.files import AccountsConfig
+from apid.config.server import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.mail.message import PRODUCT, Message
 from apid.mail.outbox import queue_mail

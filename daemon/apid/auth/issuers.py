@@ -34,7 +34,7 @@ from apid.auth.jwks import ALGORITHMS, ProviderClient, ProviderKeys
 from apid.auth.login import SESSION_PATHS
 from apid.auth.registration import ACCOUNT_PATHS
 from apid.auth.tokens import VERIFIED_KEPT, Principal
-from apid.config.files import IssuerConfig
+from apid.config.api import IssuerConfig
 from apid.problems import Unauthorized
 
 REQUIRED_CLAIMS = ["iss", "aud", "sub", "exp", "iat"]

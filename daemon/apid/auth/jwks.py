@@ -34,7 +34,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from apid.config.files import provider_url
+from apid.config.kinds import provider_url
 from apid.problems import ServiceUnavailable
 
 if TYPE_CHECKING:

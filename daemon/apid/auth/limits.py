@@ -34,7 +34,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.auth.accounts import email_key
-from apid.config.files import AbuseLimit
+from apid.config.api import AbuseLimit
 from apid.http.proxies import client_group
 from apid.problems import TooManyRequests
 from apid.store.redis import RedisCircuit, RedisUnreachable, store_unreachable

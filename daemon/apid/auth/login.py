@@ -21,7 +21,7 @@ from apid.auth.limits import AbuseLimiter
 from apid.auth.sessions import Revocations, Rotation, rotate, start_family
 from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
-from apid.config.files import JwtConfig
+from apid.config.server import JwtConfig
 from apid.http.site import bearer_token, read_json_body, write_json
 from apid.openapi.parts import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.problems import Unauthorized

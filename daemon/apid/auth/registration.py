@@ -44,7 +44,7 @@ from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import Principal
-from apid.config.files import AccountsConfig
+from apid.config.server import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.http.site import read_json_body, write_json
 from apid.mail.message import PRODUCT, Message

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jwt
 
-from apid.config.files import JwtConfig
+from apid.config.server import JwtConfig
 from apid.problems import Unauthorized
 
 ALGORITHM = "HS256"

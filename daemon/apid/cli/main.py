@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from apid.config import files as config_module
-from apid.config.files import REACTORS, Config, ConfigError
+from apid.config.files import Config
+from apid.config.kinds import REACTORS
+from apid.config.nodes import ConfigError
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     from sqlalchemy import Engine

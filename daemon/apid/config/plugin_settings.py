@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar, dataclass_transform
 
 import apid.config.settings as declarations
-from apid.config.settings import Kind, Node, Reading, describe, read_section
+from apid.config.nodes import Node, Reading, describe
+from apid.config.settings import Kind, read_section
 
 T = TypeVar("T")
 

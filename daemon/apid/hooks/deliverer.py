@@ -30,7 +30,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
-from apid.config.files import WebhooksConfig
+from apid.config.server import WebhooksConfig
 from apid.hooks.delivery import Deliverer
 from apid.hooks.queue import Attempt, Claimed, Outcome, claim, pending_counts, purge, release, renew, settle
 from apid.store import leases

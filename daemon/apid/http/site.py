@@ -31,7 +31,7 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request as SiteRequest
 from twisted.web.server import Site
 
-from apid.config.files import ConnectionLimits
+from apid.config.server import ConnectionLimits
 from apid.http.jsonbody import parse_json_object
 from apid.http.proxies import UNKNOWN, Client, TrustedProxies, client_group, resolve
 from apid.private_apis import HTTPChannelHooks

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from apid.config.files import SecurityConfig
+from apid.config.api import SecurityConfig
 from apid.iostate.loader import EVERY_FIELD, FIELD_MEMBERS, PERMIT_ALL
 
 IGNORED = frozenset({"TESTORDER"})  # worked out by the original framework from the keys; apid needs none

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from apid.calls.paths import NAME
-from apid.config.files import SecurityConfig
+from apid.config.api import SecurityConfig
 from apid.iostate.model import (
     METHODS,
     ApiVersion,

@@ -13,7 +13,7 @@ from pathlib import Path
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from apid.config.files import MailConfig
+from apid.config.server import MailConfig
 from apid.mail.message import Mailer, Message, rendered
 from apid.server.reactors import Reactor
 

@@ -19,7 +19,7 @@ from io import BytesIO
 from twisted.internet.defer import Deferred
 from twisted.mail.smtp import ESMTPSender, ESMTPSenderFactory, SMTPClientError, quoteaddr
 
-from apid.config.files import MailConfig
+from apid.config.server import MailConfig
 from apid.mail.message import Undeliverable
 from apid.server.reactors import Reactor
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from sqlalchemy import Table
 from twisted.logger import Logger
 
-from apid.config.files import SecurityConfig
+from apid.config.api import SecurityConfig
 from apid.iostate import (
     Audience,
     ControllerState,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apid.config.files import SecurityConfig
+from apid.config.api import SecurityConfig
 from apid.iostate import RuleSet
 from apid.plugin_host.discovery import Bound, bind
 

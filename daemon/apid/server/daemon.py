@@ -32,7 +32,8 @@ from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import load_secret
 from apid.calls.coroutines import end_tasks
-from apid.config.files import Config, ConfigError
+from apid.config.files import Config
+from apid.config.nodes import ConfigError
 from apid.http.proxies import client_endpoint, socket_listen
 from apid.http.site import ApidSite, OpenConnections
 from apid.mail.outbox import MailSender

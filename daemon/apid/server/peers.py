@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError, gatherResults, succeed
 from twisted.internet.interfaces import IReactorTime
 
-from apid.config.files import PeerServer
+from apid.config.server import PeerServer
 from apid.telemetry import metrics
 
 if TYPE_CHECKING:

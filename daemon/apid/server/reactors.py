@@ -23,7 +23,7 @@ from twisted.internet.interfaces import (
     IReactorUNIX,
 )
 
-from apid.config.files import REACTORS
+from apid.config.kinds import REACTORS
 
 
 class Reactor(IReactorCore, IReactorTime, IReactorThreads, IReactorTCP, IReactorUNIX, IReactorSocket, IReactorProcess):

@@ -21,7 +21,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.web.http import HTTPChannel
 
-from apid.config.files import ShutdownConfig
+from apid.config.server import ShutdownConfig
 from apid.http.site import OpenConnections
 from apid.server.reactors import Reactor
 from apid.telemetry.health import Health

@@ -28,7 +28,7 @@ from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.http import Request
 
-from apid.config.files import MetricsConfig
+from apid.config.server import MetricsConfig
 
 log = Logger(namespace="apid.metrics")
 
