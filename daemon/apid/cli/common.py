@@ -1,0 +1,84 @@
+"""What the commands share: the configuration they read, the database they open (migrated or
+not, as the command says), the plugins bound to it, and the one failure a command reports."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+from apid.config import files as config_module
+from apid.config.files import Config
+
+if TYPE_CHECKING:  # imported where used: a command loads only what it needs
+    from sqlalchemy import Engine
+
+    from apid.plugin_host.discovery import Bound
+    from apid.plugin_host.migrations import MigrationSource
+    from apid.store.migrate import SchemaChange
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The deployment's configuration. What the command creates from here on (the SQLite
+    database and its WAL files, the JWT secret, mail, in `var/` by default) is private to
+    apid's user, as `UMask=0077` in etc/apid.service makes it under systemd: files 0600,
+    folders 0700, in worker processes too (they inherit the mask)."""
+    os.umask(0o077)
+    env = dict(os.environ)
+    if getattr(args, "listen", None):
+        env["APID_LISTEN"] = args.listen
+    return config_module.load(args.config_dir, args.env, env)
+
+
+def migrated_engine(config: Config) -> Engine:
+    return migrated(config)[0]
+
+
+def migrated(config: Config) -> tuple[Engine, list[SchemaChange]]:
+    """An engine on the configured database, apid's schema and every installed plugin's brought
+    up to date, and what that did to each."""
+    from apid.plugin_host.discovery import PluginError
+    from apid.store.migrate import MigrationRefused, upgrade_all
+
+    sources = installed_migrations()
+    engine = open_database(config)
+    try:
+        changes = upgrade_all(engine, sources)
+    except (MigrationRefused, PluginError) as refused:
+        engine.dispose()
+        raise CommandFailed(str(refused)) from None
+    return engine, changes
+
+
+def open_database(config: Config) -> Engine:
+    from apid.store.database import make_engine
+    from apid.store.migrate import ensure_sqlite_folder
+
+    ensure_sqlite_folder(config.server.database_url)
+    return make_engine(config.server.database_url)
+
+
+def installed_migrations() -> list[MigrationSource]:
+    """The installed plugins' migrations; a broken entry point ends the command."""
+    from apid.plugin_host.discovery import PluginError
+    from apid.plugin_host.migrations import migration_sources
+
+    try:
+        return migration_sources()
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
+
+
+def bound_plugins(config: Config) -> Bound:
+    """The installed plugins bound to their IO State; a broken file or plugin ends the command."""
+    from apid.iostate import IOStateError
+    from apid.plugin_host.discovery import PluginError, load_all
+
+    try:
+        return load_all(config.api.iostate_dir, config.api.security)
+    except (IOStateError, PluginError) as exc:
+        raise CommandFailed(str(exc)) from None
+
+
+class CommandFailed(Exception):
+    """The work of a command failed; `main` prints the message and exits with status 1."""
