@@ -18,7 +18,9 @@ from twisted.web.http import Request
 from twisted.web.resource import Resource
 
 from apid.config.server import ConnectionLimits
-from apid.http.site import ApidSite, TextPaths, query_fields, read_json_body, write_json, write_problem
+from apid.http.answers import write_json, write_problem
+from apid.http.requests import query_fields, read_json_body
+from apid.http.site import ApidSite, TextPaths
 from apid.problems import Problem
 
 LIMIT = 1024  # the site's maxBodyBytes

@@ -11,7 +11,7 @@ from twisted.web.http import Request
 from twisted.web.resource import Resource
 
 from apid.calls.dispatch import ApiDispatch
-from apid.http.site import write_json, write_problem
+from apid.http.answers import write_json, write_problem
 from apid.problems import NotFound, Problem
 from assertions import assert_problem
 from http_in_memory import Connection

@@ -21,12 +21,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from apid.config.server import ConnectionLimits
-from apid.http.site import (
-    LINGER_SECONDS,
-    ApidSite,
-    OpenConnections,
-    TextPaths,
-)
+from apid.http.site import LINGER_SECONDS, ApidSite, OpenConnections, TextPaths
 from assertions import assert_problem
 from http_in_memory import LIMIT, Answer, Connection, Echo, Transport
 

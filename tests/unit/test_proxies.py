@@ -22,6 +22,7 @@ from zope.interface import implementer
 
 from apid.config.files import load_server
 from apid.config.nodes import ConfigError
+from apid.http.answers import request_id, write_json
 from apid.http.proxies import (
     UNKNOWN,
     Client,
@@ -33,7 +34,7 @@ from apid.http.proxies import (
     socket_listen,
     speaks_proxy_protocol,
 )
-from apid.http.site import ApidSite, OpenConnections, TextPaths, request_id, write_json
+from apid.http.site import ApidSite, OpenConnections, TextPaths
 from http_in_memory import Transport, parse_answers
 
 PROXY = "10.0.0.1"

@@ -18,7 +18,9 @@ from typing import Any
 from twisted.web.http import Request
 
 from apid.auth.tokens import NEEDS_TOKEN, Principal
-from apid.http.site import query_fields, request_sender, write_json, write_problem
+from apid.http.answers import write_json, write_problem
+from apid.http.requests import query_fields
+from apid.http.site import request_sender
 from apid.iostate.types import value_type
 from apid.openapi.parts import STRING, json_answer, problem_answer, query_parameter
 from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_status

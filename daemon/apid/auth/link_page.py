@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 from twisted.web.http import Request
 
 from apid.auth import onetime
-from apid.http.site import write_json
+from apid.http.answers import write_json
 from apid.mail.message import PRODUCT
 
 CONTENT_SECURITY_POLICY = "default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"

@@ -22,7 +22,8 @@ from apid.auth.sessions import Revocations, Rotation, rotate, start_family
 from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.config.server import JwtConfig
-from apid.http.site import bearer_token, read_json_body, write_json
+from apid.http.answers import write_json
+from apid.http.requests import bearer_token, read_json_body
 from apid.openapi.parts import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.problems import Unauthorized
 from apid.store.database import Database

@@ -46,7 +46,8 @@ from apid.auth.sessions import Revocations
 from apid.auth.tokens import Principal
 from apid.config.server import AccountsConfig
 from apid.hooks.events import AccountEvents
-from apid.http.site import read_json_body, write_json
+from apid.http.answers import write_json
+from apid.http.requests import read_json_body
 from apid.mail.message import PRODUCT, Message
 from apid.mail.outbox import queue_mail
 from apid.openapi.parts import (

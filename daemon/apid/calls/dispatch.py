@@ -25,8 +25,8 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from apid.calls.paths import PREFIX_BYTES
+from apid.http.answers import request_id
 from apid.http.current_request import serving
-from apid.http.site import request_id
 from apid.problems import MethodNotAllowed, NotFound, Problem
 
 log = Logger(namespace="apid.dispatch")

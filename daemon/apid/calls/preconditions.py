@@ -32,7 +32,7 @@ from typing import Any
 from apid.auth.tokens import Principal
 from apid.calls.caching import entity_tag
 from apid.calls.pipeline import Admission, CallRequest, Pipeline
-from apid.http.site import dumps
+from apid.http.answers import dumps
 from apid.problems import BadRequest, PreconditionFailed, Problem
 
 SHOW = "show"

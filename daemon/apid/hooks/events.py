@@ -27,7 +27,7 @@ from twisted.logger import Logger
 
 from apid.auth.record_access import may_receive, receiver
 from apid.hooks.queue import NewMessage, Subscriber, insert_messages, subscribers
-from apid.http.site import dumps
+from apid.http.answers import dumps
 from apid.iostate import Endpoint, RuleSet
 from apid.iostate.types import Conversion
 from apid.problems import InternalError

@@ -19,7 +19,7 @@ from werkzeug.exceptions import MethodNotAllowed as RoutingMethodNotAllowed
 from werkzeug.exceptions import NotFound as RoutingNotFound
 from werkzeug.routing import RequestRedirect
 
-from apid.http.site import request_id, write_problem
+from apid.http.answers import request_id, write_problem
 from apid.problems import BadRequest, InternalError, MethodNotAllowed, NotFound, Problem
 
 log = Logger(namespace="apid.routes")

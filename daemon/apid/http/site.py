@@ -12,15 +12,11 @@ connections one client address holds open; a trusted proxy's are not capped.
 from __future__ import annotations
 
 import io
-import os
-import re
 import time
 from collections.abc import Callable
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import unquote_to_bytes
 
-import orjson
 from twisted.internet.interfaces import IAddress, IDelayedCall
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -32,109 +28,27 @@ from twisted.web.server import Request as SiteRequest
 from twisted.web.server import Site
 
 from apid.config.server import ConnectionLimits
-from apid.http.jsonbody import parse_json_object
+from apid.http.answers import request_id, set_answer_headers, too_large, write_problem
 from apid.http.proxies import UNKNOWN, Client, TrustedProxies, client_group, resolve
 from apid.private_apis import HTTPChannelHooks
 from apid.problems import (
-    MEDIA_TYPE,
     BadRequest,
     HeadersTooLarge,
-    InvalidFields,
     MethodNotAllowed,
-    PayloadTooLarge,
     Problem,
     RequestTimeout,
-    UnsupportedMediaType,
     UriTooLong,
 )
 
 access_log = Logger(namespace="apid.access")
 log = Logger(namespace="apid.http")
 
-SERVER = b"apid"
 # How long a connection answered before its request was whole is still read (and the rest of
 # the request dropped) before it closes: closing at once, with request bytes unread, would
 # reset the connection and could destroy the answer before the client reads it.
 LINGER_SECONDS = 2.0
-CLIENT_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")  # 1 to 128 visible ASCII characters
-# The ids apid makes are 16 random bytes in hex, drawn for each request (half a microsecond): a
-# counter would tell whoever reads two ids how many requests the process answered in between.
-ID_BYTES = 16
 # What the site reports each answered request to: endpoint, API version, method, status, seconds.
 Observer = Callable[[str, str, bytes, int, float], None]
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-def dumps(value: Any) -> bytes:
-    """The one JSON encoder of the daemon (orjson: about ten times the standard library's
-    speed, and a NaN a controller returns becomes null instead of invalid JSON).
-    Dates and times are written as ISO 8601, dict keys must be strings."""
-    return orjson.dumps(value, default=_default, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
-
-
-# twisted.web knows no reason phrase for 422, 429 and others
-PHRASES = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}
-
-
-def _status(request: Request, status: int) -> None:
-    request.setResponseCode(status, PHRASES[status])
-
-
-def write_json(request: Request, value: Any, status: int = 200) -> bytes:
-    _status(request, status)
-    request.setHeader(b"Content-Type", b"application/json")
-    return dumps(value)
-
-
-def write_problem(request: Request, problem: Problem) -> bytes:
-    _status(request, problem.status)
-    request.setHeader(b"Content-Type", MEDIA_TYPE.encode())
-    for name, value in problem.headers.items():
-        request.setHeader(name.encode(), value.encode())
-    # No instance when the request line could not be parsed: there is no path to name.
-    instance = unquote_to_bytes(request.path).decode("utf-8", "replace") or None
-    body = problem.to_dict(instance=instance)
-    body["requestId"] = request_id(request)
-    return dumps(body)
-
-
-def request_id(request: Request) -> str:
-    """The request's id, chosen at first use: the client's X-Request-ID when it is 1 to 128
-    visible ASCII characters (a proxy's, so one request is followed through its logs and
-    apid's), else 32 random hex characters. Answers, problems and the access log all carry it."""
-    chosen: str | None = getattr(request, "request_id", None)
-    if chosen is None:
-        sent = request.getHeader(b"x-request-id")
-        chosen = (
-            sent.decode("ascii")
-            if sent is not None and CLIENT_REQUEST_ID.fullmatch(sent)
-            else os.urandom(ID_BYTES).hex()
-        )
-        # An ApidRequest declares the attribute; twisted.web's Request, which the metrics port
-        # answers with, does not and takes it as any instance does
-        request.request_id = chosen  # type: ignore[attr-defined]
-    return chosen
-
-
-def too_large(limit: int) -> PayloadTooLarge:
-    """The 413 of a body over `maxBodyBytes`, whenever it is found out."""
-    return PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes", limit=limit)
-
-
-def set_answer_headers(request: Request) -> None:
-    """The headers every answer carries: no content sniffing, no version in `Server`, the
-    request's id, and no caching unless the handler chose its own Cache-Control."""
-    headers = request.responseHeaders
-    headers.setRawHeaders(b"Server", [SERVER])
-    headers.setRawHeaders(b"X-Request-ID", [request_id(request).encode("ascii")])
-    headers.setRawHeaders(b"X-Content-Type-Options", [b"nosniff"])
-    if not headers.hasHeader(b"Cache-Control"):
-        headers.setRawHeaders(b"Cache-Control", [b"no-store"])
 
 
 class BoundedBody(io.BytesIO):
@@ -578,47 +492,3 @@ class OpenConnections(_CountingFactory):
         else:
             del self._open[client]
             self._refused.discard(client)
-
-
-def header(request: Request, name: str) -> str | None:
-    """A request header as text (HTTP headers are Latin-1 on the wire)."""
-    value = request.getHeader(name.encode("ascii"))
-    return None if value is None else value.decode("latin-1")
-
-
-def read_json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object body ({} when there is none); 415 or 400 otherwise. (A body
-    over `maxBodyBytes` never gets here: `ApidChannel` answers 413 before it is read.)"""
-    content = request.content
-    if content is None:  # twisted.web makes it before the request reaches a resource
-        return {}
-    content.seek(0)
-    raw = content.read()
-    if not raw.strip():
-        return {}
-    media_type = (header(request, "content-type") or "").split(";")[0].strip().lower()
-    if media_type != "application/json" and not media_type.endswith("+json"):
-        raise UnsupportedMediaType(f"the request body must be application/json, not {media_type or 'unlabelled'}")
-    return parse_json_object(raw)
-
-
-def query_fields(request: Request) -> dict[str, list[str]]:
-    """The query parameters as text; one that is not UTF-8 or holds a NUL is a 400."""
-    try:
-        fields = {
-            key.decode("utf-8"): [value.decode("utf-8") for value in values] for key, values in request.args.items()
-        }
-    except UnicodeDecodeError:
-        raise BadRequest("the query string is not valid UTF-8") from None
-    with_nul = [key for key, values in fields.items() if "\x00" in key or any("\x00" in v for v in values)]
-    if with_nul:
-        raise InvalidFields(errors=[{"field": key, "reason": "holds a NUL character (%00)"} for key in with_nul])
-    return fields
-
-
-def bearer_token(request: Request) -> str | None:
-    value = header(request, "authorization")
-    if value is None:
-        return None
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else ""

@@ -42,8 +42,10 @@ from apid.calls.paths import Target, parse_target
 from apid.calls.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.calls.preconditions import checked_write, single_calls_only, unchanged_since
 from apid.calls.rate_limits import RateLimiter
+from apid.http.answers import write_json
+from apid.http.requests import bearer_token, query_fields, read_json_body
 from apid.http.routes import answer_failure, klein_routes
-from apid.http.site import ApidRequest, bearer_token, query_fields, read_json_body, write_json
+from apid.http.site import ApidRequest
 from apid.iostate import Endpoint
 from apid.openapi import OPENAPI_PATH
 from apid.openapi.serving import revalidated

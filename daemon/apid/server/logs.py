@@ -28,7 +28,7 @@ from twisted.logger import (
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from apid.http.site import dumps
+from apid.http.answers import dumps
 
 # What every JSON line starts with; an event's own field of the same name does not replace it.
 LINE_KEYS = ("level", "time", "namespace", "message", "failure")

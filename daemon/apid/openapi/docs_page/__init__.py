@@ -25,7 +25,7 @@ from twisted.web.http import Request
 from apid.auth.endpoints import PublicRoute
 from apid.auth.tokens import Principal
 from apid.http.compression import accepts_gzip
-from apid.http.site import query_fields
+from apid.http.requests import query_fields
 from apid.problems import PROBLEM_TYPES, TYPES_PAGE, NotFound, type_uri
 
 PAGE_PATH = "/docs"
