@@ -5,7 +5,7 @@ type-checks while the real class is what the protocol says; nothing here runs.""
 from __future__ import annotations
 
 from apid import iostate, plugin
-from apid.auth import account_service, accounts
+from apid.auth import account_service, accounts, key_service
 from apid.config import api as config
 from apid.hooks.service import Hooks
 from apid.server import peers as ping
@@ -41,6 +41,10 @@ def a_pinger(pinger: ping.PeerPinger) -> plugin.PeerPinger:
 
 
 def hooks_are_hooks(service: Hooks) -> plugin.Hooks:
+    return service
+
+
+def keys_are_keys(service: key_service.ApiKeys) -> plugin.Keys:
     return service
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "GatewayTimeout",
     "Hooks",
     "InvalidFields",
+    "Keys",
     "NotFound",
     "Page",
     "PeerPinger",
@@ -274,7 +275,7 @@ class Endpoint(Protocol):
 
 class RuleSet(Protocol):
     """The IO State rules in force: each controller's NAME to its rules, the model of
-    docs/iostate.md. The `apidoc` controller describes them with `apid.openapi.view.api_view`."""
+    docs/iostate.md. `services.api_view` describes them for a caller's roles."""
 
     @property
     def controllers(self) -> Mapping[str, Any]: ...
@@ -378,6 +379,10 @@ class Accounts(Protocol):
     async def login(self, username: str, password: str) -> Account | None:
         """The account if the name and password match and it may log in."""
 
+    def check(self, username: str | None, password: str | None) -> None:
+        """The account policy for a new username or password (either may be None): raises
+        InvalidFields listing every breach."""
+
 
 class SecuritySettings(Protocol):
     """The role settings of service_api.yml (`services.security`)."""
@@ -436,12 +441,43 @@ class Hooks(Protocol):
     async def list(self, caller: Caller, offset: int, limit: int) -> list[dict[str, Any]]: ...
 
 
+class Keys(Protocol):
+    """The caller's API keys (`services.keys`), for the `apikey` controller: a caller reaches
+    their own keys, the superuser everyone's, and a call made with a key only that key, to
+    revoke it (any other use is a 403). Each dict is a key's record under the field names of
+    apikey.json; only `create`'s answer carries the key itself (`key`)."""
+
+    async def create(
+        self,
+        caller: Caller,
+        *,
+        name: Any,
+        roles: Any,
+        scopes: Any = None,
+        expires_at: Any = None,
+        owner_id: int | None = None,
+        current_password: str | None = None,
+    ) -> dict[str, Any]:
+        """A new key of `owner_id` (the caller when None): its roles at most its owner's, its
+        scopes controllers or endpoints that exist, its expiry ahead (one 400 names every bad
+        field); a password account's caller proves the login with `current_password`; the
+        owner holds at most `security.apiKeysPerAccount` live keys (409) and is mailed."""
+
+    async def revoke(self, caller: Caller, key_id: int) -> dict[str, Any]:
+        """The key's record once revoked, everywhere within a second; 404 when the caller
+        reaches no such key."""
+
+    # Last: below it, `list` in this class would name the method, not the type.
+    async def list(self, caller: Caller, offset: int, limit: int) -> list[dict[str, Any]]:
+        """Never the keys themselves."""
+
+
 @dataclass(frozen=True)
 class Services:
     """What the daemon lends a controller: the database, the accounts, the role settings, the
-    pinger of the peer servers and the hooks (for the first-party `server` and `hook`
-    controllers), the IO State rule set in force and the application version (for `apidoc`),
-    and the controller's own settings (`Controller.settings`)."""
+    pinger of the peer servers, the hooks and the API keys (for the first-party `server`,
+    `hook` and `apikey` controllers), the IO State rule set in force, the application version and the API view of
+    it for some roles (for `apidoc`), and the controller's own settings (`Controller.settings`)."""
 
     db: Database
     accounts: Accounts
@@ -451,6 +487,9 @@ class Services:
     rules: Callable[[], RuleSet]  # the rule set in force now: call it each time, a reload swaps it
     version: str  # the application version of every path, MAJOR.MINOR ("0.1" in /v0.1/...)
     settings: Any = None  # the controller's `settings_class`, read from plugins.<name>; None without one
+    # The API these roles may call, from the rule set in force, as the `apidoc` controller answers it
+    api_view: Callable[[Iterable[str]], dict[str, Any]] = field(kw_only=True)
+    keys: Keys = field(kw_only=True)  # the caller's API keys, for the `apikey` controller
 
 
 @dataclass(frozen=True)

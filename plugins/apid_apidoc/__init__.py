@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from apid.openapi.view import api_view
 from apid.plugin import Call, Controller, NotFound, action
 
 
@@ -17,8 +16,7 @@ class ApidocController(Controller):
         """Every controller and action the caller's roles may call, with the fields they send and
         receive; `controller` narrows it to one. Read from the rule set in force at each call,
         so a reload shows at once."""
-        view = api_view(self.services.rules(), call.caller.all_roles, self.services.version)
-        document = view.to_dict()
+        document = self.services.api_view(call.caller.all_roles)
         wanted = call.fields.get("controller")
         if wanted is not None:
             if wanted not in document["controllers"]:

@@ -15,7 +15,7 @@ from apid.calls.pipeline import CallRequest, Pipeline
 from apid.config.files import load_api
 from apid.iostate import RuleSet, parse_text
 from apid.iostate.types import value_type
-from apid.openapi.view import api_view, mock_value
+from apid.openapi.view import api_view, mock_value, views_of
 from apid.plugin_host.discovery import load_all
 from apid.problems import Forbidden, NotFound
 from apid_apidoc import ApidocController
@@ -185,7 +185,7 @@ def book() -> RuleBookDouble:
 
 @pytest.fixture
 def pipeline(book) -> Pipeline:
-    services = SimpleNamespace(rules=lambda: book.current, version="0.1")
+    services = SimpleNamespace(api_view=views_of(lambda: book.current, "0.1"))
     return Pipeline(lambda: book.current, {"apidoc": ApidocController(services)}, ADMIN)
 
 

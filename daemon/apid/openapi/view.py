@@ -12,7 +12,7 @@ its webhooks), and of VALUES only the fields these roles use. `apidoc/show` answ
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -162,10 +162,15 @@ class ApiView:
         }
 
 
+def views_of(rules: Callable[[], RuleSet], app_version: str) -> Callable[[Iterable[str]], dict[str, Any]]:
+    """`services.api_view`: the API some roles may call, read from the rule set in force at
+    each call, so that a reload shows at once."""
+    return lambda roles: api_view(rules(), roles, app_version).to_dict()
+
+
 def api_view(rules: RuleSet, roles: Iterable[str], app_version: str) -> ApiView:
     """What `roles` may call in `rules`, and nothing else. `rules` is typed as the plugin API
-    names it, so that the `apidoc` controller passes `services.rules()`; its controllers are
-    IO State's `ControllerState`s."""
+    names it; its controllers are IO State's `ControllerState`s."""
     roles = frozenset(roles)
     controllers = []
     for state in rules.controllers.values():

@@ -21,6 +21,7 @@ from apid.auth.address_change import AddressChanges
 from apid.auth.endpoints import ServiceEndpoints
 from apid.auth.identities import ExternalIdentities
 from apid.auth.issuers import PASSWORD_PATHS, external_issuers
+from apid.auth.key_service import ApiKeys
 from apid.auth.key_verifier import KeyVerifier
 from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows, WindowStore
 from apid.auth.login import SessionEndpoints
@@ -44,6 +45,7 @@ from apid.mail.outbox import MailSender
 from apid.mail.senders import make_mailer
 from apid.openapi.docs_page import DocsPage
 from apid.openapi.document import OpenApiDocuments, document_settings
+from apid.openapi.view import views_of
 from apid.plugin import Services
 from apid.plugin_host.discovery import Bound
 from apid.plugin_host.lifecycle import PluginLifecycle
@@ -89,13 +91,16 @@ def assemble(
     wake: Callable[[], None] | None,
     wrap_events: Callable[[EventRecorder], Events] | None = None,
     shared: WorkerLink | None = None,
+    hooks: Hooks | None = None,
 ) -> Assembly:
     """Build the application over these parts.
 
     `wake` tells the webhook delivery worker that messages wait; None means webhooks are off
     and no events are recorded. `wrap_events`, if given, wraps the recorder each call reports
     its events to (the testing kit collects them this way). `shared` is a worker process's
-    link to its parent, which keeps the counts of every worker when Redis does not."""
+    link to its parent, which keeps the counts of every worker when Redis does not. `hooks`, if
+    given, are the webhooks lent to the controllers (`services.hooks`) in the place of apid's:
+    the testing kit lends its own."""
     server, api = config.server, config.api
     # each controller's own settings, first: the file's mistakes stop the start before anything is made
     plugin_settings = server.plugins.read(
@@ -148,7 +153,8 @@ def assemble(
         superuser_role=api.security.superuser_role,
     )
     pinger = PeerPinger(reactor, server.servers)
-    hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
+    if hooks is None:
+        hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
     services = Services(
         db=db,
         accounts=accounts,
@@ -157,6 +163,8 @@ def assemble(
         hooks=hooks,
         rules=lambda: rule_book.current,
         version=api.version,
+        api_view=views_of(lambda: rule_book.current, api.version),
+        keys=ApiKeys(db=db, accounts=accounts, security=api.security, rules=lambda: rule_book.current),
     )
     controllers = {
         name: loaded.cls(replace(services, settings=plugin_settings.get(name)))

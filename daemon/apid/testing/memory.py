@@ -32,7 +32,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -57,7 +57,7 @@ from apid.hooks.events import EventRecorder, event_data
 from apid.hooks.service import Hooks
 from apid.iostate import Endpoint, RuleSet
 from apid.openapi.docs_page import DocsPage
-from apid.plugin import Caller, Controller, Services
+from apid.plugin import Caller, Controller
 from apid.plugin_host.discovery import FoundPlugin, bind, discover, load
 from apid.plugin_host.migrations import MIGRATIONS_GROUP, MigrationSource, migration_sources
 from apid.server.assembly import assemble
@@ -66,7 +66,6 @@ from apid.store.database import Database, make_engine
 from apid.store.migrate import upgrade_all
 from apid.testing.calls import ApiCalls, Login, Reply, query_fields, request_headers
 from apid.testing.settings import ENVIRONMENT, write_settings
-from apid_hook import HookController
 
 T = TypeVar("T")
 
@@ -177,8 +176,7 @@ class InMemoryApid(ApiCalls):
         self._db = Database(reactor=self._reactor, engine=self.engine, threads=1, pool=pool)
         self._passwords = Passwords(self._reactor, 1, pool=pool)
         hooks = _LoopbackHooks(self._db, config.api.allowed_origins, lambda: self._parts.rule_book.current)
-        first_party = [_with_hooks(found, hooks) for found in _first_party()]
-        bound = bind(load([*first_party, *map(_found, controllers)]), config.api.iostate_dir, config.api.security)
+        bound = bind(load([*_first_party(), *map(_found, controllers)]), config.api.iostate_dir, config.api.security)
         self._parts = assemble(
             # it provides every interface of the reactor that serving uses, processes aside
             cast(Reactor, self._reactor),
@@ -190,6 +188,7 @@ class InMemoryApid(ApiCalls):
             passwords=self._passwords,
             wake=_nothing_sent,
             wrap_events=lambda recorder: _KeptEvents(recorder, self.events.append),
+            hooks=hooks,
         )
         self._client = StubTreq(self._parts.resource)
         self._db.start()
@@ -460,22 +459,6 @@ def _migration_sources(packages: list[str]) -> list[MigrationSource]:
         found = migration_sources(entry_point for entry_point in announced if entry_point.value == package)
         sources += found or [MigrationSource.from_package(package.split(".")[0].lower(), package)]
     return sources
-
-
-def _with_hooks(found: FoundPlugin, hooks: Hooks) -> FoundPlugin:
-    """apid's `hook` controller lent the kit's hooks in the place of the daemon's; any other
-    controller as found."""
-    if found.name != HookController.name:
-        return found
-
-    class KitHookController(HookController):
-        def __init__(self, services: Services) -> None:
-            super().__init__(replace(services, hooks=hooks))
-
-    # named as the controller it is, whose package ships its IO State
-    KitHookController.__module__ = HookController.__module__
-    KitHookController.__qualname__ = HookController.__qualname__
-    return replace(found, entry_point=_Given(KitHookController))
 
 
 def _first_party() -> list[FoundPlugin]:
