@@ -12,12 +12,12 @@ from twisted.logger import LogLevel, globalLogPublisher
 from twisted.web.http import Request
 
 from apid.auth.tokens import Principal
-from apid.calls.dispatch import ApiDispatch
 from apid.calls.pipeline import CallRequest, Pipeline
 from apid.config.files import load_api
 from apid.http.routes import answer_failure
 from apid.iostate import RuleSet, parse_text
 from apid.plugin import Call, Controller, action
+from apid.server.dispatch import ApiDispatch
 from http_in_memory import Connection
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """API calls reach their handler by apid's own path grammar; an API path no call can be made on
 is a 404 or 405 problem from the same router; every other path goes to the Klein routes
-(`apid.calls.dispatch`)."""
+(`apid.server.dispatch`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from twisted.python.failure import Failure
 from twisted.web.http import Request
 from twisted.web.resource import Resource
 
-from apid.calls.dispatch import ApiDispatch
 from apid.http.answers import write_json, write_problem
 from apid.problems import NotFound, Problem
+from apid.server.dispatch import ApiDispatch
 from assertions import assert_problem
 from http_in_memory import Connection
 

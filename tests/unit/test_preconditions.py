@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from apid.calls.paths import CallKind
 from apid.calls.pipeline import CallRequest
-from apid.calls.preconditions import matches, show_call, single_calls_only, strong_tags, unchanged_since, with_version
+from apid.calls.preconditions import show_call, single_calls_only, unchanged_since, with_version
+from apid.http.conditions import entity_tags, held, matches
 from apid.problems import BadRequest, PreconditionFailed
 
 TAG = b'"9f86d081884c7d65"'
@@ -17,7 +19,7 @@ TAG = b'"9f86d081884c7d65"'
     ("condition", "expected"),
     [
         (b'"a"', [b'"a"']),
-        (b'"a", "b",W/"c"', [b'"a"', b'"b"']),
+        (b'"a", "b",W/"c"', [b'"a"', b'"b"', b'W/"c"']),
         (b"*", [b"*"]),
         (b' "a" , "" ', [b'"a"', b'""']),
         (b"deadbeef", None),
@@ -28,8 +30,8 @@ TAG = b'"9f86d081884c7d65"'
         (b" , ", []),
     ],
 )
-def test_if_match_lists_strong_tags(condition, expected):
-    assert strong_tags(condition) == expected
+def test_a_list_of_entity_tags_is_read_strictly(condition, expected):
+    assert entity_tags(condition) == expected
 
 
 @pytest.mark.parametrize(
@@ -48,12 +50,28 @@ def test_if_match_holds_only_for_the_current_tag_strongly(condition, holds):
     assert matches(condition, TAG) is holds
 
 
+@pytest.mark.parametrize(
+    ("condition", "holds"),
+    [
+        (TAG, True),
+        (b"W/" + TAG, True),  # If-None-Match compares weakly
+        (b'"other", W/' + TAG, True),
+        (b"*", True),
+        (b'"other"', False),
+        (TAG[1:-1], False),  # unquoted: not an entity-tag
+        (None, False),
+    ],
+)
+def test_if_none_match_names_the_answer_weakly_or_by_star(condition, holds):
+    assert held(condition, TAG) is holds
+
+
 def test_batches_and_chains_refuse_if_match():
-    for kind in ("b", "c"):
+    for kind in (CallKind.BATCH, CallKind.CHAIN):
         with pytest.raises(BadRequest):
             single_calls_only(kind, TAG)
         single_calls_only(kind, None)
-    single_calls_only("v", TAG)
+    single_calls_only(CallKind.CALL, TAG)
 
 
 def write(body=None, text=None) -> CallRequest:

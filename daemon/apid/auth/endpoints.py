@@ -1,7 +1,7 @@
 """Public endpoints: fixed paths that answer without a token when listed in `reservedUris`.
 
 This module holds what every public endpoint shares (the route value, the path declared with
-its OpenAPI operation, reading string fields, the client's address, the plain-text answer) and
+its OpenAPI operation, reading string fields, the plain-text answer) and
 the service endpoints: `/health` (liveness), `/error` (a problem body for any status, for
 reverse proxies) and, when `metrics.role` is set, `/metrics` for a token of that role
 (`apid.telemetry.metrics`; left out of the API documents).
@@ -20,7 +20,6 @@ from twisted.web.http import Request
 from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.http.answers import write_json, write_problem
 from apid.http.requests import query_fields
-from apid.http.site import request_sender
 from apid.iostate.types import value_type
 from apid.openapi.parts import STRING, json_answer, problem_answer, query_parameter
 from apid.problems import Forbidden, InvalidFields, Unauthorized, problem_for_status
@@ -122,12 +121,6 @@ def error_status(query: Mapping[str, list[str]]) -> int:
     if status not in ERROR_STATUSES:
         raise InvalidFields(errors=[{"field": "status", "reason": STATUS_REASON}])
     return status
-
-
-def client_address(request: Request) -> str:
-    """The client's address, as every per-address limit counts it: behind `trustedProxies`,
-    the one they forward (apid.http.proxies), else the peer's."""
-    return request_sender(request).host
 
 
 def write_text(request: Request, text: str, status: int = 200) -> bytes:

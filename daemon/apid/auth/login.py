@@ -16,14 +16,14 @@ from twisted.web.http import Request
 from apid.auth.account_service import Accounts
 from apid.auth.accounts import username_key
 from apid.auth.apikeys import is_key
-from apid.auth.endpoints import PublicPath, PublicRoute, client_address, fields_of, query_value, string_fields
+from apid.auth.endpoints import PublicPath, PublicRoute, fields_of, query_value, string_fields
 from apid.auth.limits import AbuseLimiter
 from apid.auth.sessions import Revocations, Rotation, rotate, start_family
 from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.config.server import JwtConfig
 from apid.http.answers import write_json
-from apid.http.requests import bearer_token, read_json_body
+from apid.http.requests import bearer_token, client_address, read_json_body
 from apid.openapi.parts import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.problems import Unauthorized
 from apid.store.database import Database

@@ -32,7 +32,6 @@ from apid.auth.endpoints import (
     EMAIL,
     PublicPath,
     PublicRoute,
-    client_address,
     email_field,
     fields_of,
     query_value,
@@ -47,7 +46,7 @@ from apid.auth.tokens import Principal
 from apid.config.server import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.http.answers import write_json
-from apid.http.requests import read_json_body
+from apid.http.requests import client_address, read_json_body
 from apid.mail.message import PRODUCT, Message
 from apid.mail.outbox import queue_mail
 from apid.openapi.parts import (

@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from twisted.web.http import Request
 
 from apid.calls.pipeline import CallRequest, CallResult
+from apid.http.conditions import held
 from apid.iostate import Endpoint
 from apid.store.database import Database, DatabaseUnavailable, dialect_insert
 from apid.store.tables import cache_change
@@ -50,26 +51,15 @@ def entity_tag(body: bytes) -> bytes:
     return b'"' + blake2b(body, digest_size=16).hexdigest().encode("ascii") + b'"'
 
 
-def answer(request: Request, body: bytes, tag: bytes, endpoint: Endpoint) -> bytes:
+def answer(request: Request, body: bytes, tag: bytes, endpoint: Endpoint, if_none_match: bytes | None) -> bytes:
     """The answer to a GET: its validators, and 304 without the body when the client holds it."""
     request.setHeader(b"ETag", tag)
     cache = endpoint.cache
     request.setHeader(b"Cache-Control", NOT_CACHED if cache is None else b"private, max-age=%d" % cache.max_age)
-    if _holds(request.getHeader(b"If-None-Match"), tag):
+    if held(if_none_match, tag):
         request.setResponseCode(304)
         return b""
     return body
-
-
-def _holds(condition: bytes | None, tag: bytes) -> bool:
-    """Whether If-None-Match names `tag` (compared weakly, as RFC 9110 says for it) or is `*`."""
-    if condition is None:
-        return False
-    for candidate in condition.split(b","):
-        candidate = candidate.strip()
-        if candidate == b"*" or candidate.removeprefix(b"W/") == tag:
-            return True
-    return False
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,8 @@ from twisted.web.http import Request
 from apid.calls.paths import call_path
 from apid.iostate import PATH_ID, ControllerState, Endpoint, RuleSet
 
-REQUEST_HEADERS = (b"x-link_relations", b"x-link-relations")
 REL_BASE = "urn:apid:rel:"
 PAGE_FIELDS = ("offset", "max")
-
-
-def wanted(request: Request) -> bool:
-    return any(request.getHeader(name) is not None for name in REQUEST_HEADERS)
 
 
 def _link(path: str, rel: str, method: str) -> str:

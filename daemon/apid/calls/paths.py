@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 
 from apid.problems import NotFound
@@ -17,9 +18,18 @@ PREFIX_BYTES = re.compile(PREFIX.pattern.encode("ascii"))  # a path's first segm
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class CallKind(StrEnum):
+    """What a path's first letter asks for: one call, the same endpoint once per element of a
+    batch, or a chain of endpoints. Its value is the letter, as paths spell it."""
+
+    CALL = "v"
+    BATCH = "b"
+    CHAIN = "c"
+
+
 @dataclass(frozen=True)
 class Target:
-    kind: str
+    kind: CallKind
     api_version: str | None
     controller: str
     action: str | None
@@ -36,7 +46,7 @@ def parse_target(app_version: str, prefix: str, controller: str, action: str | N
 
 
 @lru_cache(maxsize=256)
-def _prefix(app_version: str, prefix: str) -> tuple[str, str | None]:
+def _prefix(app_version: str, prefix: str) -> tuple[CallKind, str | None]:
     """The kind and API version a prefix names, worked out once: a daemon is called with a few
     (a wrong one raises, and is not kept)."""
     match = PREFIX.fullmatch(prefix)
@@ -47,7 +57,7 @@ def _prefix(app_version: str, prefix: str) -> tuple[str, str | None]:
             f"application version {match['app']} is not served here; this daemon serves {app_version}",
             servedVersion=app_version,
         )
-    return match["kind"], match["api"]
+    return CallKind(match["kind"]), match["api"]
 
 
 def call_path(kind: str, app_version: str, api_version: str | None, controller: str, action: str) -> str:

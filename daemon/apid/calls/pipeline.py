@@ -311,16 +311,7 @@ class Pipeline:
         state, endpoint = resolve(self._rules(), request)
         check_method(endpoint, request.method)
         granted = authorize(endpoint, principal, purpose)
-        caller = Caller(
-            id=principal.user_id,
-            username=principal.username,
-            roles=granted,
-            is_superuser=self._superuser_role in granted,
-            session=principal.session,
-            all_roles=principal.roles,
-            address=address,
-            api_key=principal.key_id,
-        )
+        caller = principal.caller(roles=granted, superuser_role=self._superuser_role, address=address)
         action = getattr(self._controllers[endpoint.controller], endpoint.action)
         return Admission(
             state=state,

@@ -24,43 +24,20 @@ A GET's If-Match is compared with the ETag of its own answer (`unchanged_since`)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from apid.auth.tokens import Principal
 from apid.calls.caching import entity_tag
+from apid.calls.paths import CallKind
 from apid.calls.pipeline import Admission, CallRequest, Pipeline
 from apid.http.answers import dumps
+from apid.http.conditions import matches
 from apid.problems import BadRequest, PreconditionFailed, Problem
 
 SHOW = "show"
 VERSION = "version"
-# One element of an If-Match list: `*`, an entity-tag, weak or strong (RFC 9110 section 8.8.3),
-# or nothing (empty elements are allowed and ignored, section 5.6.1.2).
-MEMBER = re.compile(rb'\s*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")?\s*(?:,|$)')
-
-
-def strong_tags(condition: bytes) -> list[bytes] | None:
-    """The strong tags an If-Match value lists, `*` as itself; None when it is not a list of
-    entity-tags (a tag without quotes, say), which matches nothing."""
-    members: list[bytes] = []
-    position = 0
-    while position < len(condition):
-        match = MEMBER.match(condition, position)
-        if match is None or match.end() == position:
-            return None
-        if match.group(1) is not None:
-            members.append(match.group(1))
-        position = match.end()
-    return [member for member in members if not member.startswith(b"W/")]
-
-
-def matches(condition: bytes, current: bytes) -> bool:
-    """Whether If-Match `condition` holds for a record tagged `current`: strong comparison."""
-    tags = strong_tags(condition)
-    return tags is not None and (b"*" in tags or current in tags)
 
 
 def unchanged_since(condition: bytes | None, current: bytes) -> None:
@@ -69,9 +46,9 @@ def unchanged_since(condition: bytes | None, current: bytes) -> None:
         raise PreconditionFailed("the answer changed since the ETag you sent")
 
 
-def single_calls_only(kind: str, condition: bytes | None) -> None:
-    """A batch (`b`) or chain (`c`) sent with If-Match is refused before anything runs."""
-    if kind != "v" and condition is not None:
+def single_calls_only(kind: CallKind, condition: bytes | None) -> None:
+    """A batch or chain sent with If-Match is refused before anything runs."""
+    if kind is not CallKind.CALL and condition is not None:
         raise BadRequest(
             "If-Match applies to a single call (/v): send each record's version in a batch element "
             "or a chain's body instead"

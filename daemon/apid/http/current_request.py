@@ -2,7 +2,7 @@
 
 The pipeline (`apid.calls.pipeline`) logs a controller's failure, and it is handed a call's fields,
 not the HTTP request: it runs alike for a call, each element of a batch and each link of a
-chain. The dispatcher (`apid.calls.dispatch`) starts each API call's coroutine in a context that
+chain. The dispatcher (`apid.server.dispatch`) starts each API call's coroutine in a context that
 holds the request's id, so that the pipeline's error events carry `requestId` and the
 X-Request-ID a client got finds its traceback. A Deferred's errback runs in the context of
 whatever fired it (a database thread's answer, say), so the pipeline reads the id when a call

@@ -8,6 +8,7 @@ from typing import Any
 from twisted.web.http import Request
 
 from apid.http.jsonbody import parse_json_object
+from apid.http.site import request_sender
 from apid.problems import (
     BadRequest,
     InvalidFields,
@@ -57,3 +58,17 @@ def bearer_token(request: Request) -> str | None:
         return None
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else ""
+
+
+LINK_REQUEST_HEADERS = (b"x-link_relations", b"x-link-relations")
+
+
+def asks_for_links(request: Request) -> bool:
+    """Whether the request asked for the calls related to its answer (apid.calls.links)."""
+    return any(request.getHeader(name) is not None for name in LINK_REQUEST_HEADERS)
+
+
+def client_address(request: Request) -> str:
+    """The client's address, as every per-address limit counts it: behind `trustedProxies`,
+    the one they forward (apid.http.proxies), else the peer's."""
+    return request_sender(request).host

@@ -1,6 +1,6 @@
 """Klein for the paths that are not API calls, and the one way every listener's errors leave.
 
-API calls are routed by `apid.calls.dispatch`; Klein routes the public endpoints, plugins' `@route`
+API calls are routed by `apid.server.dispatch`; Klein routes the public endpoints, plugins' `@route`
 paths and the metrics port's `/metrics`. Whatever any of them raises is answered here as an
 RFC 9457 problem: a problem as it is, Klein's (werkzeug's) routing errors as the 404 or 405
 they mean, never Klein's HTML pages; anything else is logged and answered a 500.

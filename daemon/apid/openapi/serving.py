@@ -6,6 +6,7 @@ from __future__ import annotations
 from twisted.web.http import Request
 
 from apid.calls.caching import entity_tag
+from apid.http.conditions import held
 
 DOCUMENT_CACHING = b"private, no-cache"
 
@@ -15,8 +16,7 @@ def revalidated(request: Request, body: bytes) -> bytes:
     tag = entity_tag(body)
     request.setHeader(b"ETag", tag)
     request.setHeader(b"Cache-Control", DOCUMENT_CACHING)
-    held = (request.getHeader(b"If-None-Match") or b"").split(b",")
-    if any(candidate.strip().removeprefix(b"W/") in (tag, b"*") for candidate in held):
+    if held(request.getHeader(b"If-None-Match"), tag):
         request.setResponseCode(304)
         return b""
     return body

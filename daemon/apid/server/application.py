@@ -1,4 +1,4 @@
-"""The application: API calls (routed by `apid.calls.dispatch`) and the Klein routes of every other
+"""The application: API calls (routed by `apid.server.dispatch`) and the Klein routes of every other
 path (`apid.http.routes`), with authentication at the edge.
 
 Public routes answer without a token only when their path is in `reservedUris`; every other
@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from twisted.web.resource import IResource
 
 from apid.auth.apikeys import OUT_OF_SCOPE, is_key
-from apid.auth.endpoints import PublicRoute, client_address
+from apid.auth.endpoints import PublicRoute
 from apid.auth.issuers import ExternalIssuers
 from apid.auth.key_verifier import KeyVerifier
 from apid.auth.sessions import Revocations
@@ -35,27 +35,28 @@ from apid.calls.caching import AnswerCache, answer, cache_key, entity_tag
 from apid.calls.chain import ChainRunner, order_names
 from apid.calls.coroutines import started
 from apid.calls.deprecation import announce
-from apid.calls.dispatch import ApiDispatch
+from apid.calls.incoming import Incoming
 from apid.calls.links import add_links, link_header, page_links
-from apid.calls.links import wanted as wanted_links
-from apid.calls.paths import Target, parse_target
+from apid.calls.paths import CallKind, Target, parse_target
 from apid.calls.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.calls.preconditions import checked_write, single_calls_only, unchanged_since
 from apid.calls.rate_limits import RateLimiter
 from apid.http.answers import write_json
-from apid.http.requests import bearer_token, query_fields, read_json_body
+from apid.http.conditions import Preconditions
+from apid.http.requests import asks_for_links, bearer_token, client_address, query_fields, read_json_body
 from apid.http.routes import answer_failure, klein_routes
 from apid.http.site import ApidRequest
 from apid.iostate import Endpoint
 from apid.openapi import OPENAPI_PATH
 from apid.openapi.serving import revalidated
-from apid.plugin import Caller, Controller, RouteCall
+from apid.plugin import Controller, RouteCall
 from apid.problems import Forbidden, NotFound, Problem, Unauthorized
+from apid.server.dispatch import ApiDispatch
 
 log = Logger(namespace="apid.app")
 
 API_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
-KIND_NAMES = {"b": "batch", "c": "chain"}  # what metrics name a batch and a chain by (a call: its endpoint)
+KIND_NAMES = {CallKind.BATCH: "batch", CallKind.CHAIN: "chain"}  # metrics' names (a call: its endpoint's)
 
 
 class Application:
@@ -99,14 +100,14 @@ class Application:
         self._add_routes(self._public_routes)
 
     def resource(self) -> IResource:
-        """API calls routed by their own grammar (`apid.calls.dispatch`), every other path by Klein."""
+        """API calls routed by their own grammar (`apid.server.dispatch`), every other path by Klein."""
         claimed = {route.path.strip("/").partition("/")[0].encode() for route in self._public_routes}
         return ApiDispatch(self._api, answer_failure, API_METHODS, self.klein.resource(), claimed)
 
     async def authenticate(self, request: ApidRequest) -> Principal:
-        return await self._authenticated(bearer_token(request), request)
+        return await self._authenticated(bearer_token(request), client_address(request))
 
-    async def _authenticated(self, token: str | None, request: ApidRequest) -> Principal:
+    async def _authenticated(self, token: str | None, address: str) -> Principal:
         """The caller of a request sending `token` as their account stands now: the token
         verified, not revoked, and its roles cut to those the account still holds. A key
         refused counts against the request's client address (`KeyVerifier`)."""
@@ -118,7 +119,7 @@ class Application:
             # a trusted OpenID provider's token: kept, or verified once
             principal = self._issuers.kept(token) or await self._issuers.verify(token)
         elif is_key(token):  # an API key: kept, or read once a minute
-            principal = self._keys.kept(token) or await self._keys.verify(token, client_address(request))
+            principal = self._keys.kept(token) or await self._keys.verify(token, address)
         else:
             principal = self._tokens.verify(token)
         if self._revocations.refuses(principal):
@@ -152,7 +153,7 @@ class Application:
             principal = await self.authenticate(request)
             if principal.key_scopes is not None:  # a plugin's own path is in no key's scope
                 raise Forbidden(OUT_OF_SCOPE.format(path=route.path))
-            await self._charge(request, principal, 1)
+            await self._charge(request, principal, client_address(request), 1)
             return await route.handler(request, principal)
 
         return handle
@@ -181,129 +182,137 @@ class Application:
             raise
 
     async def _call(self, request: ApidRequest, target: Target) -> bytes:
+        incoming = await self._read_request(request, target)
+        # read before the charge: a batch or chain refused for its method, shape or size costs nothing
+        batch = self._batch.parse(target, incoming.method, incoming.body) if target.kind is CallKind.BATCH else None
+        chain = (
+            self._chain.parse(incoming.principal, target, incoming.body, incoming.method)
+            if target.kind is CallKind.CHAIN
+            else None
+        )
+        single_calls_only(target.kind, incoming.preconditions.if_match)
+        await self._charge(
+            request,
+            incoming.principal,
+            incoming.address,
+            request_cost(target.kind, incoming.body),
+            lambda: endpoint_calls(self._pipeline.endpoint, target, incoming.body),
+        )
+        if batch is not None:
+            outcome, batched = await self._batch.run(incoming.principal, target, batch, incoming.path, incoming.address)
+            name(request, batched, target.kind)
+            self._set_links(request, incoming, batched, None)
+            return write_json(request, outcome.body, outcome.status)
+        if chain is not None:
+            chained = await self._chain.run(
+                incoming.principal, target, chain, incoming.method, incoming.text, incoming.address
+            )
+            name(request, chained.endpoint, target.kind)
+            self._set_links(request, incoming, chained.endpoint, chained.record)
+            return write_json(request, chained.body)
+        return await self._single(request, incoming)
+
+    async def _read_request(self, request: ApidRequest, target: Target) -> Incoming:
+        """The request read once, in the order its refusals go: the caller (401 without a token
+        where the endpoint needs one, before anything else is read), the deprecation of the
+        API version, then the body (400 or 415)."""
         token = bearer_token(request)
+        address = client_address(request)
         if token is None:
             # No token: the anonymous role, where the endpoint admits it; a 401 anywhere else.
             principal = self._anonymous
             self._pipeline.check_anonymous(
                 principal,
                 CallRequest(
-                    controller=target.controller,
-                    action=target.action,
-                    api_version=target.api_version,
-                    method=None,
+                    controller=target.controller, action=target.action, api_version=target.api_version, method=None
                 ),
-                Purpose.BATCH if target.kind == "b" else Purpose.DEFAULT,
+                Purpose.BATCH if target.kind is CallKind.BATCH else Purpose.DEFAULT,
             )
         else:
-            principal = await self._authenticated(token, request)
+            principal = await self._authenticated(token, address)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
         body = read_json_body(request)
-        method = request.method.decode("ascii")
-        # read before the charge: a batch or chain refused for its method, shape or size costs nothing
-        batch = self._batch.parse(target, method, body) if target.kind == "b" else None
-        chain = self._chain.parse(principal, target, body, method) if target.kind == "c" else None
-        single_calls_only(target.kind, request.getHeader(b"if-match"))
-        await self._charge(
-            request,
-            principal,
-            request_cost(target.kind, body),
-            lambda: endpoint_calls(self._pipeline.endpoint, target, body),
-        )
         text = query_fields(request)
         if target.id is not None:
             text["id"] = [target.id]
-        if batch is not None:
-            outcome, batched = await self._batch.run(
-                principal, target, batch, request.path.decode("utf-8", "replace"), client_address(request)
-            )
-            name(request, batched, target.kind)
-            self._set_links(request, principal, batched, None, target.api_version)
-            return write_json(request, outcome.body, outcome.status)
-        if chain is not None:
-            chained = await self._chain.run(principal, target, chain, method, text, client_address(request))
-            name(request, chained.endpoint, target.kind)
-            self._set_links(request, principal, chained.endpoint, chained.record, target.api_version)
-            return write_json(request, chained.body)
+        return Incoming(
+            target=target,
+            principal=principal,
+            method=request.method.decode("ascii"),
+            address=address,
+            preconditions=Preconditions.of(request),
+            body=body,
+            text=text,
+            path=request.path.decode("utf-8", "replace"),
+            uri=request.uri.decode("utf-8", "replace"),
+            wants_links=asks_for_links(request),
+        )
+
+    async def _single(self, request: ApidRequest, incoming: Incoming) -> bytes:
+        """One call (`/v...`): a write, If-Match checked first when sent; a read, by `_get`."""
+        target, principal = incoming.target, incoming.principal
         call = CallRequest(
             controller=target.controller,
             action=target.action,
             api_version=target.api_version,
-            method=method,
-            body=body,
-            text=text,
+            method=incoming.method,
+            body=incoming.body,
+            text=incoming.text,
         )
-        admitted = self._pipeline.admit(principal, call, address=client_address(request))
+        admitted = self._pipeline.admit(principal, call, address=incoming.address)
         name(request, admitted.endpoint, target.kind)
-        if not admitted.endpoint.is_safe:
-            condition = request.getHeader(b"if-match")
-            if condition is not None:
-                call = await checked_write(
-                    self._pipeline, principal, admitted, call, condition, admitted.caller.address
-                )
-            result = await self._pipeline.execute(admitted, call)
-            self._set_call_links(request, principal, result, target)
-            return write_json(request, result.data)
-        return await self._read(request, principal, admitted, call, target)
+        if admitted.endpoint.is_safe:
+            return await self._get(request, incoming, admitted, call)
+        condition = incoming.preconditions.if_match
+        if condition is not None:
+            call = await checked_write(self._pipeline, principal, admitted, call, condition, incoming.address)
+        result = await self._pipeline.execute(admitted, call)
+        self._set_call_links(request, incoming, result)
+        return write_json(request, result.data)
 
-    async def _read(
-        self, request: ApidRequest, principal: Principal, admitted: Admission, call: CallRequest, target: Target
-    ) -> bytes:
+    async def _get(self, request: ApidRequest, incoming: Incoming, admitted: Admission, call: CallRequest) -> bytes:
         """A GET call: from the cache when its action declares one and holds the answer, with
         its ETag, answering 304 to a client that holds it already."""
         endpoint = admitted.endpoint
+        conditions = incoming.preconditions
         key = None
         if endpoint.cache is not None and self._cache is not None:
-            key = cache_key(endpoint, admitted.granted, principal.user_id, call)
+            key = cache_key(endpoint, admitted.granted, incoming.principal.user_id, call)
             cached = await self._cache.get(key, endpoint)
             if cached is not None:
                 request.setHeader(b"Content-Type", b"application/json")
-                self._set_call_links(request, principal, cached.result, target)
-                unchanged_since(request.getHeader(b"if-match"), cached.tag)
-                return answer(request, cached.body, cached.tag, endpoint)
+                self._set_call_links(request, incoming, cached.result)
+                unchanged_since(conditions.if_match, cached.tag)
+                return answer(request, cached.body, cached.tag, endpoint, conditions.if_none_match)
             generation = self._cache.generation(endpoint.controller)
         result = await self._pipeline.execute(admitted, call)
         body = write_json(request, result.data)
         tag = entity_tag(body)
         if key is not None and self._cache is not None:
             self._cache.put(key, result, body, tag, generation)
-        self._set_call_links(request, principal, result, target)
-        unchanged_since(request.getHeader(b"if-match"), tag)
-        return answer(request, body, tag, endpoint)
+        self._set_call_links(request, incoming, result)
+        unchanged_since(conditions.if_match, tag)
+        return answer(request, body, tag, endpoint, conditions.if_none_match)
 
-    def _set_call_links(self, request: ApidRequest, principal: Principal, result: CallResult, target: Target) -> None:
-        self._set_links(
-            request,
-            principal,
-            result.endpoint,
-            result.data,
-            target.api_version,
-            page_links(
-                result.endpoint, result.granted, result.data, result.page, request.uri.decode("utf-8", "replace")
-            ),
-        )
+    def _set_call_links(self, request: ApidRequest, incoming: Incoming, result: CallResult) -> None:
+        paging = page_links(result.endpoint, result.granted, result.data, result.page, incoming.uri)
+        self._set_links(request, incoming, result.endpoint, result.data, paging)
 
     def _set_links(
-        self,
-        request: ApidRequest,
-        principal: Principal,
-        endpoint: Endpoint,
-        data: Any,
-        api_version: str | None,
-        paging: Sequence[str] = (),
+        self, request: ApidRequest, incoming: Incoming, endpoint: Endpoint, data: Any, paging: Sequence[str] = ()
     ) -> None:
         """The answer's `Link` header: a list answer's `paging` links always, the related calls
         of `endpoint` for the record `data` when the request asked for them."""
-        if wanted_links(request):
+        if incoming.wants_links:
             value = link_header(
                 self._pipeline.rules(),
                 endpoint,
                 data,
-                principal.roles,
+                incoming.principal.roles,
                 self.version,
-                api_version,
-                request.uri.decode("utf-8", "replace"),
-                request.method.decode("ascii"),
+                incoming.target.api_version,
+                incoming.uri,
+                incoming.method,
                 paging,
             )
         elif paging:
@@ -316,6 +325,7 @@ class Application:
         self,
         request: ApidRequest,
         principal: Principal,
+        address: str,
         cost: int,
         calls: Callable[[], Sequence[tuple[Endpoint, int]]] = tuple,
     ) -> None:
@@ -324,7 +334,7 @@ class Application:
         if self._rate_limiter is None:
             return
         limited = calls() if self._pipeline.rules().limits_calls else ()
-        charged = await self._rate_limiter.charge(principal, cost, client_address(request), limited)
+        charged = await self._rate_limiter.charge(principal, cost, address, limited)
         for name, value in charged.items():
             request.setHeader(name.encode("ascii"), value.encode("ascii"))
 
@@ -336,7 +346,7 @@ class Application:
             if bearer_token(request) is None and OPENAPI_PATH in self._reserved:
                 return revalidated(request, write_json(request, document(None)))
             principal = await self.authenticate(request)
-            await self._charge(request, principal, 1)
+            await self._charge(request, principal, client_address(request), 1)
             return revalidated(request, write_json(request, document(principal.roles)))
 
         return serve
@@ -345,18 +355,18 @@ class Application:
         raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
 
 
-def name(request: ApidRequest, endpoint: Endpoint, kind: str) -> None:
+def name(request: ApidRequest, endpoint: Endpoint, kind: CallKind) -> None:
     """Name the request by the endpoint it reached, for the metrics and the access log: a
     call by the endpoint's path, a batch or chain by its kind; each with the API version."""
     request.endpoint_name = KIND_NAMES.get(kind, endpoint.path)
     request.api_version = endpoint.api_version
 
 
-def request_cost(kind: str, body: Mapping[str, Any]) -> int:
+def request_cost(kind: CallKind, body: Mapping[str, Any]) -> int:
     """How many requests a call counts as: a batch one per element, a chain one per link."""
-    if kind == "b" and isinstance(body.get("batch"), list):
+    if kind is CallKind.BATCH and isinstance(body.get("batch"), list):
         return max(1, len(body["batch"]))
-    if kind == "c":
+    if kind is CallKind.CHAIN:
         return 1 + len(order_names(body.get("chain")))
     return 1
 
@@ -368,11 +378,11 @@ def endpoint_calls(
     elements all call its endpoint, a chain's links each call theirs. One that does not
     resolve is left out: the call then fails as it would anyway, before anything runs."""
     paths = [(target.controller, target.action)]
-    if target.kind == "c":
+    if target.kind is CallKind.CHAIN:
         for name in order_names(body.get("chain")):
             link_controller, _, link_action = name.partition("/")
             paths.append((link_controller, link_action))
-    count = request_cost(target.kind, body) if target.kind == "b" else 1
+    count = request_cost(target.kind, body) if target.kind is CallKind.BATCH else 1
     calls: dict[tuple[str, str], tuple[Endpoint, int]] = {}
     for controller, action in paths:
         try:
@@ -400,16 +410,7 @@ def _route_handler(method: Callable[[RouteCall], Any], superuser_role: str) -> C
         caller = (
             None
             if principal is None
-            else Caller(
-                id=principal.user_id,
-                username=principal.username,
-                roles=principal.roles,
-                is_superuser=superuser_role in principal.roles,
-                session=principal.session,
-                all_roles=principal.roles,
-                address=client_address(request),
-                api_key=principal.key_id,
-            )
+            else principal.caller(roles=principal.roles, superuser_role=superuser_role, address=client_address(request))
         )
         output = method(RouteCall(query=query_fields(request), body=read_json_body(request), caller=caller))
         if inspect.isawaitable(output):

@@ -25,6 +25,7 @@ from twisted.web.http import Request
 from apid.auth.endpoints import PublicRoute
 from apid.auth.tokens import Principal
 from apid.http.compression import accepts_gzip
+from apid.http.conditions import held
 from apid.http.requests import query_fields
 from apid.problems import PROBLEM_TYPES, TYPES_PAGE, NotFound, type_uri
 
@@ -197,7 +198,7 @@ class DocsPage:
         request.responseHeaders.addRawHeader(b"Vary", b"Accept-Encoding")
         current = query_fields(request).get("v") == [asset.digest]
         request.setHeader(b"Cache-Control", IMMUTABLE if current else REVALIDATE)
-        if etag in (request.getHeader(b"if-none-match") or b"").replace(b" ", b"").split(b","):
+        if held(request.getHeader(b"if-none-match"), etag):
             request.setResponseCode(304)
             return b""
         if gzipped:

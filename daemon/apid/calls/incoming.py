@@ -1,0 +1,30 @@
+"""An API call's request as the edge read it, once: what the call path gets instead of the raw
+request, so that no module below the edge reads a header, the body or the client's address
+again (each was read up to four times a request before)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from apid.auth.tokens import Principal
+from apid.calls.paths import CallKind, Target
+from apid.http.conditions import Preconditions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Incoming:
+    target: Target
+    principal: Principal
+    method: str
+    address: str  # the client's, behind any trusted proxies
+    preconditions: Preconditions
+    body: dict[str, Any]
+    text: dict[str, list[str]]  # the query's fields, and the path's id as `id`
+    path: str
+    uri: str
+    wants_links: bool  # the request asked for the related calls (X-LINK-RELATIONS)
+
+    @property
+    def kind(self) -> CallKind:
+        return self.target.kind
