@@ -145,7 +145,7 @@ method on 2026-11-27, before issue 16's work.
 What went: the token's signature and claims are checked once per token (`apid.auth.tokens`
 keeps the verified principal, bounded, and checks only its expiry again; revocation and the
 account's standing are checked on every request as before); API paths are split by apid's own
-grammar (`apid.calls.dispatch`) instead of werkzeug's matching and Klein's plumbing, which still
+grammar (`apid.server.dispatch`) instead of werkzeug's matching and Klein's plumbing, which still
 serve every other path. What is left is the HTTP layer of twisted.web, the reactor (with the
 hop to the database thread and back) and apid's own steps, none above a few percent alone.
 """
