@@ -20,7 +20,9 @@ from collections.abc import Iterable
 from twisted.web.http import Request
 from twisted.web.resource import IResource, Resource
 
-ALLOWED_METHODS = b"GET, POST, PUT, DELETE"
+from apid.http.methods import ENDPOINT_METHODS
+
+ALLOWED_METHODS = ", ".join(ENDPOINT_METHODS).encode("ascii")
 ALLOWED_HEADERS = (
     b"Authorization, Content-Type, If-Match, If-None-Match, X-LINK_RELATIONS, X-LINK-RELATIONS, X-Request-ID"
 )

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from apid.http.methods import ENDPOINT_METHODS
 from apid.iostate.types import Conversion, ValueType
 
 SAFE_METHODS = frozenset({"GET"})
-METHODS = ("GET", "POST", "PUT", "DELETE")
+METHODS = ENDPOINT_METHODS
 # Distinct role sets remembered per endpoint: the combinations the accounts hold, a few each.
 KNOWN_ROLE_SETS = 256
 PATH_ID = "id"  # the request field a path's last segment fills: /v0.1/person/show/2

@@ -43,6 +43,7 @@ from apid.calls.preconditions import checked_write, single_calls_only, unchanged
 from apid.calls.rate_limits import RateLimiter
 from apid.http.answers import write_json
 from apid.http.conditions import Preconditions
+from apid.http.methods import KNOWN_METHODS
 from apid.http.requests import asks_for_links, bearer_token, client_address, query_fields, read_json_body
 from apid.http.routes import answer_failure, klein_routes
 from apid.http.site import ApidRequest
@@ -55,7 +56,7 @@ from apid.server.dispatch import ApiDispatch
 
 log = Logger(namespace="apid.app")
 
-API_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+API_METHODS = list(KNOWN_METHODS)
 KIND_NAMES = {CallKind.BATCH: "batch", CallKind.CHAIN: "chain"}  # metrics' names (a call: its endpoint's)
 
 

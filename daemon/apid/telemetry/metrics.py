@@ -29,11 +29,12 @@ from twisted.logger import Logger
 from twisted.web.http import Request
 
 from apid.config.server import MetricsConfig
+from apid.http.methods import KNOWN_METHODS
 
 log = Logger(namespace="apid.metrics")
 
 # The methods counted by name; any other a client sends is counted as `other`.
-METHODS = {method.encode("ascii"): method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")}
+METHODS = {method.encode("ascii"): method for method in KNOWN_METHODS}
 
 
 class _Metrics:
