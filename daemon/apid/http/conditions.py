@@ -46,7 +46,7 @@ def matches(if_match: bytes, current: bytes) -> bool:
     return members is not None and any(member in (b"*", current) for member in members)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # read once a request: not frozen, whose __init__ costs more
 class Preconditions:
     """A request's If-Match and If-None-Match, read once at the edge (None: not sent)."""
 

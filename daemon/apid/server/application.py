@@ -183,40 +183,10 @@ class Application:
             raise
 
     async def _call(self, request: ApidRequest, target: Target) -> bytes:
-        incoming = await self._read_request(request, target)
-        # read before the charge: a batch or chain refused for its method, shape or size costs nothing
-        batch = self._batch.parse(target, incoming.method, incoming.body) if target.kind is CallKind.BATCH else None
-        chain = (
-            self._chain.parse(incoming.principal, target, incoming.body, incoming.method)
-            if target.kind is CallKind.CHAIN
-            else None
-        )
-        single_calls_only(target.kind, incoming.preconditions.if_match)
-        await self._charge(
-            request,
-            incoming.principal,
-            incoming.address,
-            request_cost(target.kind, incoming.body),
-            lambda: endpoint_calls(self._pipeline.endpoint, target, incoming.body),
-        )
-        if batch is not None:
-            outcome, batched = await self._batch.run(incoming.principal, target, batch, incoming.path, incoming.address)
-            name(request, batched, target.kind)
-            self._set_links(request, incoming, batched, None)
-            return write_json(request, outcome.body, outcome.status)
-        if chain is not None:
-            chained = await self._chain.run(
-                incoming.principal, target, chain, incoming.method, incoming.text, incoming.address
-            )
-            name(request, chained.endpoint, target.kind)
-            self._set_links(request, incoming, chained.endpoint, chained.record)
-            return write_json(request, chained.body)
-        return await self._single(request, incoming)
-
-    async def _read_request(self, request: ApidRequest, target: Target) -> Incoming:
-        """The request read once, in the order its refusals go: the caller (401 without a token
-        where the endpoint needs one, before anything else is read), the deprecation of the
-        API version, then the body (400 or 415)."""
+        """The request read once (`Incoming`), in the order its refusals go: the caller (401
+        without a token where the endpoint needs one, before anything else is read), the
+        deprecation of the API version, the body (400 or 415); then a single call here, a batch
+        or chain in `_many`."""
         token = bearer_token(request)
         address = client_address(request)
         if token is None:
@@ -232,26 +202,10 @@ class Application:
         else:
             principal = await self._authenticated(token, address)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
-        body = read_json_body(request)
-        text = query_fields(request)
-        if target.id is not None:
-            text["id"] = [target.id]
-        return Incoming(
-            target=target,
-            principal=principal,
-            method=request.method.decode("ascii"),
-            address=address,
-            preconditions=Preconditions.of(request),
-            body=body,
-            text=text,
-            path=request.path.decode("utf-8", "replace"),
-            uri=request.uri.decode("utf-8", "replace"),
-            wants_links=asks_for_links(request),
-        )
-
-    async def _single(self, request: ApidRequest, incoming: Incoming) -> bytes:
-        """One call (`/v...`): a write, If-Match checked first when sent; a read, by `_get`."""
-        target, principal = incoming.target, incoming.principal
+        incoming = read_incoming(request, target, principal, address)
+        if target.kind is not CallKind.CALL:
+            return await self._many(request, incoming)
+        await self._charge(request, principal, address, 1)
         call = CallRequest(
             controller=target.controller,
             action=target.action,
@@ -260,16 +214,42 @@ class Application:
             body=incoming.body,
             text=incoming.text,
         )
-        admitted = self._pipeline.admit(principal, call, address=incoming.address)
+        admitted = self._pipeline.admit(principal, call, address=address)
         name(request, admitted.endpoint, target.kind)
         if admitted.endpoint.is_safe:
             return await self._get(request, incoming, admitted, call)
         condition = incoming.preconditions.if_match
         if condition is not None:
-            call = await checked_write(self._pipeline, principal, admitted, call, condition, incoming.address)
+            call = await checked_write(self._pipeline, principal, admitted, call, condition, address)
         result = await self._pipeline.execute(admitted, call)
         self._set_call_links(request, incoming, result)
         return write_json(request, result.data)
+
+    async def _many(self, request: ApidRequest, incoming: Incoming) -> bytes:
+        """A batch or a chain: parsed before the charge (one refused for its method, shape or
+        size costs nothing), charged a request per element or link, then run."""
+        target, principal, body = incoming.target, incoming.principal, incoming.body
+        batch = self._batch.parse(target, incoming.method, body) if target.kind is CallKind.BATCH else None
+        chain = self._chain.parse(principal, target, body, incoming.method) if batch is None else None
+        single_calls_only(target.kind, incoming.preconditions.if_match)
+        await self._charge(
+            request,
+            principal,
+            incoming.address,
+            request_cost(target.kind, body),
+            lambda: endpoint_calls(self._pipeline.endpoint, target, body),
+        )
+        if batch is not None:
+            path = request.path.decode("utf-8", "replace")
+            outcome, batched = await self._batch.run(principal, target, batch, path, incoming.address)
+            name(request, batched, target.kind)
+            self._set_links(request, incoming, batched, None)
+            return write_json(request, outcome.body, outcome.status)
+        assert chain is not None
+        chained = await self._chain.run(principal, target, chain, incoming.method, incoming.text, incoming.address)
+        name(request, chained.endpoint, target.kind)
+        self._set_links(request, incoming, chained.endpoint, chained.record)
+        return write_json(request, chained.body)
 
     async def _get(self, request: ApidRequest, incoming: Incoming, admitted: Admission, call: CallRequest) -> bytes:
         """A GET call: from the cache when its action declares one and holds the answer, with
@@ -354,6 +334,25 @@ class Application:
 
     def _nothing(self, request: ApidRequest) -> bytes:
         raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")
+
+
+def read_incoming(request: ApidRequest, target: Target, principal: Principal, address: str) -> Incoming:
+    """What the call path gets of an API call's request, read here once."""
+    body = read_json_body(request)
+    text = query_fields(request)
+    if target.id is not None:
+        text["id"] = [target.id]
+    return Incoming(
+        target=target,
+        principal=principal,
+        method=request.method.decode("ascii"),
+        address=address,
+        preconditions=Preconditions.of(request),
+        body=body,
+        text=text,
+        uri=request.uri.decode("utf-8", "replace"),
+        wants_links=asks_for_links(request),
+    )
 
 
 def name(request: ApidRequest, endpoint: Endpoint, kind: CallKind) -> None:
