@@ -82,7 +82,9 @@ def parse_answers(data: bytes) -> list[Answer]:
 class Connection:
     def __init__(self, resource: Resource | None = None, limits: ConnectionLimits | None = None) -> None:
         self.clock = Clock()
-        self.site = ApidSite(TextPaths(resource or Echo()), LIMIT, access_log_enabled=False, limits=limits)
+        self.site = ApidSite(
+            resource=TextPaths(resource or Echo()), max_body_bytes=LIMIT, access_log_enabled=False, limits=limits
+        )
         self.site.reactor = self.clock
         self.channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
         self.transport = Transport()

@@ -186,7 +186,9 @@ def book() -> RuleBookDouble:
 @pytest.fixture
 def pipeline(book) -> Pipeline:
     services = SimpleNamespace(api_view=views_of(lambda: book.current, "0.1"))
-    return Pipeline(lambda: book.current, {"apidoc": ApidocController(services)}, ADMIN)
+    return Pipeline(
+        rules=lambda: book.current, controllers={"apidoc": ApidocController(services)}, superuser_role=ADMIN
+    )
 
 
 def show(pipeline: Pipeline, who: Principal, **text: str):

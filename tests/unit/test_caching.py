@@ -221,7 +221,7 @@ def remember(cache: AnswerCache, endpoint, key, generation: int | None = None) -
 @pytest_twisted.ensureDeferred
 async def test_an_answer_is_served_until_its_max_age(team, security, database):
     endpoint, clock = cached_show(team, security, max_age=5), Clock()
-    cache, key = AnswerCache(clock, database), ("k",)
+    cache, key = AnswerCache(clock=clock, db=database), ("k",)
     remember(cache, endpoint, key)
     assert (await cache.get(key, endpoint)).body == b'{"id":1}'
     clock.advance(4.9)
@@ -233,7 +233,7 @@ async def test_an_answer_is_served_until_its_max_age(team, security, database):
 @pytest_twisted.ensureDeferred
 async def test_a_reloaded_endpoint_misses(team, security, database):
     endpoint = cached_show(team, security)
-    cache = AnswerCache(Clock(), database)
+    cache = AnswerCache(clock=Clock(), db=database)
     remember(cache, endpoint, ("k",))
     assert await cache.get(("k",), cached_show(team, security)) is None
 
@@ -241,7 +241,7 @@ async def test_a_reloaded_endpoint_misses(team, security, database):
 @pytest_twisted.ensureDeferred
 async def test_the_least_recently_used_answer_goes_first(team, security, database):
     endpoint = cached_show(team, security)
-    cache = AnswerCache(Clock(), database, max_entries=2)
+    cache = AnswerCache(clock=Clock(), db=database, max_entries=2)
     remember(cache, endpoint, ("a",))
     remember(cache, endpoint, ("b",))
     assert await cache.get(("a",), endpoint) is not None
@@ -253,7 +253,7 @@ async def test_the_least_recently_used_answer_goes_first(team, security, databas
 @pytest_twisted.ensureDeferred
 async def test_a_write_drops_the_controllers_answers_at_once(team, security, database):
     endpoint = cached_show(team, security)
-    cache = AnswerCache(Clock(), database)
+    cache = AnswerCache(clock=Clock(), db=database)
     remember(cache, endpoint, ("k",))
     await cache.changed(["person"])
     assert await cache.get(("k",), endpoint) is not None
@@ -263,7 +263,7 @@ async def test_a_write_drops_the_controllers_answers_at_once(team, security, dat
 
 def test_an_answer_a_write_overtook_is_not_kept(team, security, database):
     endpoint = cached_show(team, security)
-    cache = AnswerCache(Clock(), database)
+    cache = AnswerCache(clock=Clock(), db=database)
     before = cache.generation("team")
     cache._move(["team"])  # a write finished while the GET ran
     remember(cache, endpoint, ("k",), generation=before)
@@ -274,7 +274,7 @@ def test_an_answer_a_write_overtook_is_not_kept(team, security, database):
 async def test_a_write_on_another_daemon_drops_answers_within_a_second(team, security, database):
     endpoint = cached_show(team, security)
     here_clock, there_clock = Clock(), Clock()
-    here, there = AnswerCache(here_clock, database), AnswerCache(there_clock, database)
+    here, there = AnswerCache(clock=here_clock, db=database), AnswerCache(clock=there_clock, db=database)
     remember(here, endpoint, ("k",))
     assert await here.get(("k",), endpoint) is not None  # reads the counters
     await there.changed(["team"])
@@ -290,7 +290,7 @@ async def test_a_write_on_another_daemon_drops_answers_within_a_second(team, sec
 @pytest_twisted.ensureDeferred
 async def test_a_daemons_own_write_is_not_taken_for_another_change(team, security, database):
     endpoint, clock = cached_show(team, security), Clock()
-    here, there = AnswerCache(clock, database), AnswerCache(Clock(), database)
+    here, there = AnswerCache(clock=clock, db=database), AnswerCache(clock=Clock(), db=database)
     assert await here.get(("k",), endpoint) is None  # reads the counters
     await here.changed(["team"])
     remember(here, endpoint, ("k",))

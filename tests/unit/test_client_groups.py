@@ -56,7 +56,7 @@ async def test_25_addresses_of_one_slash_64_share_one_abuse_limit():
 
 
 def test_the_connection_cap_counts_one_slash_64_as_one_client():
-    site = ApidSite(TextPaths(None), 1024, limits=None)
+    site = ApidSite(resource=TextPaths(None), max_body_bytes=1024, limits=None)
     site.reactor = task.Clock()
     connections = OpenConnections(site, 2)
     connections.serve_behind(TrustedProxies((proxy_network("fd00::/8"),)), relayed=False)

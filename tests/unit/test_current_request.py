@@ -49,13 +49,17 @@ def serve(answer) -> tuple[Connection, Pipeline]:
         def show(self, call: Call):
             return answer()
 
-    pipeline = Pipeline(lambda: RULES, {"person": People(None)}, SECURITY.superuser_role)
+    pipeline = Pipeline(
+        rules=lambda: RULES, controllers={"person": People(None)}, superuser_role=SECURITY.superuser_role
+    )
 
     async def handle(request: Request, prefix: str, controller: str, name: str, id: str | None = None) -> bytes:
         await pipeline.run(ADMIN, CallRequest(controller=controller, action=name, api_version=None, method="GET"))
         return b"{}"
 
-    return Connection(ApiDispatch(handle, answer_failure, ["GET"], None, claimed=())), pipeline
+    return Connection(
+        ApiDispatch(handle=handle, failed=answer_failure, methods=["GET"], routes=None, claimed=())
+    ), pipeline
 
 
 def test_an_action_failing_later_is_logged_with_the_request_id_and_the_endpoint(logged):

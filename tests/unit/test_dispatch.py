@@ -59,7 +59,9 @@ def api() -> Api:
 
 
 def connect(api: Api) -> Connection:
-    return Connection(ApiDispatch(api.handle, failed, METHODS, Routes(), claimed=[b"v9.9"]))
+    return Connection(
+        ApiDispatch(handle=api.handle, failed=failed, methods=METHODS, routes=Routes(), claimed=[b"v9.9"])
+    )
 
 
 def get(api: Api, target: bytes, method: bytes = b"GET"):

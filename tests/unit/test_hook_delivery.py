@@ -48,7 +48,7 @@ def receivers():
 
 
 def deliverer_for(receiver: Receiver | RawReceiver, timeout: float = 5, per_host: int = PER_HOST) -> Deliverer:
-    return Deliverer(reactor, [receiver.origin], timeout, per_host)
+    return Deliverer(reactor=reactor, allowed_origins=[receiver.origin], timeout=timeout, per_host=per_host)
 
 
 async def closing(deliverer: Deliverer, attempts: list[Attempt]) -> list[Attempt]:

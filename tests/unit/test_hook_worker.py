@@ -85,7 +85,7 @@ def deliverer() -> HandAnswered:
 
 @pytest.fixture
 def worker(database, deliverer):
-    worker = DeliveryWorker(reactor, database, deliverer, SETTINGS, max_attempts=3)
+    worker = DeliveryWorker(reactor=reactor, db=database, deliverer=deliverer, config=SETTINGS, max_attempts=3)
     yield worker
     if not worker._stopping:
         pytest_twisted.blockon(Deferred.fromCoroutine(worker.stop(reactor.seconds())))

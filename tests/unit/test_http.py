@@ -322,7 +322,7 @@ def test_an_early_answer_or_a_lost_connection_leaves_no_deadline(slow):
 
 
 def open_connections() -> OpenConnections:
-    site = ApidSite(TextPaths(Echo()), LIMIT, access_log_enabled=False, limits=SLOW)
+    site = ApidSite(resource=TextPaths(Echo()), max_body_bytes=LIMIT, access_log_enabled=False, limits=SLOW)
     site.reactor = Clock()
     return OpenConnections(site, SLOW.per_address)
 

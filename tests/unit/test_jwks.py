@@ -114,7 +114,7 @@ def key(keys: ProviderKeys, kid: str):
 
 def test_the_keys_are_fetched_once_and_a_new_kid_fetches_them_again_at_most_once_per_interval():
     clock, provider = Clock(), Provider([RSA])
-    keys = ProviderKeys(ISSUER, provider.get_json, clock, refresh=60, lifetime=3600)
+    keys = ProviderKeys(issuer=ISSUER, get_json=provider.get_json, clock=clock, refresh=60, lifetime=3600)
     assert key(keys, "rsa").algorithm == "RS256"
     assert provider.asked == [discovery_url(ISSUER), JWKS]
     assert key(keys, "rsa") is not None and len(provider.asked) == 2  # held: nothing asked
@@ -134,7 +134,7 @@ def test_the_keys_are_fetched_once_and_a_new_kid_fetches_them_again_at_most_once
 
 def test_keys_past_their_lifetime_are_fetched_again_and_a_withdrawn_key_is_gone():
     clock, provider = Clock(), Provider([RSA, P256])
-    keys = ProviderKeys(ISSUER, provider.get_json, clock, refresh=60, lifetime=3600)
+    keys = ProviderKeys(issuer=ISSUER, get_json=provider.get_json, clock=clock, refresh=60, lifetime=3600)
     assert key(keys, "rsa") is not None
     provider.keys = [P256]
     clock.advance(3600)
@@ -145,7 +145,7 @@ def test_keys_past_their_lifetime_are_fetched_again_and_a_withdrawn_key_is_gone(
 
 def test_while_the_provider_is_down_the_keys_held_go_on_serving():
     clock, provider = Clock(), Provider([RSA])
-    keys = ProviderKeys(ISSUER, provider.get_json, clock, refresh=60, lifetime=3600)
+    keys = ProviderKeys(issuer=ISSUER, get_json=provider.get_json, clock=clock, refresh=60, lifetime=3600)
     assert key(keys, "rsa") is not None
     provider.down = True
     clock.advance(3600)
@@ -188,7 +188,7 @@ def asking(keys: ProviderKeys, kid: str) -> list:
 
 def test_an_unknown_kid_waits_for_a_slow_fetch_at_most_the_bound_then_gets_a_503():
     clock, provider = Clock(), SlowProvider([RSA])
-    keys = ProviderKeys(ISSUER, provider.get_json, clock, refresh=60, lifetime=3600)
+    keys = ProviderKeys(issuer=ISSUER, get_json=provider.get_json, clock=clock, refresh=60, lifetime=3600)
     first, second = asking(keys, "rsa"), asking(keys, "rsa")
     assert first == [] and second == [] and provider.asked == [discovery_url(ISSUER)]  # one fetch for both
     clock.advance(WAIT_FOR_KEYS - 0.5)
@@ -207,7 +207,7 @@ def test_an_unknown_kid_waits_for_a_slow_fetch_at_most_the_bound_then_gets_a_503
 
 def test_a_fetch_ending_within_the_bound_answers_the_requests_waiting():
     clock, provider = Clock(), SlowProvider([RSA])
-    keys = ProviderKeys(ISSUER, provider.get_json, clock, refresh=60, lifetime=3600)
+    keys = ProviderKeys(issuer=ISSUER, get_json=provider.get_json, clock=clock, refresh=60, lifetime=3600)
     waiting = asking(keys, "rsa")
     clock.advance(1)
     provider.answer()  # the discovery document; the JWKS is asked next
@@ -218,7 +218,7 @@ def test_a_fetch_ending_within_the_bound_answers_the_requests_waiting():
 
 def test_keys_past_their_lifetime_serve_while_a_slow_refresh_runs_in_the_background():
     clock, provider = Clock(), SlowProvider([RSA])
-    keys = ProviderKeys(ISSUER, provider.get_json, clock, refresh=60, lifetime=3600)
+    keys = ProviderKeys(issuer=ISSUER, get_json=provider.get_json, clock=clock, refresh=60, lifetime=3600)
     first = asking(keys, "rsa")
     provider.answer()
     provider.answer()
@@ -255,7 +255,9 @@ async def test_a_real_provider_that_never_answers_holds_a_request_at_most_the_bo
     silent = Silent()
     port = reactor.listenTCP(0, Site(silent), interface="127.0.0.1")
     issuer = f"http://127.0.0.1:{port.getHost().port}"
-    keys = ProviderKeys(issuer, ProviderClient(reactor).get_json, reactor, refresh=60, lifetime=3600)
+    keys = ProviderKeys(
+        issuer=issuer, get_json=ProviderClient(reactor).get_json, clock=reactor, refresh=60, lifetime=3600
+    )
     try:
         began = time.monotonic()
         with pytest.raises(ServiceUnavailable):

@@ -71,14 +71,14 @@ async def refused(standings: Standings, principal: Principal) -> str:
 @pytest_twisted.ensureDeferred
 async def test_with_local_logins_off_a_password_accounts_tokens_and_keys_are_refused(engine, database, alice, bob):
     tie(engine, bob, "subject-b", datetime.now(UTC))
-    off = Standings(reactor, database, local_logins=False, vouched_for={ISSUER: LIFETIME})
+    off = Standings(reactor=reactor, db=database, local_logins=False, vouched_for={ISSUER: LIFETIME})
     assert await refused(off, credential(alice)) == NO_LOCAL_LOGINS
     assert await refused(off, credential(alice, key_id=7)) == NO_LOCAL_LOGINS
     provider = credential(bob, issuer=ISSUER, subject="subject-b", name="bob")
     assert await off.admit(provider) is provider  # a provider's account is untouched
     bobs_key = credential(bob, key_id=8, name="bob")
     assert await off.admit(bobs_key) is bobs_key
-    on = Standings(reactor, database, vouched_for={ISSUER: LIFETIME})
+    on = Standings(reactor=reactor, db=database, vouched_for={ISSUER: LIFETIME})
     mine = credential(alice, key_id=7)
     assert await on.admit(mine) is mine
 
@@ -88,7 +88,7 @@ async def test_a_provider_accounts_key_is_refused_once_the_provider_has_not_vouc
     engine, database, alice
 ):
     tie(engine, alice, "subject-a", datetime.now(UTC) - timedelta(seconds=LIFETIME + 5))
-    standings = Standings(reactor, database, vouched_for={ISSUER: LIFETIME})
+    standings = Standings(reactor=reactor, db=database, vouched_for={ISSUER: LIFETIME})
     key = credential(alice, key_id=3)
     assert "no token of its identity provider for 3600 seconds" in await refused(standings, key)
     token = credential(alice, issuer=ISSUER, subject="subject-a")
@@ -96,7 +96,7 @@ async def test_a_provider_accounts_key_is_refused_once_the_provider_has_not_vouc
     run_write(engine, vouch, ISSUER, "subject-a", datetime.now(UTC))
     standings.forget([alice])  # the cache's ttl, shortened
     assert await standings.admit(key) is key
-    unknown = Standings(reactor, database)  # the issuer is no longer configured: it vouches for nobody
+    unknown = Standings(reactor=reactor, db=database)  # the issuer is no longer configured: it vouches for nobody
     await refused(unknown, key)
 
 
@@ -126,7 +126,7 @@ def vouched_at(engine, subject: str) -> datetime:
 @pytest_twisted.ensureDeferred
 async def test_admitted_tokens_vouch_for_their_subject_at_most_once_a_minute(engine, database):
     clock = Clock()
-    identities = ExternalIdentities(database, NoRevocations(), None, clock)  # type: ignore[arg-type]
+    identities = ExternalIdentities(db=database, revocations=NoRevocations(), events=None, clock=clock)  # type: ignore[arg-type]
     await identities.account(ISSUER, "subject-c", frozenset({"ROLE_USER"}))
     made = vouched_at(engine, "subject-c")  # set when the account is made
     assert abs((made - datetime.now(UTC)).total_seconds()) < 5

@@ -127,3 +127,17 @@ def test_the_pytest_plugin_loads_no_reactor_and_no_klein():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_constructor_of_more_than_three_parameters_takes_them_by_keyword():
+    """Three adjacent `str`s or eleven services in a row are a mistake waiting in every caller."""
+    positional = []
+    for path in APID.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for init in node.body:
+                    if isinstance(init, ast.FunctionDef) and init.name == "__init__":
+                        count = len(init.args.posonlyargs) + len(init.args.args) - 1
+                        if count + len(init.args.kwonlyargs) > 3 and count > 3:
+                            positional.append(f"{path.relative_to(APID)}: {node.name}")
+    assert positional == []

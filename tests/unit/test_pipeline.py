@@ -80,7 +80,7 @@ def run(
     people=None,
 ):
     people = people or People()
-    pipeline = Pipeline(lambda: RULES, {"person": people}, SECURITY.superuser_role)
+    pipeline = Pipeline(rules=lambda: RULES, controllers={"person": people}, superuser_role=SECURITY.superuser_role)
     request = CallRequest(
         controller=controller, action=action, api_version=api_version, method=method, body=body or {}, text=text or {}
     )
@@ -157,7 +157,7 @@ async def test_a_caller_without_a_token_is_told_to_log_in_not_forbidden():
     nobody = anonymous_caller("ROLE_ANONYMOUS")
     with pytest.raises(Unauthorized):
         await run(nobody)
-    pipeline = Pipeline(lambda: RULES, {"person": People()}, SECURITY.superuser_role)
+    pipeline = Pipeline(rules=lambda: RULES, controllers={"person": People()}, superuser_role=SECURITY.superuser_role)
     for controller, name in (("person", "show"), ("person", "nothing"), ("nobody", "show")):
         with pytest.raises(Unauthorized):
             pipeline.check_anonymous(nobody, CallRequest(controller, name, None, "POST"))
@@ -340,7 +340,9 @@ async def test_an_action_awaiting_asyncio_under_the_default_reactor_is_a_500_nam
     logged: list[dict] = []
     globalLogPublisher.addObserver(logged.append)
     try:
-        pipeline = Pipeline(lambda: RULES, {"person": People(answer)}, SECURITY.superuser_role)
+        pipeline = Pipeline(
+            rules=lambda: RULES, controllers={"person": People(answer)}, superuser_role=SECURITY.superuser_role
+        )
         for _ in range(2):
             with pytest.raises(InternalError) as caught:
                 await pipeline.run(
@@ -514,7 +516,13 @@ class EventWrites(Writes):
 
 
 def pipeline_with(db, events, answer):
-    return Pipeline(lambda: RULES, {"person": People(answer)}, SECURITY.superuser_role, events, db)
+    return Pipeline(
+        rules=lambda: RULES,
+        controllers={"person": People(answer)},
+        superuser_role=SECURITY.superuser_role,
+        events=events,
+        db=db,
+    )
 
 
 @pytest_twisted.ensureDeferred

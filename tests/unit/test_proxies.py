@@ -254,7 +254,7 @@ class Sender(Resource):
 
 
 def serving(trusted: TrustedProxies, per_address: int = 2) -> OpenConnections:
-    site = ApidSite(TextPaths(Sender()), 1024, limits=None)
+    site = ApidSite(resource=TextPaths(Sender()), max_body_bytes=1024, limits=None)
     site.reactor = Clock()
     connections = OpenConnections(site, per_address)
     connections.serve_behind(trusted, relayed=False)

@@ -214,7 +214,7 @@ def test_account_events_reach_the_owner_and_administrators_but_no_other_user(eng
         person: run_write(engine, insert_hook, person, f"http://127.0.0.1:9000/{person}", "person", "whsec_x").id
         for person in (root, alice, bob)
     }
-    events = AccountEvents(lambda: bound_rules, filter_output, lambda: 1_800_000_000.0)
+    events = AccountEvents(rules=lambda: bound_rules, filter_output=filter_output, clock=lambda: 1_800_000_000.0)
 
     run_write(engine, lambda connection: events.record(connection, "update", get_account(connection, alice)))
 

@@ -121,7 +121,7 @@ def edit_show_roles(iostate: Path, roles: list[str]) -> None:
 
 @pytest.fixture
 def watcher(database, rule_book):
-    watcher = RulesWatcher(reactor, database, rule_book, "here:1")
+    watcher = RulesWatcher(reactor=reactor, db=database, rule_book=rule_book, who="here:1")
     yield watcher
     pytest_twisted.blockon(ensureDeferred(watcher.stop()))
 

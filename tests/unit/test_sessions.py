@@ -384,8 +384,8 @@ class Gate:
     """What the daemon checks after a token's signature: the revocations, then the standing."""
 
     def __init__(self, db: Database) -> None:
-        self.standings = Standings(reactor, db)
-        self.revocations = Revocations(reactor, db, self.standings, 900)
+        self.standings = Standings(reactor=reactor, db=db)
+        self.revocations = Revocations(reactor=reactor, db=db, standings=self.standings, access_lifetime=900)
 
     async def refuses(self, token: Principal) -> bool:
         if self.revocations.refuses(token):

@@ -40,7 +40,7 @@ def token(user_id: int, roles=("ROLE_USER",), issued_at: float | None = None, na
 
 @pytest.fixture
 def standings(database):
-    return Standings(reactor, database)
+    return Standings(reactor=reactor, db=database)
 
 
 async def refused(standings: Standings, principal: Principal) -> str:
@@ -153,7 +153,7 @@ async def test_a_standing_is_kept_until_forgotten(engine, standings, alice):
 
 @pytest_twisted.ensureDeferred
 async def test_a_standing_expires_after_its_time_to_live(database, engine, alice):
-    standings = Standings(reactor, database, ttl=0.05)
+    standings = Standings(reactor=reactor, db=database, ttl=0.05)
     mine = token(alice)
     await standings.admit(mine)
     run_write(engine, lambda c: c.execute(update(person).values(account_locked=True)))

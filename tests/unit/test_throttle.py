@@ -79,7 +79,7 @@ def store(request) -> Store:
         clock.advance(1000)  # a clock that does not start at zero
         return Store("memory", MemoryCounters(clock), clock)
     pool = request.getfixturevalue("redis_pool")
-    return Store("redis", RedisCounters(pool, reactor, prefix=f"test:{uuid.uuid4().hex}:"))
+    return Store("redis", RedisCounters(pool=pool, clock=reactor, prefix=f"test:{uuid.uuid4().hex}:"))
 
 
 # --- the contract both stores keep -------------------------------------------------------------
@@ -248,7 +248,7 @@ def store_seen(clock) -> Recording:
 
 @pytest.fixture
 def limiter(store_seen) -> RateLimiter:
-    return RateLimiter(store_seen, LIMITS, EXPIRES)
+    return RateLimiter(store=store_seen, rate_limits=LIMITS, expires=EXPIRES)
 
 
 def state(fields: dict[str, str]) -> dict[str, Any]:
@@ -258,7 +258,11 @@ def state(fields: dict[str, str]) -> dict[str, Any]:
 
 
 def test_the_rule_is_the_largest_limit_among_the_ruled_roles():
-    limiter = RateLimiter(MemoryCounters(task.Clock()), {"ROLE_ADMIN": 1000, "ROLE_USER": 5, "ROLE_GUEST": 50}, 60)
+    limiter = RateLimiter(
+        store=MemoryCounters(task.Clock()),
+        rate_limits={"ROLE_ADMIN": 1000, "ROLE_USER": 5, "ROLE_GUEST": 50},
+        expires=60,
+    )
     assert limiter.rule(frozenset({"ROLE_USER"})) == Rule("ROLE_USER", 5)
     assert limiter.rule(frozenset({"ROLE_USER", "ROLE_ADMIN"})) == Rule("ROLE_ADMIN", 1000)
     assert limiter.rule(frozenset({"ROLE_USER", "ROLE_GUEST"})) == Rule("ROLE_GUEST", 50)
@@ -269,7 +273,7 @@ def test_the_rule_is_the_largest_limit_among_the_ruled_roles():
 
 @pytest_twisted.ensureDeferred
 async def test_a_user_with_several_ruled_roles_is_held_to_the_largest_limit(clock):
-    limiter = RateLimiter(MemoryCounters(clock), {"ROLE_USER": 2, "ROLE_ADMIN": 4}, EXPIRES)
+    limiter = RateLimiter(store=MemoryCounters(clock), rate_limits={"ROLE_USER": 2, "ROLE_ADMIN": 4}, expires=EXPIRES)
     both = principal(7, "ROLE_USER", "ROLE_ADMIN")
     answers = [state(await limiter.charge(both, 1)) for _ in range(4)]
     assert [a["r"] for a in answers] == [3, 2, 1, 0]
@@ -382,14 +386,14 @@ async def test_each_user_has_their_own_count(clock, limiter):
 @pytest_twisted.ensureDeferred
 async def test_a_failing_store_fails_open_by_default():
     unreachable = Unreachable()
-    limiter = RateLimiter(unreachable, LIMITS, EXPIRES)
+    limiter = RateLimiter(store=unreachable, rate_limits=LIMITS, expires=EXPIRES)
     assert await limiter.charge(principal(18, "ROLE_USER"), 1) == {}
     assert unreachable.calls == 1
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_failing_store_fails_closed_with_503_and_retry_after():
-    limiter = RateLimiter(Unreachable(), LIMITS, EXPIRES, fail_open=False)
+    limiter = RateLimiter(store=Unreachable(), rate_limits=LIMITS, expires=EXPIRES, fail_open=False)
     with pytest.raises(ServiceUnavailable) as caught:
         await limiter.charge(principal(19, "ROLE_USER"), 1)
     assert caught.value.status == 503
@@ -400,7 +404,7 @@ async def test_a_failing_store_fails_closed_with_503_and_retry_after():
 @pytest_twisted.ensureDeferred
 async def test_a_failing_store_is_not_asked_for_users_without_a_rule():
     unreachable = Unreachable()
-    limiter = RateLimiter(unreachable, LIMITS, EXPIRES, fail_open=False)
+    limiter = RateLimiter(store=unreachable, rate_limits=LIMITS, expires=EXPIRES, fail_open=False)
     assert await limiter.charge(principal(20, "ROLE_OTHER"), 1) == {}
     assert unreachable.calls == 0
 
@@ -410,7 +414,9 @@ async def test_redis_counters_on_a_closed_port_fail_closed_in_bounded_time():
     pool = txredisapi.lazyConnectionPool(
         host="127.0.0.1", port=free_port(), poolsize=2, convertNumbers=False, connectTimeout=1, replyTimeout=1
     )
-    limiter = RateLimiter(RedisCounters(pool, reactor, timeout=1), LIMITS, EXPIRES, fail_open=False)
+    limiter = RateLimiter(
+        store=RedisCounters(pool=pool, clock=reactor, timeout=1), rate_limits=LIMITS, expires=EXPIRES, fail_open=False
+    )
     answer = defer.Deferred.fromCoroutine(limiter.charge(principal(21, "ROLE_USER"), 1))
     first: defer.Deferred = defer.Deferred()  # the answer or, after 4 s, "no answer" (nothing is cancelled)
     answer.addBoth(lambda result: first.called or first.callback([result]))
@@ -433,7 +439,7 @@ async def test_redis_counters_on_a_closed_port_fail_closed_in_bounded_time():
 
 @pytest_twisted.ensureDeferred
 async def test_two_hundred_simultaneous_charges_on_redis_admit_exactly_the_limit(redis_pool):
-    counters = RedisCounters(redis_pool, reactor, prefix=f"test:{uuid.uuid4().hex}:")
+    counters = RedisCounters(pool=redis_pool, clock=reactor, prefix=f"test:{uuid.uuid4().hex}:")
     charges = await defer.gatherResults(
         [counters.charge("crowded", 1, 50, 100, 30) for _ in range(200)], consumeErrors=True
     )
@@ -446,7 +452,7 @@ async def test_two_hundred_simultaneous_charges_on_redis_admit_exactly_the_limit
 
 @pytest_twisted.ensureDeferred
 async def test_simultaneous_batches_on_redis_never_cross_the_limit(redis_pool):
-    counters = RedisCounters(redis_pool, reactor, prefix=f"test:{uuid.uuid4().hex}:")
+    counters = RedisCounters(pool=redis_pool, clock=reactor, prefix=f"test:{uuid.uuid4().hex}:")
     charges = await defer.gatherResults(
         [counters.charge("batches", 3, 50, 100, 30) for _ in range(40)], consumeErrors=True
     )
@@ -511,7 +517,7 @@ async def test_past_an_endpoint_limit_the_call_is_429_naming_the_endpoint_until_
 
     metrics.count()  # as a daemon whose metrics are read does
     rejected = rejections()
-    limiter = RateLimiter(MemoryCounters(clock), {"ROLE_ADMIN": 1000}, EXPIRES)
+    limiter = RateLimiter(store=MemoryCounters(clock), rate_limits={"ROLE_ADMIN": 1000}, expires=EXPIRES)
     show = limited_endpoint({"ROLE_USER": CallLimit(2, 60)})
     other = limited_endpoint({}, action="list")
     user = principal(31, "ROLE_USER")

@@ -33,7 +33,12 @@ class Parent:
 
     def worker(self):
         """A worker's end connected to a new parent end of this parent: (worker end, pump)."""
-        parent_end = ParentSide(self.counters, self.windows, lambda *ready: self.ready.append(ready), self._changed)
+        parent_end = ParentSide(
+            counters=self.counters,
+            windows=self.windows,
+            ready=lambda *ready: self.ready.append(ready),
+            changed=self._changed,
+        )
         worker_end = WorkerSide(lost=self._lose)
         pump = connect(parent_end, makeFakeServer(parent_end), worker_end, makeFakeClient(worker_end))
         return worker_end, pump

@@ -126,6 +126,7 @@ class ExternalIdentities:
 
     def __init__(
         self,
+        *,
         db: Database,
         revocations: Revocations,
         events: AccountEvents | None,

@@ -65,6 +65,7 @@ class ExternalIssuers:
 
     def __init__(
         self,
+        *,
         issuers: Iterable[IssuerConfig],
         keys: Callable[[IssuerConfig], ProviderKeys],
         identities: ExternalIdentities,
@@ -174,6 +175,12 @@ def external_issuers(
     client = ProviderClient(reactor)
 
     def keys(issuer: IssuerConfig) -> ProviderKeys:
-        return ProviderKeys(issuer.issuer, client.get_json, reactor, issuer.keys_refresh, issuer.keys_lifetime)
+        return ProviderKeys(
+            issuer=issuer.issuer,
+            get_json=client.get_json,
+            clock=reactor,
+            refresh=issuer.keys_refresh,
+            lifetime=issuer.keys_lifetime,
+        )
 
-    return ExternalIssuers(issuers, keys, identities, time.time, leeway)
+    return ExternalIssuers(issuers=issuers, keys=keys, identities=identities, clock=time.time, leeway=leeway)

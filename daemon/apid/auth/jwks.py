@@ -111,6 +111,7 @@ class ProviderKeys:
 
     def __init__(
         self,
+        *,
         issuer: str,
         get_json: Callable[[str], Deferred[Any]],
         clock: IReactorTime,

@@ -86,6 +86,7 @@ SESSION_PATHS = (AUTHENTICATE, REFRESH_TOKEN, LOGOUT)
 class SessionEndpoints:
     def __init__(
         self,
+        *,
         accounts: Accounts,
         tokens: TokenService,
         db: Database,

@@ -229,6 +229,7 @@ ACCOUNT_PATHS = (REGISTER, VALIDATE, CONFIRM_LINK, FORGOT_PASSWORD, VALIDATE_RES
 class AccountEndpoints:
     def __init__(
         self,
+        *,
         db: Database,
         passwords: Passwords,
         revocations: Revocations,

@@ -184,7 +184,7 @@ class Revocations:
     ids (logout), logins (logout, refresh reuse, a password change), and through `Standings`
     the accounts whose standing changed."""
 
-    def __init__(self, reactor: IReactorTime, db: Database, standings: Standings, access_lifetime: int) -> None:
+    def __init__(self, *, reactor: IReactorTime, db: Database, standings: Standings, access_lifetime: int) -> None:
         self._reactor = reactor
         self._db = db
         self._standings = standings

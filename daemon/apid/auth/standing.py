@@ -149,6 +149,7 @@ class Standings:
 
     def __init__(
         self,
+        *,
         reactor: IReactorTime,
         db: Database,
         ttl: float = STANDING_TTL,

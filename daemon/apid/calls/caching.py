@@ -114,7 +114,7 @@ class AnswerCache:
     """The cached answers of this process, and the controller generations that keep them honest."""
 
     def __init__(
-        self, clock: IReactorTime, db: Database, siblings: Siblings | None = None, max_entries: int = MAX_ENTRIES
+        self, *, clock: IReactorTime, db: Database, siblings: Siblings | None = None, max_entries: int = MAX_ENTRIES
     ) -> None:
         self._clock = clock
         self._db = db

@@ -288,6 +288,7 @@ class Pipeline:
 
     def __init__(
         self,
+        *,
         rules: Callable[[], RuleSet],
         controllers: Mapping[str, Controller],
         superuser_role: str,

@@ -120,6 +120,7 @@ class RedisCounters:
 
     def __init__(
         self,
+        *,
         pool: txredisapi.ConnectionHandler,
         clock: IReactorTime,
         timeout: float = 2.0,
@@ -161,7 +162,7 @@ def endpoint_rule(endpoint: Endpoint, roles: frozenset[str]) -> Rule | None:
 
 class RateLimiter:
     def __init__(
-        self, store: CounterStore, rate_limits: Mapping[str, int], expires: int, fail_open: bool = True
+        self, *, store: CounterStore, rate_limits: Mapping[str, int], expires: int, fail_open: bool = True
     ) -> None:
         self._store = store
         self._limits = rate_limits

@@ -53,7 +53,9 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     # Subscribers hear of the account as of a person/create, recorded in the same transaction;
     # the daemons deliver it at their next poll.
     rules = bound_plugins(config).rules if config.server.webhook_active else None
-    events = AccountEvents(lambda: rules, filter_output, time.time) if rules is not None else None
+    events = (
+        AccountEvents(rules=lambda: rules, filter_output=filter_output, clock=time.time) if rules is not None else None
+    )
 
     def create(connection: Connection) -> Account:
         account = insert_account(connection, args.name, args.email, hash_password(password), args.role)

@@ -56,6 +56,7 @@ class Node:
 
     def __init__(
         self,
+        *,
         value: Any,
         file: str,
         path: str | None = "",
@@ -89,7 +90,7 @@ class Node:
         joined = f"{path}{name}" if isinstance(key, int) or not path else f"{path}.{name}"
         held, lines = self._lines.get(id(self.value), (None, {}))
         line = lines.get(key, self.line) if held is self.value else self.line
-        return Node(value, self.file, joined, line, self._lines)
+        return Node(value=value, file=self.file, path=joined, line=line, lines=self._lines)
 
     def find(self, keys: Sequence[str]) -> tuple[Node, bool]:
         """The node under the keys, and whether the file holds it."""
@@ -168,7 +169,7 @@ def read_file(path: Path) -> Node:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     finally:
         loader.dispose()
-    return Node(value, str(path), "", None, loader.lines)
+    return Node(value=value, file=str(path), path="", line=None, lines=loader.lines)
 
 
 # --- kinds: how one value is checked, and how the docs name it ----------------------------------

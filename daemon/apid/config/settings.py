@@ -368,7 +368,7 @@ def _value(entry: _Entry, found: Node | None, owner: Node, reading: Reading, def
         value = declared.default
     if declared.env and reading.env.get(declared.env):
         name = f"{declared.env} (or {declared.option})" if declared.option else declared.env
-        value = kind.read(Node(reading.env[declared.env], name, None), reading)
+        value = kind.read(Node(value=reading.env[declared.env], file=name, path=None), reading)
     return kind.finish(value, reading)
 
 

@@ -60,7 +60,7 @@ def backoff(
 
 class DeliveryWorker:
     def __init__(
-        self, reactor: IReactorTime, db: Database, deliverer: Deliverer, config: WebhooksConfig, max_attempts: int
+        self, *, reactor: IReactorTime, db: Database, deliverer: Deliverer, config: WebhooksConfig, max_attempts: int
     ) -> None:
         self._reactor = reactor
         self._db = db

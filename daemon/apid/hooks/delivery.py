@@ -51,7 +51,7 @@ def retry_after(value: bytes | None, now: float) -> float | None:
 
 
 class Deliverer:
-    def __init__(self, reactor: IReactorTime, allowed_origins: Iterable[str], timeout: float, per_host: int) -> None:
+    def __init__(self, *, reactor: IReactorTime, allowed_origins: Iterable[str], timeout: float, per_host: int) -> None:
         self._reactor = reactor
         self._allowed = tuple(allowed_origins)
         self._timeout = timeout

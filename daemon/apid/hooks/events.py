@@ -120,6 +120,7 @@ class EventRecorder:
 
     def __init__(
         self,
+        *,
         reactor: IReactorTime,
         db: Database,
         filter_output: OutputFilter,
@@ -175,6 +176,7 @@ class AccountEvents:
 
     def __init__(
         self,
+        *,
         rules: Callable[[], RuleSet],
         filter_output: OutputFilter,
         clock: Callable[[], float],

@@ -87,6 +87,7 @@ def check_hook(
 class Hooks:
     def __init__(
         self,
+        *,
         db: Database,
         allowed_origins: Iterable[str],
         rules: Callable[[], RuleSet],

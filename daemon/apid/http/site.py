@@ -369,6 +369,7 @@ class ApidSite(Site):
 
     def __init__(
         self,
+        *,
         resource: IResource,
         max_body_bytes: int,
         access_log_enabled: bool = True,

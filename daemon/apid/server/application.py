@@ -103,7 +103,9 @@ class Application:
     def resource(self) -> IResource:
         """API calls routed by their own grammar (`apid.server.dispatch`), every other path by Klein."""
         claimed = {route.path.strip("/").partition("/")[0].encode() for route in self._public_routes}
-        return ApiDispatch(self._api, answer_failure, API_METHODS, self.klein.resource(), claimed)
+        return ApiDispatch(
+            handle=self._api, failed=answer_failure, methods=API_METHODS, routes=self.klein.resource(), claimed=claimed
+        )
 
     async def authenticate(self, request: ApidRequest) -> Principal:
         return await self._authenticated(bearer_token(request), client_address(request))

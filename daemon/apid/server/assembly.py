@@ -110,12 +110,14 @@ def assemble(
     db.outage.report_to(health, "database")  # /health fails while the database cannot be reached
     rule_book = RuleBook(bound, api.iostate_dir, api.security)
     standings = Standings(
-        reactor,
-        db,
+        reactor=reactor,
+        db=db,
         local_logins=api.security.local_logins,
         vouched_for={issuer.issuer: issuer.keys_lifetime for issuer in api.security.issuers},
     )
-    revocations = Revocations(reactor, db, standings, server.jwt.access_lifetime + server.jwt.leeway)
+    revocations = Revocations(
+        reactor=reactor, db=db, standings=standings, access_lifetime=server.jwt.access_lifetime + server.jwt.leeway
+    )
     # one circuit, owning the pool, shared: one outage of Redis is one, whichever limits meet it
     circuit = None
     if server.redis_url:
@@ -127,10 +129,10 @@ def assemble(
     mail = MailSender(reactor=reactor, db=db, mailer=make_mailer(server.mail, reactor))
     account_events = (
         AccountEvents(
-            lambda: rule_book.current,
-            filter_output,
-            time.time,
-            lambda: reactor.callFromThread(wake),
+            rules=lambda: rule_book.current,
+            filter_output=filter_output,
+            clock=time.time,
+            wake=lambda: reactor.callFromThread(wake),
         )
         if wake
         else None
@@ -154,7 +156,7 @@ def assemble(
     )
     pinger = PeerPinger(reactor, server.servers)
     if hooks is None:
-        hooks = Hooks(db, api.allowed_origins, lambda: rule_book.current, wake)
+        hooks = Hooks(db=db, allowed_origins=api.allowed_origins, rules=lambda: rule_book.current, wake=wake)
     services = Services(
         db=db,
         accounts=accounts,
@@ -172,29 +174,41 @@ def assemble(
     }
     labels = {name: loaded.plugin.label for name, loaded in bound.controllers.items()}
     tokens = TokenService(server.jwt, secret, time.time)
-    recorder = EventRecorder(reactor, db, filter_output, wake) if wake else None
+    recorder = EventRecorder(reactor=reactor, db=db, filter_output=filter_output, wake=wake) if wake else None
     events = wrap_events(recorder) if recorder and wrap_events else recorder
-    cache = AnswerCache(reactor, db, shared.siblings() if shared is not None else None)
+    cache = AnswerCache(clock=reactor, db=db, siblings=shared.siblings() if shared is not None else None)
     pipeline = Pipeline(
-        lambda: rule_book.current, controllers, api.security.superuser_role, events, db, changed=cache.changed
+        rules=lambda: rule_book.current,
+        controllers=controllers,
+        superuser_role=api.security.superuser_role,
+        events=events,
+        db=db,
+        changed=cache.changed,
     )
     public_routes = [
         *ServiceEndpoints(api.version, health, server.metrics.role).routes(),
         *docs_page.routes(),
         *SessionEndpoints(
-            accounts, tokens, db, revocations, standings, limiter, server.jwt, server.secure_cookies
+            accounts=accounts,
+            tokens=tokens,
+            db=db,
+            revocations=revocations,
+            standings=standings,
+            limiter=limiter,
+            jwt=server.jwt,
+            secure_cookies=server.secure_cookies,
         ).routes(),
         *AccountEndpoints(
-            db,
-            passwords,
-            revocations,
-            limiter,
-            server.accounts,
-            server.base_url,
-            server.home_url,
-            api.security.user_role,
-            account_events,
-            addresses,
+            db=db,
+            passwords=passwords,
+            revocations=revocations,
+            limiter=limiter,
+            accounts=server.accounts,
+            base_url=server.base_url,
+            home_url=server.home_url,
+            user_role=api.security.user_role,
+            events=account_events,
+            addresses=addresses,
         ).routes(),
         *plugin_routes(controllers, api.security.superuser_role),
     ]
@@ -219,7 +233,7 @@ def assemble(
         issuers=external_issuers(
             reactor,
             api.security.issuers,
-            ExternalIdentities(db, revocations, account_events, time.time),
+            ExternalIdentities(db=db, revocations=revocations, events=account_events, clock=time.time),
             server.jwt.leeway,
         ),
         openapi=OpenApiDocuments(
@@ -259,11 +273,13 @@ def rate_limiting(
         return None
     store: CounterStore
     if circuit is not None:
-        store = RedisCounters(circuit.pool, reactor, circuit=circuit)
+        store = RedisCounters(pool=circuit.pool, clock=reactor, circuit=circuit)
     else:
         store = shared.counters() if shared is not None else MemoryCounters(reactor)
     throttle = config.api.throttle
-    return RateLimiter(store, throttle.rate_limit, throttle.expires, config.server.redis_fail_open)
+    return RateLimiter(
+        store=store, rate_limits=throttle.rate_limit, expires=throttle.expires, fail_open=config.server.redis_fail_open
+    )
 
 
 def abuse_limiting(

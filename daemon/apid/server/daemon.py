@@ -150,7 +150,7 @@ async def start(
         wake=deliveries.wake if deliveries else None,
         shared=worker,
     )
-    rules_watcher = RulesWatcher(reactor, db, parts.rule_book, process_name())
+    rules_watcher = RulesWatcher(reactor=reactor, db=db, rule_book=parts.rule_book, who=process_name())
     db.start()
     passwords.start()
     # Their threads are not daemon threads: a process whose reactor stopped would wait for them
@@ -164,9 +164,9 @@ async def start(
         await rules_watcher.start(generation)
         await parts.plugins.start()
         site = ApidSite(
-            parts.resource,
-            api.max_body_bytes,
-            server.access_log,
+            resource=parts.resource,
+            max_body_bytes=api.max_body_bytes,
+            access_log_enabled=server.access_log,
             observe=metrics.request_answered if counting else None,
             limits=server.connections,
         )
@@ -218,8 +218,15 @@ def webhook_delivery(reactor: Reactor, config: Config, db: Database) -> Delivery
     from apid.hooks.delivery import Deliverer
 
     settings = config.server.webhooks
-    deliverer = Deliverer(reactor, config.api.allowed_origins, settings.timeout, settings.per_host)
-    return DeliveryWorker(reactor, db, deliverer, settings, config.api.attempts)
+    deliverer = Deliverer(
+        reactor=reactor,
+        allowed_origins=config.api.allowed_origins,
+        timeout=settings.timeout,
+        per_host=settings.per_host,
+    )
+    return DeliveryWorker(
+        reactor=reactor, db=db, deliverer=deliverer, config=settings, max_attempts=config.api.attempts
+    )
 
 
 async def reload_everywhere(reactor: Reactor, running: Running) -> str | None:

@@ -44,6 +44,7 @@ class ApiDispatch(Resource):
 
     def __init__(
         self,
+        *,
         handle: ApiHandler,
         failed: FailureRenderer,
         methods: Collection[str],

@@ -166,7 +166,7 @@ async def announce_reload(reactor: IReactorThreads, db: Database, rule_book: Rul
 class RulesWatcher:
     """Reloads this process's rules whenever the deployment's generation moves, and reports."""
 
-    def __init__(self, reactor: Reactor, db: Database, rule_book: RuleBook, who: str) -> None:
+    def __init__(self, *, reactor: Reactor, db: Database, rule_book: RuleBook, who: str) -> None:
         self._reactor = reactor
         self._db = db
         self._rule_book = rule_book

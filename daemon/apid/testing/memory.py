@@ -366,13 +366,17 @@ class _LoopbackHooks(Hooks):
     on a port chosen when it starts. The kit sends nothing, so nothing reaches it anyway."""
 
     def __init__(self, db: Database, allowed: Iterable[str], rules: Callable[[], RuleSet]) -> None:
-        super().__init__(db, allowed, rules, _nothing_sent)
+        super().__init__(db=db, allowed_origins=allowed, rules=rules, wake=_nothing_sent)
         self._kit = (db, tuple(allowed), rules)
 
     def _allowing(self, url: str | None) -> Hooks:
         """Hooks that allow `url`'s origin when it is on loopback; else these."""
         db, allowed, rules = self._kit
-        return Hooks(db, (*allowed, url), rules, _nothing_sent) if url and _on_loopback(url) else self
+        return (
+            Hooks(db=db, allowed_origins=(*allowed, url), rules=rules, wake=_nothing_sent)
+            if url and _on_loopback(url)
+            else self
+        )
 
     async def create(self, caller: Caller, url: str, service: str) -> dict[str, Any]:
         return await Hooks.create(self._allowing(url), caller, url, service)

@@ -108,6 +108,7 @@ class ParentSide(amp.AMP):
 
     def __init__(
         self,
+        *,
         counters: MemoryCounters,
         windows: MemoryWindows,
         ready: Callable[[int, str], None],

@@ -107,6 +107,7 @@ class Parent:
 
     def __init__(
         self,
+        *,
         reactor: Reactor,
         start: WorkerStart,
         port: tcp.Port,
@@ -170,7 +171,10 @@ class Parent:
                 childFDs={0: "w", 1: 1, 2: 2, PORT_FD: self._port.fileno(), CHANNEL_FD: worker_end.fileno()},
             )
             channel = ParentSide(
-                self._counters, self._windows, self._ready, lambda controllers: self._pass_on(index, controllers)
+                counters=self._counters,
+                windows=self._windows,
+                ready=self._ready,
+                changed=lambda controllers: self._pass_on(index, controllers),
             )
             adopt(self._reactor, parent_end.fileno(), channel)
         finally:
@@ -431,7 +435,14 @@ def serve_workers(
             failed(exc)
             return
         start = WorkerStart(config, versions)
-        parent = Parent(reactor, start, port, count, reactor_choice, Shutdown(reactor, config.server.shutdown))
+        parent = Parent(
+            reactor=reactor,
+            start=start,
+            port=port,
+            count=count,
+            reactor_choice=reactor_choice,
+            shutdown=Shutdown(reactor, config.server.shutdown),
+        )
         reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.ensureDeferred(shutdown(parent, metrics)))
         signal.signal(signal.SIGHUP, lambda *_: reactor.callFromThread(lambda: defer.ensureDeferred(parent.reload())))
         try:
