@@ -207,7 +207,9 @@ class Application:
         incoming = read_incoming(request, target, principal, address)
         if target.kind is not CallKind.CALL:
             return await self._many(request, incoming)
-        await self._charge(request, principal, address, 1)
+        await self._charge(
+            request, principal, address, 1, lambda: endpoint_calls(self._pipeline.endpoint, target, incoming.body)
+        )
         call = CallRequest(
             controller=target.controller,
             action=target.action,
