@@ -1,5 +1,5 @@
 """Every copy of a record passes the action's own per-record check (issue 33, item 5): who may
-receive a copy (`apid.auth.record_access`), as the actions declare it (`@action(may_see=...)`,
+receive a copy (`apid.plugin_host.record_access`), as the actions declare it (`@action(may_see=...)`,
 `caller_independent`), bound to the rules at load; the refusal of a HOOK role that would hand
 one user's record to another; and the person events made outside endpoints (`AccountEvents`)."""
 
@@ -14,7 +14,6 @@ from sqlalchemy import select
 from twisted.logger import LogLevel, globalLogPublisher
 
 from apid.auth.accounts import get_account, insert_account
-from apid.auth.record_access import may_receive, receiver
 from apid.calls.pipeline import filter_output
 from apid.config.files import load_api
 from apid.config.kinds import API_FILE
@@ -23,6 +22,7 @@ from apid.hooks.registry import insert_hook
 from apid.iostate import IOStateError, check_hook_roles, parse
 from apid.plugin import Call, Caller, Controller, action, action_rules
 from apid.plugin_host.discovery import Bound, FoundPlugin, LoadedController, bind
+from apid.plugin_host.record_access import may_receive, receiver
 from apid.plugin_host.rules import RuleBook
 from apid.store.database import run_read, run_write
 from apid.store.tables import hook_message

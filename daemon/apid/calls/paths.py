@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from apid.iostate.model import NAME
 from apid.problems import NotFound
 
 PREFIX = re.compile(r"(?P<kind>[vbc])(?P<app>[0-9]+\.[0-9]+)(?:-(?P<api>[A-Za-z0-9_.]+))?")
 PREFIX_BYTES = re.compile(PREFIX.pattern.encode("ascii"))  # a path's first segment, undecoded
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class CallKind(StrEnum):

@@ -5,7 +5,7 @@ role's REQUEST fields, typed by VALUES, with the fields the action requires and 
 field rules (one 400 lists every bad field) -> run the controller action -> return only the
 role's RESPONSE fields. Each step is a small function; `Pipeline.run` composes them and
 reads like that list. Nothing here trusts an earlier call: every run authorises on its own.
-An action's coroutine runs where `apid.calls.coroutines` says: on Twisted's driver, or as an asyncio
+An action's coroutine runs where `apid.plugin_host.coroutines` says: on Twisted's driver, or as an asyncio
 task under the asyncio reactor.
 """
 
@@ -24,11 +24,11 @@ from twisted.python.failure import Failure
 
 from apid.auth.apikeys import OUT_OF_SCOPE
 from apid.auth.tokens import NEEDS_TOKEN, Principal
-from apid.calls.coroutines import asyncio_required, needs_asyncio, started
 from apid.http.current_request import REQUEST_ID
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.iostate.types import Conversion
 from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
+from apid.plugin_host.coroutines import asyncio_required, needs_asyncio, started
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem, Unauthorized
 
 log = Logger(namespace="apid.pipeline")

@@ -3,7 +3,7 @@
 Each message's `data` is the change's record as the hook's **owner** would see it: filtered by
 the RESPONSE fields of the owner's roles, never the caller's. An owner whose roles are not in
 the endpoint's HOOK list gets nothing, and neither does one the action's own per-record check
-does not let see the record (`apid.auth.record_access`: person's, the owner and administrators).
+does not let see the record (`apid.plugin_host.record_access`: person's, the owner and administrators).
 
 Where possible the messages are written in the change's own transaction (the outbox
 pattern), so that a crash never leaves a change without its events or events without their
@@ -25,11 +25,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from apid.auth.record_access import may_receive, receiver
 from apid.hooks.queue import NewMessage, Subscriber, insert_messages, subscribers
 from apid.http.answers import dumps
 from apid.iostate import Endpoint, RuleSet
 from apid.iostate.types import Conversion
+from apid.plugin_host.record_access import may_receive, receiver
 from apid.problems import InternalError
 from apid.store.database import Database, DatabaseUnavailable
 

@@ -14,10 +14,10 @@ from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Any
 
-from apid.calls.paths import NAME
 from apid.config.api import SecurityConfig
 from apid.iostate.model import (
     METHODS,
+    NAME,
     ApiVersion,
     Audience,
     CachePolicy,
@@ -505,7 +505,7 @@ def check_hook_roles(state: ControllerState, declared: Iterable[str], superuser_
 
 def bind_audiences(state: ControllerState, audiences: Mapping[str, Audience]) -> ControllerState:
     """The state with each endpoint bound to who may receive copies of its action's records
-    (`apid.auth.record_access`); an action without an entry stays unbound, and so sends none."""
+    (`apid.plugin_host.record_access`); an action without an entry stays unbound, and so sends none."""
     versions = {
         name: replace(
             version,

@@ -6,6 +6,7 @@ request sees one consistent set of rules from start to end.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -14,6 +15,7 @@ from typing import Any
 from apid.http.methods import ENDPOINT_METHODS
 from apid.iostate.types import Conversion, ValueType
 
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # of a controller, an action, a field: a path segment each
 SAFE_METHODS = frozenset({"GET"})
 METHODS = ENDPOINT_METHODS
 # Distinct role sets remembered per endpoint: the combinations the accounts hold, a few each.
@@ -86,7 +88,7 @@ class Audience:
     """Who may receive a copy of a record the action answers other than its caller (a webhook
     event): what the action declares (`@action(may_see=..., caller_independent=...)`), bound to
     its endpoints when the rules are loaded, with the role that makes an administrator.
-    `apid.auth.record_access` decides with it."""
+    `apid.plugin_host.record_access` decides with it."""
 
     superuser_role: str
     may_see: Callable[[Any, Any], bool] | None = None
@@ -110,7 +112,7 @@ class Endpoint:
     # The RESPONSE fields whose answered values take their VALUES type's form (`ValueType.answer`):
     # a Float stored as 1 answers 1.0 from every action and event, as the database gives it back
     conversions: Mapping[str, Conversion] = field(default_factory=dict)
-    # Who may receive copies of its records (`apid.auth.record_access`); None until bound to the
+    # Who may receive copies of its records (`apid.plugin_host.record_access`); None until bound to the
     # plugin's code, and then nobody does
     audience: Audience | None = None
     _granted: dict[frozenset[str], frozenset[str]] = field(default_factory=dict, compare=False, repr=False)

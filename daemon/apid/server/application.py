@@ -33,7 +33,6 @@ from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_cal
 from apid.calls.batch import BatchRunner
 from apid.calls.caching import AnswerCache, answer, cache_key, entity_tag
 from apid.calls.chain import ChainRunner, order_names
-from apid.calls.coroutines import started
 from apid.calls.deprecation import announce
 from apid.calls.incoming import Incoming
 from apid.calls.links import add_links, link_header, page_links
@@ -51,6 +50,7 @@ from apid.iostate import Endpoint
 from apid.openapi import OPENAPI_PATH
 from apid.openapi.serving import revalidated
 from apid.plugin import Controller, RouteCall
+from apid.plugin_host.coroutines import started
 from apid.problems import Forbidden, NotFound, Problem, Unauthorized
 from apid.server.dispatch import ApiDispatch
 

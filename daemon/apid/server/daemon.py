@@ -31,13 +31,13 @@ from twisted.logger import Logger
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import load_secret
-from apid.calls.coroutines import end_tasks
 from apid.config.files import Config
 from apid.config.nodes import ConfigError
 from apid.http.proxies import client_endpoint, socket_listen
 from apid.http.site import ApidSite, OpenConnections
 from apid.mail.outbox import MailSender
 from apid.openapi.docs_page import DocsPage
+from apid.plugin_host.coroutines import end_tasks
 from apid.plugin_host.discovery import load_all
 from apid.plugin_host.lifecycle import PluginLifecycle
 from apid.plugin_host.rules import RuleBook

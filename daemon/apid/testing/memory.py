@@ -51,13 +51,13 @@ from zope.interface import implementer
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import start_family
 from apid.auth.tokens import load_secret
-from apid.calls.coroutines import bridge_tasks
 from apid.config.files import load as load_config
 from apid.hooks.events import EventRecorder, event_data
 from apid.hooks.service import Hooks
 from apid.iostate import Endpoint, RuleSet
 from apid.openapi.docs_page import DocsPage
 from apid.plugin import Caller, Controller
+from apid.plugin_host.coroutines import bridge_tasks
 from apid.plugin_host.discovery import FoundPlugin, bind, discover, load
 from apid.plugin_host.migrations import MIGRATIONS_GROUP, MigrationSource, migration_sources
 from apid.server.assembly import assemble
