@@ -54,7 +54,7 @@ def allowed(methods: list[str], kind: ChainType, request_method: str) -> bool:
     if len(unsafe) > 1:
         return False
     if kind is ChainType.BLANKCHAIN:
-        return not unsafe and request_method == "GET"
+        return not unsafe and request_method in ("GET", "POST")  # POST: what browsers send a body with
     if not unsafe:
         return False
     place = len(methods) - 1 if kind is ChainType.POSTCHAIN else 0
