@@ -41,4 +41,4 @@ test: $(INSTALLED) system-deps
 	APID_TEST_REACTOR=asyncio $(BIN)/pytest $(PARALLEL) $(ASYNCIO_TESTS)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .hypothesis
+	rm -rf $(VENV) var .pytest_cache .hypothesis .import_linter_cache
