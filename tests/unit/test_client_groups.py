@@ -16,8 +16,9 @@ from apid.auth.limits import AbuseLimiter, MemoryWindows
 from apid.config.api import AbuseLimit
 from apid.config.files import load_api
 from apid.config.kinds import API_FILE
+from apid.config.networks import TrustedProxies, proxy_network
 from apid.config.nodes import ConfigError
-from apid.http.proxies import TrustedProxies, client_group, proxy_network
+from apid.http.proxies import client_group
 from apid.http.site import ApidSite, OpenConnections, TextPaths
 from apid.problems import TooManyRequests
 

@@ -1,4 +1,4 @@
-"""Building the listening endpoint before anything starts (apid.server.daemon.server_endpoint)."""
+"""Building the listening endpoint before anything starts (apid.server.listening.server_endpoint)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.task import Clock
 
 from apid.config.nodes import ConfigError
-from apid.server.daemon import server_endpoint
+from apid.server.listening import server_endpoint
 
 
 def test_a_tcp_endpoint_is_built_with_the_larger_backlog():

@@ -21,15 +21,14 @@ from twisted.web.test.requesthelper import DummyRequest
 from zope.interface import implementer
 
 from apid.config.files import load_server
+from apid.config.networks import TrustedProxies, proxy_network
 from apid.config.nodes import ConfigError
 from apid.http.answers import request_id, write_json
 from apid.http.proxies import (
     UNKNOWN,
     Client,
-    TrustedProxies,
     client_endpoint,
     forwarded_elements,
-    proxy_network,
     resolve,
     socket_listen,
     speaks_proxy_protocol,

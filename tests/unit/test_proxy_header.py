@@ -12,7 +12,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import StringTransport
 from twisted.logger import LogLevel, capturedLogs
 
-from apid.http.proxies import TrustedProxies, client_endpoint, proxy_network
+from apid.config.networks import TrustedProxies, proxy_network
+from apid.http.proxies import client_endpoint
 
 PROXY = "10.0.0.1"
 TRUSTED = TrustedProxies((proxy_network("10.0.0.0/8"),))

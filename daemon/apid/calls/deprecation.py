@@ -17,8 +17,8 @@ from twisted.web.http import Request, datetimeToString
 
 from apid.calls.links import add_links
 from apid.calls.paths import Target, call_path
+from apid.http.fixed_paths import DOCS_PATH
 from apid.iostate import ApiVersion, ControllerState, RuleSet
-from apid.openapi.docs_page import PAGE_PATH as DOCS_PATH
 from apid.problems import Gone
 
 

@@ -8,9 +8,9 @@ import re
 from importlib import metadata
 from urllib.parse import urlsplit
 
+from apid.config.networks import TrustedProxies, proxy_network
 from apid.config.nodes import ConfigError, Node, Reading, describe
 from apid.config.settings import STRING, Kind, under_root
-from apid.http.proxies import TrustedProxies, proxy_network
 
 SERVER_FILE = "service_server.yml"
 API_FILE = "service_api.yml"

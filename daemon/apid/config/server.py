@@ -22,9 +22,9 @@ from apid.config.kinds import (
     TRUSTED_PROXIES,
     URL,
 )
+from apid.config.networks import TrustedProxies
 from apid.config.plugin_settings import PLUGINS, PluginSections
 from apid.config.settings import Derived, Invalid, choice, list_of, section, setting, settings
-from apid.http.proxies import TrustedProxies
 
 # --- service_server.yml, per environment --------------------------------------------------------------
 

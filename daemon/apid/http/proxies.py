@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from twisted.internet.defer import Deferred
@@ -50,44 +50,13 @@ from twisted.logger import Logger
 from twisted.web.http_headers import Headers
 from zope.interface import implementer
 
-log = Logger(namespace="apid.proxies")
+from apid.config.networks import REMEMBERED, Address, TrustedProxies, ip_address_of
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+log = Logger(namespace="apid.proxies")
 
 PROXY_PROTOCOL = "haproxy:"  # Twisted's endpoint prefix for a socket speaking the PROXY protocol
 UNKNOWN = "unknown"  # the client of a peer without an IP address (a Unix socket), or of a hidden hop
 REFUSALS_LOGGED = 1000  # peers whose refused PROXY connections are logged (once each) per process
-# Addresses read from text, remembered: the same proxies and clients come back, and reading one
-# (ipaddress) costs microseconds.
-REMEMBERED = 4096
-
-
-def proxy_network(text: str) -> Network:
-    """One entry of `trustedProxies`, an address or a CIDR range; ValueError saying what is wrong."""
-    try:
-        return ipaddress.ip_network(text.strip())
-    except ValueError:
-        pass
-    try:
-        meant = ipaddress.ip_network(text.strip(), strict=False)
-    except ValueError:
-        raise ValueError(
-            f"must be an IP address or CIDR range (such as 10.0.0.5, 10.0.0.0/8 or fd00::/8), got {text!r}"
-        ) from None
-    raise ValueError(f"{text!r} has bits set past its prefix length: did you mean {meant}?")
-
-
-@functools.lru_cache(maxsize=REMEMBERED)
-def _address(text: str) -> Address | None:
-    """`text` as an IP address (a dual-stack socket's IPv4-mapped peer as the IPv4 one), or None."""
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
 
 
 @functools.lru_cache(maxsize=REMEMBERED)
@@ -95,40 +64,10 @@ def client_group(host: str, ipv6_prefix: int) -> str:
     """The client `host` (an address as text) counts as for per-address limits: an IPv6 address
     as its network of `ipv6_prefix` bits (`security.ipv6Prefix`), since one host or customer is
     usually given a whole /64 and may send from any address in it; any other as it is."""
-    address = _address(host)
+    address = ip_address_of(host)
     if not isinstance(address, ipaddress.IPv6Address) or ipv6_prefix >= 128:
         return host
     return str(ipaddress.IPv6Network((address, ipv6_prefix), strict=False))
-
-
-@dataclass(frozen=True)
-class TrustedProxies:
-    """The peers whose forwarding headers (and PROXY headers) apid believes: none by default."""
-
-    networks: tuple[Network, ...] = ()
-    # (IP version, network, netmask) of each, as integers: what `holds` compares
-    _ranges: tuple[tuple[int, int, int], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        ranges = tuple((net.version, int(net.network_address), int(net.netmask)) for net in self.networks)
-        object.__setattr__(self, "_ranges", ranges)
-
-    def __bool__(self) -> bool:
-        return bool(self.networks)
-
-    def trusts(self, host: str) -> bool:
-        """Whether the peer at `host` (an address as Twisted gives it) is a trusted proxy."""
-        if not self.networks:
-            return False
-        address = _address(host)
-        return address is not None and self.holds(address)
-
-    def holds(self, address: Address) -> bool:
-        version, value = address.version, int(address)
-        return any(version == each and value & mask == network for each, network, mask in self._ranges)
-
-    def __str__(self) -> str:
-        return ", ".join(map(str, self.networks)) or "nobody"
 
 
 @dataclass(frozen=True)
@@ -165,7 +104,7 @@ def _node(text: str) -> tuple[str, Address | None]:
     if obfuscated:
         return obfuscated[1], None
     written = _BRACKETED.fullmatch(text) or _IPV4.fullmatch(text)
-    address = _address(written[1] if written else text)  # else a bare IPv6 address
+    address = ip_address_of(written[1] if written else text)  # else a bare IPv6 address
     if address is None:
         raise Unreadable(f"not an address: {text!r}")
     return str(address), address

@@ -27,9 +27,10 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request as SiteRequest
 from twisted.web.server import Site
 
+from apid.config.networks import TrustedProxies
 from apid.config.server import ConnectionLimits
 from apid.http.answers import request_id, set_answer_headers, too_large, write_problem
-from apid.http.proxies import UNKNOWN, Client, TrustedProxies, client_group, resolve
+from apid.http.proxies import UNKNOWN, Client, client_group, resolve
 from apid.private_apis import HTTPChannelHooks
 from apid.problems import (
     BadRequest,

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twisted.internet import defer
-from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
@@ -32,7 +30,6 @@ from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import load_secret
 from apid.config.files import Config
-from apid.config.nodes import ConfigError
 from apid.http.proxies import client_endpoint, socket_listen
 from apid.http.site import ApidSite, OpenConnections
 from apid.mail.outbox import MailSender
@@ -42,6 +39,7 @@ from apid.plugin_host.discovery import load_all
 from apid.plugin_host.lifecycle import PluginLifecycle
 from apid.plugin_host.rules import RuleBook
 from apid.server.assembly import assemble
+from apid.server.listening import describe, server_endpoint
 from apid.server.metrics import listen_metrics
 from apid.server.migration_child import MigrationChild
 from apid.server.peers import PeerPinger
@@ -62,33 +60,6 @@ if TYPE_CHECKING:
 log = Logger(namespace="apid.daemon")
 
 
-def with_backlog(listen: str) -> str:
-    """Twisted's default TCP backlog is 50, too small under load: ask for 1024 unless set."""
-    if listen.split(":", 1)[0] in ("tcp", "tcp6") and "backlog=" not in listen:
-        return listen + ":backlog=1024"
-    return listen
-
-
-def server_endpoint(reactor: Reactor, listen: str) -> IStreamServerEndpoint:
-    """The endpoint `listen` describes, built before anything starts: a description Twisted
-    cannot use, or a systemd socket that was not passed, is a configuration error (exit 2)."""
-    try:
-        return serverFromString(reactor, with_backlog(listen))
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError) as exc:
-        error = exc
-    if listen.startswith("systemd:") and isinstance(error, (KeyError, IndexError)):
-        reason = (
-            f"systemd passed no such socket ({error}); start apid through its .socket unit, "
-            "or try it with systemd-socket-activate (docs/operations.md)"
-        )
-    else:
-        reason = (
-            f"{error}; give a port (8080 means tcp:8080:interface=127.0.0.1) "
-            "or an endpoint such as tcp:PORT:interface=ADDR"
-        )
-    raise ConfigError(f"listen {listen!r}: {reason}")
-
-
 @dataclass
 class Running:
     port: IListeningPort
@@ -106,14 +77,6 @@ class Running:
     health: Health
     plugins: PluginLifecycle
     metrics_port: IListeningPort | None = None  # `metrics.listen`
-
-
-def describe(port: IListeningPort) -> str:
-    host = port.getHost()
-    if isinstance(host, IPv4Address | IPv6Address):
-        name = f"[{host.host}]" if ":" in host.host else host.host
-        return f"http://{name}:{host.port}"
-    return str(getattr(host, "name", host))
 
 
 async def start(

@@ -26,10 +26,11 @@ from apid.auth.endpoints import PublicRoute
 from apid.auth.tokens import Principal
 from apid.http.compression import accepts_gzip
 from apid.http.conditions import held
+from apid.http.fixed_paths import DOCS_PATH
 from apid.http.requests import query_fields
 from apid.problems import PROBLEM_TYPES, TYPES_PAGE, NotFound, type_uri
 
-PAGE_PATH = "/docs"
+PAGE_PATH = DOCS_PATH
 ASSETS_PATH = "/docs/assets"
 SPEC_URL = "/openapi.json"
 VIEWER_DISTRIBUTION = "swagger-ui-py"

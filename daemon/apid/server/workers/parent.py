@@ -393,7 +393,7 @@ def serve_workers(
     """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker
     started. `versions`: the code installed as it started, which every worker must find too."""
     from apid.http.proxies import socket_listen
-    from apid.server.daemon import describe, server_endpoint
+    from apid.server.listening import describe, server_endpoint
     from apid.server.metrics import listen_metrics
     from apid.server.migration_child import MigrationChild
     from apid.server.reactors import installed
