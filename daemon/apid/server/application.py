@@ -232,28 +232,33 @@ class Application:
     async def _many(self, request: ApidRequest, incoming: Incoming) -> bytes:
         """A batch or a chain: parsed before the charge (one refused for its method, shape or
         size costs nothing), charged a request per element or link, then run."""
-        target, principal, body = incoming.target, incoming.principal, incoming.body
-        batch = self._batch.parse(target, incoming.method, body) if target.kind is CallKind.BATCH else None
-        chain = self._chain.parse(principal, target, body, incoming.method) if batch is None else None
-        single_calls_only(target.kind, incoming.preconditions.if_match)
-        await self._charge(
-            request,
-            principal,
-            incoming.address,
-            request_cost(target.kind, body),
-            lambda: endpoint_calls(self._pipeline.endpoint, target, body),
-        )
-        if batch is not None:
+        target, principal = incoming.target, incoming.principal
+        if target.kind is CallKind.BATCH:
+            batch = self._batch.parse(target, incoming.method, incoming.body)
+            await self._charge_many(request, incoming)
             path = request.path.decode("utf-8", "replace")
             outcome, batched = await self._batch.run(principal, target, batch, path, incoming.address)
             name(request, batched, target.kind)
             self._set_links(request, incoming, batched, None)
             return write_json(request, outcome.body, outcome.status)
-        assert chain is not None
+        chain = self._chain.parse(principal, target, incoming.body, incoming.method)
+        await self._charge_many(request, incoming)
         chained = await self._chain.run(principal, target, chain, incoming.method, incoming.text, incoming.address)
         name(request, chained.endpoint, target.kind)
         self._set_links(request, incoming, chained.endpoint, chained.record)
         return write_json(request, chained.body)
+
+    async def _charge_many(self, request: ApidRequest, incoming: Incoming) -> None:
+        """A parsed batch or chain: refused with If-Match, else charged per element or link."""
+        target, body = incoming.target, incoming.body
+        single_calls_only(target.kind, incoming.preconditions.if_match)
+        await self._charge(
+            request,
+            incoming.principal,
+            incoming.address,
+            request_cost(target.kind, body),
+            lambda: endpoint_calls(self._pipeline.endpoint, target, body),
+        )
 
     async def _get(self, request: ApidRequest, incoming: Incoming, admitted: Admission, call: CallRequest) -> bytes:
         """A GET call: from the cache when its action declares one and holds the answer, with
