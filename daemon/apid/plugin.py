@@ -7,9 +7,10 @@ returns is filtered to the caller's RESPONSE fields by the daemon, never by the 
 
 This module is the whole contract. What the daemon lends a controller (`Services`) is named
 by small protocols defined here, which the daemon's own classes keep, so the module imports
-nothing of the daemon but its problems (`apid.problems`) and the declaration of settings
-(`apid.config.plugin_settings`, over `apid.config.settings`), which import nothing else of apid, and the
-daemon's inner modules depend on it, never the other way round.
+nothing of the daemon but its problems (`apid.problems`), the declaration of settings
+(`apid.config.plugin_settings`, over `apid.config.settings`) and the account policy
+(`apid.config.account_policy`), which import nothing else of apid, and the daemon's inner
+modules depend on it, never the other way round.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 
+from apid.config.account_policy import check_credentials
 from apid.config.plugin_settings import setting, settings
 from apid.problems import (
     BadGateway,
@@ -70,6 +72,7 @@ __all__ = [
     "Unprocessable",
     "Validator",
     "action",
+    "check_credentials",
     "route",
     "setting",
     "settings",

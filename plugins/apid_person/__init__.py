@@ -12,8 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from apid.auth.accounts import check_credentials
-from apid.plugin import Call, Caller, Conflict, Controller, Forbidden, InvalidFields, NotFound, Page, action
+from apid.plugin import (
+    Call,
+    Caller,
+    Conflict,
+    Controller,
+    Forbidden,
+    InvalidFields,
+    NotFound,
+    Page,
+    action,
+    check_credentials,
+)
 
 # Request field -> account attribute, for the fields an update may change.
 CHANGEABLE = ("username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired")

@@ -351,7 +351,7 @@ def test_the_jwt_secret_is_created_0600_and_survives_a_restart(tmp_path):
 # real signal handler, as `make run` stopped early sends it.
 SIGTERM_DURING_START_UP = """
 import os, signal, sys
-from apid.server import reactors
+from apid.runtime import reactors
 from apid.cli.main import main
 
 install = reactors.install

@@ -1,4 +1,4 @@
-"""Plugin coroutines under either reactor (apid.plugin_host.coroutines): Deferreds awaited in asyncio tasks,
+"""Plugin coroutines under either reactor (apid.runtime.coroutines): Deferreds awaited in asyncio tasks,
 an action's coroutine run as a task and cancelled through its Deferred, and the errors that
 say an action awaited asyncio where no asyncio loop runs.
 
@@ -16,7 +16,7 @@ import pytest
 from twisted.internet.defer import CancelledError, Deferred, ensureDeferred, fail
 from twisted.logger import LogLevel, globalLogPublisher
 
-from apid.plugin_host.coroutines import asyncio_required, bridge_tasks, end_tasks, needs_asyncio, started
+from apid.runtime.coroutines import asyncio_required, bridge_tasks, end_tasks, needs_asyncio, started
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from apid.auth.endpoints import error_status
 from apid.problems import InvalidFields
+from apid.server.service_endpoints import error_status
 
 
 @pytest.mark.parametrize(

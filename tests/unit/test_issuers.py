@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apid.auth.accounts import check_credentials
 from apid.auth.identities import username_for
 from apid.auth.issuers import claims_issuer
+from apid.config.account_policy import check_credentials
 from apid.config.files import load_api
 from apid.config.kinds import API_FILE
 from apid.config.nodes import ConfigError

@@ -21,7 +21,6 @@ INIT_WITH_CODE = frozenset(
     {
         "apid.testing",
         "apid.iostate",
-        "apid.openapi",
         "apid.openapi.docs_page",
         "apid.server.workers",
         "apid.plugin_host.scaffold",

@@ -11,17 +11,18 @@ import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 from apid.config.files import load
+from apid.http.fixed_paths import OPENAPI_PATH
 from apid.iostate import RuleSet, bind_references, parse_text
-from apid.openapi import OPENAPI_PATH
 from apid.openapi.document import OpenApiDocuments, build, document_settings
 from apid.openapi.view import api_view
 from apid.plugin_host.discovery import load_all
+from apid.server.service_endpoints import PUBLIC_PATHS
 from iostate_rules import SAMPLE_TEAM, expected_api_paths, network_roles, read_states
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = load(ROOT / "etc", "development", {})
 BOUND = load_all(ROOT / "iostate", CONFIG.api.security)
-SETTINGS = document_settings(CONFIG, BOUND.controllers.values())
+SETTINGS = document_settings(CONFIG, BOUND.controllers.values(), fixed=PUBLIC_PATHS)
 STATES = read_states(ROOT / "iostate", SAMPLE_TEAM)
 ADMIN, USER = "ROLE_ADMIN", "ROLE_USER"
 API_PATH = re.compile(r"/[vbc][0-9]+\.[0-9]+")
@@ -98,7 +99,7 @@ def test_without_a_token_the_document_holds_only_the_endpoints_that_need_none():
 
 
 def test_a_public_endpoint_not_in_reserved_uris_needs_the_token():
-    settings = document_settings(CONFIG, BOUND.controllers.values())
+    settings = document_settings(CONFIG, BOUND.controllers.values(), fixed=PUBLIC_PATHS)
     settings = type(settings)(**{**settings.__dict__, "reserved_uris": settings.reserved_uris - {"/health"}})
     anonymous = build(None, settings)
     assert "/health" not in anonymous["paths"]

@@ -1,5 +1,6 @@
-"""`apid.plugin` stands above the daemon: it imports nothing of it but the problems and the
-declaration of settings (apid.config.plugin_settings over apid.config.settings, which import nothing else). That the
+"""`apid.plugin` stands above the daemon: it imports nothing of it but the problems, the
+declaration of settings (apid.config.plugin_settings over apid.config.settings) and the account
+policy (apid.config.account_policy), which import nothing else. That the
 daemon's own classes keep the protocols it names is checked by mypy (`make check`), in
 tests/plugin_face.py; `apid` ships `py.typed`, so plugins' own type checks see the face too."""
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import apid.config.account_policy
 import apid.config.nodes
 import apid.config.plugin_settings
 import apid.config.settings
@@ -27,6 +29,7 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
     assert imported.split() == [
         "apid",
         "apid.config",
+        "apid.config.account_policy",
         "apid.config.nodes",
         "apid.config.plugin_settings",
         "apid.config.settings",
@@ -38,13 +41,14 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
 @pytest.mark.parametrize(
     "module, allowed",
     [
-        (apid.plugin, {"apid.problems", "apid.config.plugin_settings"}),
+        (apid.plugin, {"apid.problems", "apid.config.plugin_settings", "apid.config.account_policy"}),
         (apid.problems, set()),
+        (apid.config.account_policy, {"apid.problems"}),
         (apid.config.plugin_settings, {"apid.config.nodes", "apid.config.settings"}),
         (apid.config.settings, {"apid.config.nodes"}),
         (apid.config.nodes, set()),
     ],
-    ids=["plugin", "problems", "plugin_settings", "settings", "nodes"],
+    ids=["plugin", "problems", "account_policy", "plugin_settings", "settings", "nodes"],
 )
 def test_the_plugin_api_names_no_module_of_the_daemon_even_for_types(module: Any, allowed: set[str]):
     tree = ast.parse(inspect.getsource(module))

@@ -11,9 +11,6 @@ import pytest
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 KIT = Path(__file__).resolve().parents[2] / "daemon" / "apid" / "testing"
 PUBLIC = frozenset({"apid.plugin", "apid.records", "apid.problems", "apid.testing"})
-# What a first-party plugin still reaches below the face (issue 34): each goes once the face
-# lends it; the test fails when one is no longer needed, so that it is taken off this list.
-NOT_YET = {"apid_person/__init__.py": {"apid.auth.accounts"}}
 
 
 def apid_imports(module: Path) -> set[str]:
@@ -50,7 +47,7 @@ def test_the_plugins_are_found():
 @pytest.mark.parametrize("module", MODULES, ids=lambda module: str(module.relative_to(PLUGINS)))
 def test_a_first_party_plugin_imports_only_the_public_face(module: Path):
     below = {name for name in apid_imports(module) if below_the_face(name)}
-    assert below == NOT_YET.get(module.relative_to(PLUGINS).as_posix(), set())
+    assert below == set()
 
 
 @pytest.mark.parametrize("module", sorted(KIT.glob("*.py")), ids=lambda module: module.name)

@@ -1,4 +1,4 @@
-"""Installing the reactor `reactor` names (apid.server.reactors), each in a fresh interpreter: a
+"""Installing the reactor `reactor` names (apid.runtime.reactors), each in a fresh interpreter: a
 process installs one reactor, and the tests' own is already there."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 INSTALL = """
-from apid.server.reactors import install
+from apid.runtime.reactors import install
 print(install({choice!r}))
 from twisted.internet import reactor
 print(type(reactor).__name__)
@@ -57,7 +57,7 @@ def test_apid_serve_imports_no_reactor_before_it_installs_one():
     not import twisted.internet.reactor (which installs the default one)."""
     done = python("""
 import sys
-import apid.cli.main, apid.config.files, apid.server.reactors, twisted.logger
+import apid.cli.main, apid.config.files, apid.runtime.reactors, twisted.logger
 print('twisted.internet.reactor' in sys.modules)
 """)
     assert done.stdout.strip() == "False", done.stderr
@@ -67,7 +67,7 @@ print('twisted.internet.reactor' in sys.modules)
 def test_a_reactor_installed_too_early_is_named(choice):
     done = python(f"""
 import twisted.internet.reactor
-from apid.server.reactors import ReactorInstalled, install
+from apid.runtime.reactors import ReactorInstalled, install
 try:
     install({choice!r})
 except ReactorInstalled as exc:

@@ -17,7 +17,6 @@ from apid.auth.accounts import (
     PERSON_WITH_ROLES_BY_ID,
     Account,
     accounts_with_roles,
-    check_credentials,
     delete_account,
     email_key,
     find_login,
@@ -33,6 +32,7 @@ from apid.auth.address_change import AddressChanges
 from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
+from apid.config.account_policy import check_credentials
 from apid.problems import Conflict, Forbidden, InvalidFields, NotFound
 from apid.store.coalesce import Coalescer
 from apid.store.database import Database

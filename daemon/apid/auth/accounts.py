@@ -7,7 +7,6 @@ directly and the daemon runs them in the database thread pool through
 
 from __future__ import annotations
 
-import re
 import string
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -20,15 +19,13 @@ from sqlalchemy.exc import IntegrityError
 
 from apid.auth.sessions import revoke_person
 from apid.auth.standing import note_change
-from apid.problems import Conflict, InvalidFields, NotFound
+from apid.problems import Conflict, NotFound
 from apid.store.database import inserted_id
 from apid.store.tables import person, person_role, role
 
 if TYPE_CHECKING:
     from apid.hooks.events import AccountEvents
 
-USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{2,63}")
-PASSWORD_LENGTH = (8, 128)
 # Account attributes whose value takes an account's use away: an administrator's own, or the
 # last administrator's, stays as it is (`keep_an_administrator`).
 REMOVING = {"enabled": False, "accountLocked": True, "accountExpired": True}
@@ -80,26 +77,6 @@ class Account:
         }
 
 
-def check_credentials(username: str | None, password: str | None) -> None:
-    """The account policy for a new username or password; one 400 lists every breach."""
-    errors = []
-    if username is not None and not USERNAME.fullmatch(username):
-        errors.append(
-            {
-                "field": "username",
-                "reason": "must be 3 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
-            }
-        )
-    if password is not None:
-        low, high = PASSWORD_LENGTH
-        if not low <= len(password) <= high:
-            errors.append({"field": "password", "reason": f"must be {low} to {high} characters long"})
-        elif username is not None and password.casefold() == username.casefold():
-            errors.append({"field": "password", "reason": "must not be the username"})
-    if errors:
-        raise InvalidFields(errors=errors)
-
-
 def email_key(address: str) -> str:
     """What makes two e-mail addresses one identity: Unicode canonical caseless matching
     (toNFC(toCasefold(toNFD(address))), Unicode D145 stored in NFC).
@@ -123,7 +100,7 @@ _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 def username_key(username: str) -> str:
     """What makes two usernames one identity: the name with its ASCII letters lowercased.
 
-    Usernames are ASCII by policy (`USERNAME`), so this is their whole case fold, and it
+    Usernames are ASCII by policy (`apid.config.account_policy.USERNAME`), so this is their whole case fold, and it
     folds nothing more: str.lower() would make the Kelvin sign (U+212A) a `k`, so a name typed
     with it would find, or take, the account of the ASCII name. It agrees with SQLite's lower(),
     which folds ASCII only too. The name is stored as typed; this key is only compared, and it

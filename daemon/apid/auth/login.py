@@ -23,8 +23,8 @@ from apid.auth.standing import Standings
 from apid.auth.tokens import Principal, TokenService
 from apid.config.server import JwtConfig
 from apid.http.answers import write_json
+from apid.http.operations import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.http.requests import bearer_token, client_address, read_json_body
-from apid.openapi.parts import BEARER, FILLED_STRING, STRING, json_answer, json_body, problem_answers, query_parameter
 from apid.problems import Unauthorized
 from apid.store.database import Database
 

@@ -18,10 +18,7 @@ from twisted.web.http import Request
 
 from apid.auth import link_page, onetime
 from apid.auth.accounts import (
-    PASSWORD_LENGTH,
-    USERNAME,
     change_account,
-    check_credentials,
     email_key,
     get_account,
     insert_account,
@@ -43,13 +40,11 @@ from apid.auth.limits import AbuseLimiter
 from apid.auth.passwords import Passwords
 from apid.auth.sessions import Revocations
 from apid.auth.tokens import Principal
+from apid.config.account_policy import PASSWORD_LENGTH, USERNAME, check_credentials
 from apid.config.server import AccountsConfig
 from apid.hooks.events import AccountEvents
 from apid.http.answers import write_json
-from apid.http.requests import client_address, read_json_body
-from apid.mail.message import PRODUCT, Message
-from apid.mail.outbox import queue_mail
-from apid.openapi.parts import (
+from apid.http.operations import (
     FILLED_STRING,
     header_refs,
     json_answer,
@@ -58,6 +53,9 @@ from apid.openapi.parts import (
     query_parameter,
     text_answer,
 )
+from apid.http.requests import client_address, read_json_body
+from apid.mail.message import PRODUCT, Message
+from apid.mail.outbox import queue_mail
 from apid.problems import BadRequest, NotFound
 from apid.store.database import Database, DatabaseUnavailable
 from apid.store.tables import person

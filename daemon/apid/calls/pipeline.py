@@ -5,7 +5,7 @@ role's REQUEST fields, typed by VALUES, with the fields the action requires and 
 field rules (one 400 lists every bad field) -> run the controller action -> return only the
 role's RESPONSE fields. Each step is a small function; `Pipeline.run` composes them and
 reads like that list. Nothing here trusts an earlier call: every run authorises on its own.
-An action's coroutine runs where `apid.plugin_host.coroutines` says: on Twisted's driver, or as an asyncio
+An action's coroutine runs where `apid.runtime.coroutines` says: on Twisted's driver, or as an asyncio
 task under the asyncio reactor.
 """
 
@@ -28,8 +28,8 @@ from apid.http.current_request import REQUEST_ID
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.iostate.types import Conversion
 from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
-from apid.plugin_host.coroutines import asyncio_required, needs_asyncio, started
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem, Unauthorized
+from apid.runtime.coroutines import asyncio_required, needs_asyncio, started
 
 log = Logger(namespace="apid.pipeline")
 

@@ -18,7 +18,7 @@ from apid.cli.common import CommandFailed, load_config
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """One process, or (`procCores` above 1) the parent of that many worker processes."""
-    from apid.server.reactors import install
+    from apid.runtime.reactors import install
     from apid.server.workers import share_metrics, worker_count
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C before the reactor runs: an end, not a traceback
@@ -46,7 +46,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import pickle
     import socket
 
-    from apid.server.reactors import install
+    from apid.runtime.reactors import install
     from apid.server.workers import CHANNEL_FD, PORT_FD, WorkerStart
 
     # `python -m apid` had it end with its parent (apid.server.workers.orphans) before it imported this
@@ -60,8 +60,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise CommandFailed("`apid worker` read no configuration from its parent (another version of apid?)")
     os.setpgrp()  # Ctrl-C in a terminal reaches the parent alone, which stops the workers in order
     reactor = install(args.reactor)
+    from apid.runtime.reactors import installed
     from apid.server.daemon import serve
-    from apid.server.reactors import installed
     from apid.server.shutdown import Shutdown
     from apid.server.workers.versions import CODE_CHANGED, code_changes, installed_versions
     from apid.server.workers.worker import link

@@ -28,9 +28,10 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
     from sqlalchemy import Connection
 
-    from apid.auth.accounts import check_credentials, insert_account
+    from apid.auth.accounts import insert_account
     from apid.auth.passwords import hash_password
     from apid.calls.pipeline import filter_output
+    from apid.config.account_policy import check_credentials
     from apid.hooks.events import AccountEvents
     from apid.iostate.types import value_type
     from apid.store.database import run_write

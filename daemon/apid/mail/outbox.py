@@ -28,7 +28,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from apid.mail.message import RETRY_DELAYS, Mailer, Message, Undeliverable
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 from apid.store import leases
 from apid.store.database import Database, DatabaseUnavailable
 from apid.store.tables import mail_outbox

@@ -15,7 +15,7 @@ from twisted.internet.threads import deferToThread
 
 from apid.config.server import MailConfig
 from apid.mail.message import Mailer, Message, rendered
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 
 SMTP_TIMEOUT = 30.0
 

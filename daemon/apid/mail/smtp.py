@@ -21,7 +21,7 @@ from twisted.mail.smtp import ESMTPSender, ESMTPSenderFactory, SMTPClientError, 
 
 from apid.config.server import MailConfig
 from apid.mail.message import Undeliverable
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 
 
 class SmtpUtf8Unavailable(Undeliverable, SMTPClientError):

@@ -4,10 +4,6 @@
 ones (`build`, `OpenApiDocuments`); `calls` and `chains` write the operations of the actions the
 roles may call, `fields` the JSON Schema of their fields (from `ValueType.json_schema`);
 `public` lists the public endpoints, whose operations are declared beside their handlers;
-`components` holds what every document shares, and `parts` what operations are written with.
-
-This module imports nothing, so that the endpoints' modules may use `parts` while `public`
-lists them.
+`components` holds what every document shares. What an operation is written with is below
+every endpoint that declares one, in `apid.http.operations` and `apid.http.problem_schemas`.
 """
-
-OPENAPI_PATH = "/openapi.json"

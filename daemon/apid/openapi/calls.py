@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apid.openapi.fields import field_schema, object_schema, page_bounds
-from apid.openapi.parts import (
+from apid.http.operations import (
     API_ERRORS,
     BATCH_TAG,
     BEARER,
@@ -24,6 +23,7 @@ from apid.openapi.parts import (
     problem_answers,
     ref,
 )
+from apid.openapi.fields import field_schema, object_schema, page_bounds
 from apid.openapi.view import ID, ActionDoc, iso_time
 from apid.plugin import ActionRules
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from apid.openapi.calls import NO_RULES, ActionNames, description_of, required_fields, summary_of
-from apid.openapi.fields import field_schema, object_schema, page_bounds
-from apid.openapi.parts import (
+from apid.http.operations import (
     API_ERRORS,
     BEARER,
     CHAIN_TAG,
@@ -32,6 +30,8 @@ from apid.openapi.parts import (
     ref,
     schema_body,
 )
+from apid.openapi.calls import NO_RULES, ActionNames, description_of, required_fields, summary_of
+from apid.openapi.fields import field_schema, object_schema, page_bounds
 from apid.openapi.view import ActionDoc
 from apid.plugin import ActionRules
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from apid.http.operations import NOT_MODIFIED, PROBLEM_RESPONSES, SECURITY_SCHEME, header_refs
+from apid.http.problem_schemas import problem_schemas
 from apid.openapi.chains import chain_schemas
-from apid.openapi.parts import NOT_MODIFIED, PROBLEM_RESPONSES, SECURITY_SCHEME, header_refs
-from apid.openapi.problems import problem_schemas
 
 
 def shared_components(links: Iterable[str] = ()) -> dict[str, Any]:

@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from apid.auth.endpoints import PublicPath
 from apid.auth.issuers import PASSWORD_PATHS
 from apid.auth.jwks import discovery_url
 from apid.auth.login import LOGOUT, REFRESH_TOKEN
 from apid.config.files import Config
+from apid.http.operations import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
 from apid.iostate.model import RuleSet
 from apid.openapi.calls import (
     NO_RULES,
@@ -31,7 +33,6 @@ from apid.openapi.calls import (
 )
 from apid.openapi.chains import chain_operations
 from apid.openapi.components import shared_components
-from apid.openapi.parts import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
 from apid.openapi.view import ApiView, api_view
 from apid.plugin import ActionRules, action_rules
@@ -52,6 +53,7 @@ class DocumentSettings:
     chain_limit: int
     server_url: str | None = None
     routes: tuple[RouteDoc, ...] = ()
+    fixed: tuple[PublicPath, ...] = ()  # the fixed public endpoints, each declared beside its handler
     anonymous_role: str = "ROLE_ANONYMOUS"
     # what each action declares (`@action`), by "controller/action": what it requires and answers
     declared: Mapping[str, ActionRules] = field(default_factory=dict)
@@ -60,10 +62,15 @@ class DocumentSettings:
 
 
 def document_settings(
-    config: Config, controllers: Iterable[LoadedController], server_url: str | None = None
+    config: Config,
+    controllers: Iterable[LoadedController],
+    *,
+    fixed: Iterable[PublicPath],
+    server_url: str | None = None,
 ) -> DocumentSettings:
     """The settings of a deployment's documents: `controllers` are the loaded ones (their
-    routes and their actions' declarations); the server is `baseUrl` unless given."""
+    routes and their actions' declarations), `fixed` the public endpoints the server answers;
+    the server is `baseUrl` unless given."""
     controllers = list(controllers)
     return DocumentSettings(
         version=config.api.version,
@@ -72,6 +79,7 @@ def document_settings(
         chain_limit=config.api.chain_limit,
         server_url=server_url or config.server.base_url,
         routes=plugin_routes(controllers),
+        fixed=tuple(fixed),
         anonymous_role=config.api.security.anonymous_role,
         declared={
             f"{loaded.cls.name}/{name}": action_rules(handler)
@@ -129,7 +137,7 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
     without_token = view is None or not token
     actions = list(view.actions()) if view is not None else []
     components = shared_components(sorted({action.name for action in actions}))
-    paths = public_paths(settings.routes, settings.reserved_uris, anonymous=without_token)
+    paths = public_paths(settings.fixed, settings.routes, settings.reserved_uris, anonymous=without_token)
     tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]
     if any(ROUTES_TAG in op.get("tags", ()) for operations in paths.values() for op in operations.values()):
         tags.append({"name": ROUTES_TAG, "description": "Plugins' own paths, outside IO State"})

@@ -1,5 +1,6 @@
 """The public endpoints in a document: the fixed ones, each declared with its operation beside
-its handler (`PublicPath`), this document's own, and the plugins' `@route` paths. Without a
+its handler (`PublicPath`; the server lists them, `apid.server.service_endpoints.PUBLIC_PATHS`),
+this document's own, and the plugins' `@route` paths. Without a
 token a document lists those in `reservedUris` only; with one, all, those not listed needing
 the token."""
 
@@ -10,11 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from apid.auth.endpoints import SERVICE_PATHS, PublicPath
-from apid.auth.login import SESSION_PATHS
-from apid.auth.registration import ACCOUNT_PATHS
-from apid.openapi import OPENAPI_PATH
-from apid.openapi.parts import BEARER, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG, STRING, json_answer, problem_answers
+from apid.auth.endpoints import PublicPath
+from apid.http.fixed_paths import OPENAPI_PATH
+from apid.http.operations import BEARER, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG, STRING, json_answer, problem_answers
 
 if TYPE_CHECKING:
     from apid.plugin_host.discovery import LoadedController
@@ -34,7 +33,6 @@ OPENAPI_DOCUMENT = PublicPath(
         },
     },
 )
-PUBLIC_PATHS = (*SESSION_PATHS, *ACCOUNT_PATHS, *SERVICE_PATHS, OPENAPI_DOCUMENT)  # in the documents' order
 
 
 @dataclass(frozen=True)
@@ -62,10 +60,12 @@ def is_public(path: str, reserved: frozenset[str]) -> bool:
     return (path.split("{", 1)[0].rstrip("/") or "/") in reserved
 
 
-def public_paths(routes: Iterable[RouteDoc], reserved: frozenset[str], anonymous: bool) -> dict[str, dict[str, Any]]:
+def public_paths(
+    fixed: Iterable[PublicPath], routes: Iterable[RouteDoc], reserved: frozenset[str], anonymous: bool
+) -> dict[str, dict[str, Any]]:
     """The fixed endpoints and plugins' routes: without a token (`anonymous`) only those in
     `reserved`; with one, all, those not reserved needing the token."""
-    operations = {(p.path, p.method.lower()): {**p.operation, "tags": [PUBLIC_TAG]} for p in PUBLIC_PATHS}
+    operations = {(p.path, p.method.lower()): {**p.operation, "tags": [PUBLIC_TAG]} for p in fixed}
     for route in routes:
         path = ROUTE_VARIABLE.sub(r"{\1}", route.path)
         operation: dict[str, Any] = {

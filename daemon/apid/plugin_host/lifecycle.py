@@ -10,7 +10,7 @@ each `stopping()` is awaited in the reverse order, all of them within the shutdo
 it all (unless the stop is hurried: nobody waits for the process): one still running then is
 cancelled and one that fails is logged, and the next is stopped all the same. Under the
 asyncio reactor each hook runs as an asyncio task, as an action does
-(`apid.plugin_host.coroutines.started`).
+(`apid.runtime.coroutines.started`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.plugin import Controller
-from apid.plugin_host.coroutines import started
+from apid.runtime.coroutines import started
 
 log = Logger(namespace="apid.lifecycle")
 
 # Seconds the stopping hooks get when the requests in flight used up the drain: closing a
-# client or a pool takes a moment, and is worth it (as `apid.plugin_host.coroutines.end_tasks` gives tasks).
+# client or a pool takes a moment, and is worth it (as `apid.runtime.coroutines.end_tasks` gives tasks).
 GRACE = 2.0
 
 

@@ -42,16 +42,16 @@ from apid.calls.preconditions import checked_write, single_calls_only, unchanged
 from apid.calls.rate_limits import RateLimiter
 from apid.http.answers import write_json
 from apid.http.conditions import Preconditions
+from apid.http.fixed_paths import OPENAPI_PATH
 from apid.http.methods import KNOWN_METHODS
 from apid.http.requests import asks_for_links, bearer_token, client_address, query_fields, read_json_body
 from apid.http.routes import answer_failure, klein_routes
 from apid.http.site import ApidRequest
 from apid.iostate import Endpoint
-from apid.openapi import OPENAPI_PATH
 from apid.openapi.serving import revalidated
 from apid.plugin import Controller, RouteCall
-from apid.plugin_host.coroutines import started
 from apid.problems import Forbidden, NotFound, Problem, Unauthorized
+from apid.runtime.coroutines import started
 from apid.server.dispatch import ApiDispatch
 
 log = Logger(namespace="apid.app")

@@ -18,7 +18,6 @@ from twisted.web.resource import IResource
 
 from apid.auth.account_service import Accounts
 from apid.auth.address_change import AddressChanges
-from apid.auth.endpoints import ServiceEndpoints
 from apid.auth.identities import ExternalIdentities
 from apid.auth.issuers import PASSWORD_PATHS, external_issuers
 from apid.auth.key_service import ApiKeys
@@ -50,9 +49,10 @@ from apid.plugin import Services
 from apid.plugin_host.discovery import Bound
 from apid.plugin_host.lifecycle import PluginLifecycle
 from apid.plugin_host.rules import RuleBook
+from apid.runtime.reactors import Reactor
 from apid.server.application import Application, plugin_routes
 from apid.server.peers import PeerPinger
-from apid.server.reactors import Reactor
+from apid.server.service_endpoints import PUBLIC_PATHS, ServiceEndpoints
 from apid.store.database import Database
 from apid.store.redis import RedisCircuit, redis_pool
 from apid.telemetry.health import Health
@@ -237,7 +237,7 @@ def assemble(
             server.jwt.leeway,
         ),
         openapi=OpenApiDocuments(
-            lambda: rule_book.current, document_settings(config, bound.controllers.values())
+            lambda: rule_book.current, document_settings(config, bound.controllers.values(), fixed=PUBLIC_PATHS)
         ).document,
     )
     return Assembly(

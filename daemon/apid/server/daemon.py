@@ -34,16 +34,16 @@ from apid.http.proxies import client_endpoint, socket_listen
 from apid.http.site import ApidSite, OpenConnections
 from apid.mail.outbox import MailSender
 from apid.openapi.docs_page import DocsPage
-from apid.plugin_host.coroutines import end_tasks
 from apid.plugin_host.discovery import load_all
 from apid.plugin_host.lifecycle import PluginLifecycle
 from apid.plugin_host.rules import RuleBook
+from apid.runtime.coroutines import end_tasks
+from apid.runtime.reactors import Reactor, installed
 from apid.server.assembly import assemble
 from apid.server.listening import describe, server_endpoint
 from apid.server.metrics import listen_metrics
 from apid.server.migration_child import MigrationChild
 from apid.server.peers import PeerPinger
-from apid.server.reactors import Reactor, installed
 from apid.server.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
 from apid.server.shutdown import Shutdown, close_after_answers, stop_on_signals
 from apid.server.systemd import KeepAlive, reloaded, reloading, watchdog_seconds
@@ -247,7 +247,7 @@ async def stop(running: Running, shutdown: Shutdown) -> None:
 
 def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -> int:
     """Run the daemon until SIGTERM or SIGINT; the exit status tells whether it started.
-    `reactor_name` says which reactor `apid.server.reactors.install` installed, for the ready line.
+    `reactor_name` says which reactor `apid.runtime.reactors.install` installed, for the ready line.
     A worker serves its parent's socket and tells its parent, not systemd, that it serves."""
     reactor = installed()
 

@@ -8,7 +8,7 @@ from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 
 from apid.config.nodes import ConfigError
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 
 
 def with_backlog(listen: str) -> str:

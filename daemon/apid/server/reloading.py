@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from apid.iostate import IOStateError, RuleSet
 from apid.plugin_host.discovery import PluginError
 from apid.plugin_host.rules import RuleBook
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 from apid.store.database import Database, DatabaseUnavailable, dialect_insert, make_engine, run_write
 from apid.store.tables import iostate_change, iostate_report
 

@@ -23,7 +23,7 @@ from twisted.web.http import HTTPChannel
 
 from apid.config.server import ShutdownConfig
 from apid.http.site import OpenConnections
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 from apid.telemetry.health import Health
 
 log = Logger(namespace="apid.shutdown")

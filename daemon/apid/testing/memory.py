@@ -57,11 +57,11 @@ from apid.hooks.service import Hooks
 from apid.iostate import Endpoint, RuleSet
 from apid.openapi.docs_page import DocsPage
 from apid.plugin import Caller, Controller
-from apid.plugin_host.coroutines import bridge_tasks
 from apid.plugin_host.discovery import FoundPlugin, bind, discover, load
 from apid.plugin_host.migrations import MIGRATIONS_GROUP, MigrationSource, migration_sources
+from apid.runtime.coroutines import bridge_tasks
+from apid.runtime.reactors import Reactor, new_loop
 from apid.server.assembly import assemble
-from apid.server.reactors import Reactor, new_loop
 from apid.store.database import Database, make_engine
 from apid.store.migrate import upgrade_all
 from apid.testing.calls import ApiCalls, Login, Reply, query_fields, request_headers

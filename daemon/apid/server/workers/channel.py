@@ -35,7 +35,7 @@ P = TypeVar("P", bound=amp.AMP)
 
 
 class Ready(amp.Command):
-    """Worker `index` serves, on `reactor` (as `apid.server.reactors.install` described it)."""
+    """Worker `index` serves, on `reactor` (as `apid.runtime.reactors.install` described it)."""
 
     arguments = [(b"index", amp.Integer()), (b"reactor", amp.Unicode())]
     response = []

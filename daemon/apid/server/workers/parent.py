@@ -40,7 +40,7 @@ from twisted.python.failure import Failure
 from apid.auth.limits import MemoryWindows
 from apid.calls.rate_limits import MemoryCounters
 from apid.config.files import Config
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 from apid.server.shutdown import Shutdown, stop_on_signals
 from apid.server.systemd import KeepAlive, notify, reloaded, reloading, watchdog_seconds
 from apid.server.workers import CHANNEL_FD, PORT_FD, WorkerStart
@@ -393,10 +393,10 @@ def serve_workers(
     """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker
     started. `versions`: the code installed as it started, which every worker must find too."""
     from apid.http.proxies import socket_listen
+    from apid.runtime.reactors import installed
     from apid.server.listening import describe, server_endpoint
     from apid.server.metrics import listen_metrics
     from apid.server.migration_child import MigrationChild
-    from apid.server.reactors import installed
     from apid.telemetry.metrics import count_if_read
 
     reactor = installed()

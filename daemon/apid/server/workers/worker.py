@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from apid.private_apis import OneAcceptPerRead, adopt_listening_port
-from apid.server.reactors import Reactor
+from apid.runtime.reactors import Reactor
 from apid.server.shutdown import Shutdown
 from apid.server.workers import CHANNEL_FD, PORT_FD
 from apid.server.workers.channel import ParentCounters, ParentWindows, Ready, SiblingWorkers, WorkerSide, adopt

@@ -1,6 +1,8 @@
-"""The problems in a document: one schema per problem type (`apid.problems.PROBLEM_TYPES`,
-each with the members its class declares), `type` a constant that tells them apart, and per
-status the schema of its answers (one type, or `oneOf` them with a `discriminator` on `type`).
+"""The problems as OpenAPI describes them, for the documents and for the public endpoints that
+declare their operations (`apid.http.operations`): one schema per problem type
+(`apid.problems.PROBLEM_TYPES`, each with the members its class declares), `type` a constant
+that tells them apart, and per status the schema of its answers (one type, or `oneOf` them
+with a `discriminator` on `type`).
 """
 
 from __future__ import annotations

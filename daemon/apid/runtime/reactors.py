@@ -3,7 +3,7 @@
 `default` is Twisted's choice for the platform (epoll on Linux), the fastest; `asyncio` is
 AsyncioSelectorReactor, on uvloop when it is installed (the `asyncio` extra) and on the
 standard event loop otherwise, under which plugin actions may await asyncio libraries
-(apid.plugin_host.coroutines). A reactor is installed once per process, before anything imports
+(apid.runtime.coroutines). A reactor is installed once per process, before anything imports
 twisted.internet.reactor: `apid serve` installs it before it imports the daemon.
 """
 
@@ -64,7 +64,7 @@ def install(choice: str) -> str:
         return f"default ({type(reactor).__name__})"
     from twisted.internet import asyncioreactor
 
-    from apid.plugin_host.coroutines import bridge_tasks
+    from apid.runtime.coroutines import bridge_tasks
 
     loop, name = new_loop()
     asyncio.set_event_loop(loop)

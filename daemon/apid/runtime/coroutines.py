@@ -41,7 +41,7 @@ _NO_LOOP_TYPES = frozenset({"AsyncLibraryNotFoundError"})
 
 
 def bridge_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Make every task of `loop` able to await Deferreds (`apid.server.reactors` does it for the
+    """Make every task of `loop` able to await Deferreds (`apid.runtime.reactors` does it for the
     daemon's loop before the reactor is built)."""
     loop.set_task_factory(_bridged_task)
 

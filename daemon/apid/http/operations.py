@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from apid.openapi.problems import status_schema
+from apid.http.problem_schemas import status_schema
 from apid.problems import MEDIA_TYPE as PROBLEM_MEDIA_TYPE
 
 JSON = "application/json"
