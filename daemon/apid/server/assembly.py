@@ -1,19 +1,23 @@
-"""Wiring the request path: the one `Application` the daemon serves, built in one place.
+"""The composition root: every part of a daemon built in one place, each handed the settings
+it uses, from the configuration and what was read from outside.
 
-`apid.server.daemon.start` and the testing kit (`apid.testing`) both build it here, so what a
+`apid.server.daemon.start` and the testing kit (`apid.testing`) both build here, so what a
 plugin's tests call is what the daemon serves. What touches the outside stays with the
-caller: reading the secret and the viewer's files, migrating, binding the plugins, the
-database's and the passwords' thread pools, and the webhook delivery worker. Nothing is
-started here; the caller starts the pools and `revocations`, and listens.
+caller: reading the secret and the viewer's files, migrating, binding the plugins, opening the
+engine, and listening. Nothing is started here; the caller starts the parts (`Assembly` says
+which) and stops them.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from sqlalchemy import Engine
+from twisted.python.threadpool import ThreadPool
 from twisted.web.resource import IResource
 
 from apid.auth.account_service import Accounts
@@ -52,12 +56,14 @@ from apid.plugin_host.rules import RuleBook
 from apid.runtime.reactors import Reactor
 from apid.server.application import Application, plugin_routes
 from apid.server.peers import PeerPinger
+from apid.server.reloading import RulesWatcher, process_name
 from apid.server.service_endpoints import PUBLIC_PATHS, ServiceEndpoints
 from apid.store.database import Database
 from apid.store.redis import RedisCircuit, redis_pool
 from apid.telemetry.health import Health
 
 if TYPE_CHECKING:
+    from apid.hooks.deliverer import DeliveryWorker
     from apid.server.workers.worker import WorkerLink
 
 
@@ -68,7 +74,10 @@ class Assembly:
 
     application: Application
     resource: IResource  # what the daemon's site serves: `serving_stack`
+    db: Database  # its thread pool to start and stop
+    passwords: Passwords  # its thread pool to start and stop
     rule_book: RuleBook
+    rules_watcher: RulesWatcher  # follows the reloads other processes announce; to start and stop
     accounts: Accounts
     tokens: TokenService
     revocations: Revocations
@@ -77,6 +86,7 @@ class Assembly:
     redis: RedisCircuit | None  # the Redis pool, rebuilt after an outage; stopped on shutdown
     health: Health  # what /health answers: conditions reported by the parts that hold them
     plugins: PluginLifecycle  # the controllers' start-up and shutdown hooks, to run
+    deliveries: DeliveryWorker | None  # sends the webhook outbox's messages once started
 
 
 def assemble(
@@ -86,22 +96,27 @@ def assemble(
     secret: bytes,
     docs_page: DocsPage,
     bound: Bound,
-    db: Database,
-    passwords: Passwords,
-    wake: Callable[[], None] | None,
+    engine: Engine,
+    pool: ThreadPool | None = None,
+    deliver: bool = True,
     wrap_events: Callable[[EventRecorder], Events] | None = None,
     shared: WorkerLink | None = None,
-    hooks: Hooks | None = None,
+    hooks_class: type[Hooks] = Hooks,
 ) -> Assembly:
-    """Build the application over these parts.
+    """Build every part of a daemon over the bound plugins and the (migrated) database `engine`.
 
-    `wake` tells the webhook delivery worker that messages wait; None means webhooks are off
-    and no events are recorded. `wrap_events`, if given, wraps the recorder each call reports
-    its events to (the testing kit collects them this way). `shared` is a worker process's
-    link to its parent, which keeps the counts of every worker when Redis does not. `hooks`, if
-    given, are the webhooks lent to the controllers (`services.hooks`) in the place of apid's:
-    the testing kit lends its own."""
+    `pool`, if given, runs the database's and the passwords' work in the place of their own
+    thread pools (the testing kit runs it inline). Under `webhookActive` the events are recorded
+    and, with `deliver`, sent by a delivery worker; the testing kit keeps them in the outbox.
+    `wrap_events`, if given, wraps the recorder each call reports its events to (the testing kit
+    collects them this way). `shared` is a worker process's link to its parent, which keeps the
+    counts of every worker when Redis does not. `hooks_class` makes the webhooks lent to the
+    controllers (`services.hooks`): the testing kit's allow a receiver on loopback."""
     server, api = config.server, config.api
+    db = Database(reactor=reactor, engine=engine, threads=server.database_pool_size, pool=pool)
+    passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1), pool=pool)
+    deliveries = webhook_delivery(reactor, config, db) if deliver else None
+    wake = _wake(deliveries, server.webhook_active)
     # each controller's own settings, first: the file's mistakes stop the start before anything is made
     plugin_settings = server.plugins.read(
         {name: loaded.cls.settings_class for name, loaded in bound.controllers.items()}
@@ -155,8 +170,7 @@ def assemble(
         superuser_role=api.security.superuser_role,
     )
     pinger = PeerPinger(reactor, server.servers)
-    if hooks is None:
-        hooks = Hooks(db=db, allowed_origins=api.allowed_origins, rules=lambda: rule_book.current, wake=wake)
+    hooks = hooks_class(db=db, allowed_origins=api.allowed_origins, rules=lambda: rule_book.current, wake=wake)
     services = Services(
         db=db,
         accounts=accounts,
@@ -243,7 +257,10 @@ def assemble(
     return Assembly(
         application=application,
         resource=serving_stack(application, api.allowed_origins),
+        db=db,
+        passwords=passwords,
         rule_book=rule_book,
+        rules_watcher=RulesWatcher(reactor=reactor, db=db, rule_book=rule_book, who=process_name()),
         accounts=accounts,
         tokens=tokens,
         revocations=revocations,
@@ -252,7 +269,40 @@ def assemble(
         redis=circuit,
         health=health,
         plugins=PluginLifecycle(clock=reactor, controllers=controllers, labels=labels, drain=server.shutdown.drain),
+        deliveries=deliveries,
     )
+
+
+def webhook_delivery(reactor: Reactor, config: Config, db: Database) -> DeliveryWorker | None:
+    """The delivery worker when webhookActive is on; without it nothing is recorded or sent."""
+    if not config.server.webhook_active:
+        return None
+    # here, not at the top: treq and Twisted's HTTP client stay out of a daemon without webhooks
+    from apid.hooks.deliverer import DeliveryWorker
+    from apid.hooks.delivery import Deliverer
+
+    settings = config.server.webhooks
+    deliverer = Deliverer(
+        reactor=reactor,
+        allowed_origins=config.api.allowed_origins,
+        timeout=settings.timeout,
+        per_host=settings.per_host,
+    )
+    return DeliveryWorker(
+        reactor=reactor, db=db, deliverer=deliverer, config=settings, max_attempts=config.api.attempts
+    )
+
+
+def _wake(deliveries: DeliveryWorker | None, recording: bool) -> Callable[[], None] | None:
+    """What tells the delivery worker that messages wait: None when no events are recorded; a
+    call that does nothing when they are kept in the outbox, unsent (the testing kit's)."""
+    if deliveries is not None:
+        return deliveries.wake
+    return _kept_unsent if recording else None
+
+
+def _kept_unsent() -> None:
+    """Messages wait in the outbox table, never sent."""
 
 
 def serving_stack(application: Application, allowed_origins: Iterable[str]) -> IResource:

@@ -16,7 +16,6 @@ are imported where they are set up, when the configuration asks for them.
 from __future__ import annotations
 
 import gc
-import os
 import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,56 +25,39 @@ from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
-from apid.auth.passwords import Passwords
-from apid.auth.sessions import Revocations
 from apid.auth.tokens import load_secret
 from apid.config.files import Config
 from apid.http.proxies import client_endpoint, socket_listen
 from apid.http.site import ApidSite, OpenConnections
-from apid.mail.outbox import MailSender
 from apid.openapi.docs_page import DocsPage
 from apid.plugin_host.discovery import load_all
-from apid.plugin_host.lifecycle import PluginLifecycle
-from apid.plugin_host.rules import RuleBook
 from apid.runtime.coroutines import end_tasks
 from apid.runtime.reactors import Reactor, installed
-from apid.server.assembly import assemble
+from apid.server.assembly import Assembly, assemble
 from apid.server.listening import describe, server_endpoint
 from apid.server.metrics import listen_metrics
 from apid.server.migration_child import MigrationChild
-from apid.server.peers import PeerPinger
-from apid.server.reloading import LOAD_ERRORS, RulesWatcher, announce_reload, process_name, read_generation
+from apid.server.reloading import LOAD_ERRORS, announce_reload, read_generation
 from apid.server.shutdown import Shutdown, close_after_answers, stop_on_signals
 from apid.server.systemd import KeepAlive, reloaded, reloading, watchdog_seconds
 from apid.server.systemd import notify as notify_systemd
-from apid.store.database import Database, make_engine, run_read
+from apid.store.database import make_engine, run_read
 from apid.telemetry import metrics
-from apid.telemetry.health import Health
 
 if TYPE_CHECKING:
-    from apid.hooks.deliverer import DeliveryWorker
     from apid.server.workers.worker import WorkerLink
-    from apid.store.redis import RedisCircuit
 
 log = Logger(namespace="apid.daemon")
 
 
 @dataclass
 class Running:
+    """A started daemon: its parts (`apid.server.assembly`) and what listens."""
+
+    parts: Assembly
     port: IListeningPort
     site: ApidSite
     connections: OpenConnections
-    db: Database
-    passwords: Passwords
-    rule_book: RuleBook
-    rules_watcher: RulesWatcher
-    revocations: Revocations
-    mail: MailSender
-    pinger: PeerPinger
-    redis: RedisCircuit | None
-    deliveries: DeliveryWorker | None
-    health: Health
-    plugins: PluginLifecycle
     metrics_port: IListeningPort | None = None  # `metrics.listen`
 
 
@@ -86,45 +68,38 @@ async def start(
     worker: WorkerLink | None = None,
     migration: MigrationChild | None = None,
 ) -> Running:
-    """Bring everything up and listen; raises (and leaves nothing running) if any step fails.
-    `migration` is the child migrating the database; a worker has none: its parent migrated
-    the database before starting any worker, and keeps the counts without Redis."""
+    """Read what the parts need from outside, build them (`assemble`), start them and listen;
+    raises (and leaves nothing running) if any step fails. `migration` is the child migrating
+    the database; a worker has none: its parent migrated the database before starting any
+    worker, and keeps the counts without Redis."""
     server, api = config.server, config.api
     if migration is not None:
         await deferToThread(migration.wait)
     counting = metrics.count_if_read(server.metrics)
     secret = await deferToThread(load_secret, server.jwt)
-    docs_page = DocsPage()  # reads the viewer's files at the first request for them
     engine = make_engine(server.database_url, server.database_pool_size)
     generation = await deferToThread(run_read, engine, read_generation)  # before the files: no reload missed
     bound = await deferToThread(load_all, api.iostate_dir, api.security)
-
-    db = Database(reactor=reactor, engine=engine, threads=server.database_pool_size)
-    passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1))
-    deliveries = webhook_delivery(reactor, config, db)
     parts = assemble(
         reactor,
         config,
         secret=secret,
-        docs_page=docs_page,
+        docs_page=DocsPage(),  # reads the viewer's files at the first request for them
         bound=bound,
-        db=db,
-        passwords=passwords,
-        wake=deliveries.wake if deliveries else None,
+        engine=engine,
         shared=worker,
     )
-    rules_watcher = RulesWatcher(reactor=reactor, db=db, rule_book=parts.rule_book, who=process_name())
-    db.start()
-    passwords.start()
+    parts.db.start()
+    parts.passwords.start()
     # Their threads are not daemon threads: a process whose reactor stopped would wait for them
     # forever. A SIGTERM before `serve` registers its shutdown (while this start-up runs) must
     # stop them too, so they are stopped after every shutdown, whichever stop comes first.
-    reactor.addSystemEventTrigger("after", "shutdown", db.stop)
-    reactor.addSystemEventTrigger("after", "shutdown", passwords.stop)
+    reactor.addSystemEventTrigger("after", "shutdown", parts.db.stop)
+    reactor.addSystemEventTrigger("after", "shutdown", parts.passwords.stop)
     metrics_port = None
     try:
         await parts.revocations.start()
-        await rules_watcher.start(generation)
+        await parts.rules_watcher.start(generation)
         await parts.plugins.start()
         site = ApidSite(
             resource=parts.resource,
@@ -142,54 +117,18 @@ async def start(
             metrics_port.stopListening()
         await parts.plugins.stop(reactor.seconds() + server.shutdown.drain, hurried=False)  # those started, if any
         parts.revocations.stop()
-        await rules_watcher.stop()
-        db.stop()
-        passwords.stop()
+        await parts.rules_watcher.stop()
+        parts.db.stop()
+        parts.passwords.stop()
         if parts.redis is not None:
             parts.redis.stop()  # stops its probing and the pool's reconnecting; nothing waits on the Deferred
         raise
     parts.mail.start()
-    if deliveries is not None:
-        deliveries.start()
+    if parts.deliveries is not None:
+        parts.deliveries.start()
     if metrics_port is not None:
         log.info("metrics on {address}/metrics", address=describe(metrics_port))
-    return Running(
-        port=port,
-        site=site,
-        connections=connections,
-        db=db,
-        passwords=passwords,
-        rule_book=parts.rule_book,
-        rules_watcher=rules_watcher,
-        revocations=parts.revocations,
-        mail=parts.mail,
-        pinger=parts.pinger,
-        redis=parts.redis,
-        deliveries=deliveries,
-        health=parts.health,
-        plugins=parts.plugins,
-        metrics_port=metrics_port,
-    )
-
-
-def webhook_delivery(reactor: Reactor, config: Config, db: Database) -> DeliveryWorker | None:
-    """The delivery worker when webhookActive is on; without it nothing is recorded or sent."""
-    if not config.server.webhook_active:
-        return None
-    # here, not at the top: treq and Twisted's HTTP client stay out of a daemon without webhooks
-    from apid.hooks.deliverer import DeliveryWorker
-    from apid.hooks.delivery import Deliverer
-
-    settings = config.server.webhooks
-    deliverer = Deliverer(
-        reactor=reactor,
-        allowed_origins=config.api.allowed_origins,
-        timeout=settings.timeout,
-        per_host=settings.per_host,
-    )
-    return DeliveryWorker(
-        reactor=reactor, db=db, deliverer=deliverer, config=settings, max_attempts=config.api.attempts
-    )
+    return Running(parts=parts, port=port, site=site, connections=connections, metrics_port=metrics_port)
 
 
 async def reload_everywhere(reactor: Reactor, running: Running) -> str | None:
@@ -197,14 +136,14 @@ async def reload_everywhere(reactor: Reactor, running: Running) -> str | None:
     them (`apid.server.reloading`), this one at once; a broken file is refused and changes nothing.
     None, or why nothing reloaded (for systemd, which the caller tells)."""
     try:
-        await announce_reload(reactor, running.db, running.rule_book)
+        await announce_reload(reactor, running.parts.db, running.parts.rule_book)
     except LOAD_ERRORS as exc:
         log.error("IO State reload refused, the rules in force stay: {error}", error=str(exc))
         return str(exc)
     except Exception:
         log.failure("announcing the IO State reload to the database failed; nothing reloaded")
         return "announcing the reload to the database failed; nothing reloaded"
-    await running.rules_watcher.catch_up()
+    await running.parts.rules_watcher.catch_up()
     return None
 
 
@@ -220,28 +159,28 @@ async def stop(running: Running, shutdown: Shutdown) -> None:
     close each connection once its answer is written, then close the pools; all by the
     shutdown's deadline."""
     notify_systemd("STOPPING=1")
-    await shutdown.health_drain(running.health)
+    await shutdown.health_drain(running.parts.health)
     # a worker's port may be closed already: the parent shut the socket all workers share down
     await defer.maybeDeferred(running.port.stopListening)
     await shutdown.drain(lambda: close_after_answers(running.connections))
     for connection in list(running.connections.protocols):
         connection.transport.loseConnection()  # past the deadline: writes what is buffered, then closes
     await shutdown.drain(lambda: not running.connections.protocols)
-    await running.mail.stop(shutdown.deadline)
-    if running.deliveries is not None:
-        await running.deliveries.stop(shutdown.deadline)
+    await running.parts.mail.stop(shutdown.deadline)
+    if running.parts.deliveries is not None:
+        await running.parts.deliveries.stop(shutdown.deadline)
     if running.metrics_port is not None:
         stopping = running.metrics_port.stopListening()  # scraped until the last request was answered
         if stopping is not None:
             await stopping
-    await running.plugins.stop(shutdown.deadline, shutdown.hurried)
-    running.revocations.stop()
-    await running.rules_watcher.stop()
-    await running.pinger.close()
-    if running.redis is not None:
-        await running.redis.stop()
-    running.db.stop()
-    running.passwords.stop()
+    await running.parts.plugins.stop(shutdown.deadline, shutdown.hurried)
+    running.parts.revocations.stop()
+    await running.parts.rules_watcher.stop()
+    await running.parts.pinger.close()
+    if running.parts.redis is not None:
+        await running.parts.redis.stop()
+    running.parts.db.stop()
+    running.parts.passwords.stop()
     log.info("apid stopped")
 
 

@@ -48,7 +48,6 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
-from apid.auth.passwords import Passwords
 from apid.auth.sessions import start_family
 from apid.auth.tokens import load_secret
 from apid.config.files import load as load_config
@@ -158,6 +157,7 @@ class InMemoryApid(ApiCalls):
         root = Path(self._folder.name)
         server = {
             "apiThrottle": rate_limits is not None,
+            "webhookActive": True,
             "database": {"migrate": False},
             "plugins": {name: dict(values) for name, values in (plugin_settings or {}).items()},
         }
@@ -172,10 +172,6 @@ class InMemoryApid(ApiCalls):
         upgrade_all(self.engine, _migration_sources(migrations))
         self._reactor = _InlineReactor()
         self._reactor.advance(time.time())
-        pool = self._reactor.getThreadPool()
-        self._db = Database(reactor=self._reactor, engine=self.engine, threads=1, pool=pool)
-        self._passwords = Passwords(self._reactor, 1, pool=pool)
-        hooks = _LoopbackHooks(self._db, config.api.allowed_origins, lambda: self._parts.rule_book.current)
         bound = bind(load([*_first_party(), *map(_found, controllers)]), config.api.iostate_dir, config.api.security)
         self._parts = assemble(
             # it provides every interface of the reactor that serving uses, processes aside
@@ -184,15 +180,16 @@ class InMemoryApid(ApiCalls):
             secret=load_secret(config.server.jwt),
             docs_page=DocsPage(),
             bound=bound,
-            db=self._db,
-            passwords=self._passwords,
-            wake=_nothing_sent,
+            engine=self.engine,
+            pool=self._reactor.getThreadPool(),
+            deliver=False,  # messages wait in the outbox table, never sent
             wrap_events=lambda recorder: _KeptEvents(recorder, self.events.append),
-            hooks=hooks,
+            hooks_class=_LoopbackHooks,
         )
+        self._db = self._parts.db
         self._client = StubTreq(self._parts.resource)
         self._db.start()
-        self._passwords.start()
+        self._parts.passwords.start()
         self._settled(lambda: Deferred.fromCoroutine(self._parts.revocations.start()), "reading the revocations")
         self._settled(lambda: Deferred.fromCoroutine(self._parts.plugins.start()), "starting the plugins")
 
@@ -263,7 +260,7 @@ class InMemoryApid(ApiCalls):
         finally:
             self._parts.revocations.stop()
             self._db.stop()
-            self._passwords.stop()
+            self._parts.passwords.stop()
             self._end_loop()
             self._folder.cleanup()
 
@@ -345,10 +342,6 @@ class InMemoryApid(ApiCalls):
 _TIMED_OUT = object()
 
 
-def _nothing_sent() -> None:
-    """The kit's delivery worker: messages wait in the outbox table, never sent."""
-
-
 def _on_loopback(url: str | None) -> bool:
     """Whether `url` is an http(s) URL on a loopback host."""
     if url is None:
@@ -365,17 +358,22 @@ class _LoopbackHooks(Hooks):
     """apid's hooks, but a URL on loopback is allowed on any port: a test's receiver listens
     on a port chosen when it starts. The kit sends nothing, so nothing reaches it anyway."""
 
-    def __init__(self, db: Database, allowed: Iterable[str], rules: Callable[[], RuleSet]) -> None:
-        super().__init__(db=db, allowed_origins=allowed, rules=rules, wake=_nothing_sent)
-        self._kit = (db, tuple(allowed), rules)
+    def __init__(
+        self,
+        *,
+        db: Database,
+        allowed_origins: Iterable[str],
+        rules: Callable[[], RuleSet],
+        wake: Callable[[], None] | None,
+    ) -> None:
+        super().__init__(db=db, allowed_origins=allowed_origins, rules=rules, wake=wake)
+        self._kit = (db, tuple(allowed_origins), rules, wake)
 
     def _allowing(self, url: str | None) -> Hooks:
         """Hooks that allow `url`'s origin when it is on loopback; else these."""
-        db, allowed, rules = self._kit
+        db, allowed, rules, wake = self._kit
         return (
-            Hooks(db=db, allowed_origins=(*allowed, url), rules=rules, wake=_nothing_sent)
-            if url and _on_loopback(url)
-            else self
+            Hooks(db=db, allowed_origins=(*allowed, url), rules=rules, wake=wake) if url and _on_loopback(url) else self
         )
 
     async def create(self, caller: Caller, url: str, service: str) -> dict[str, Any]:
