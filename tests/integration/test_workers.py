@@ -143,3 +143,21 @@ def test_a_worker_started_by_hand_refuses_with_one_line():
     )
     assert empty.returncode == 1
     assert empty.stderr.startswith("apid: `apid worker` read no configuration from its parent")
+
+
+@pytest.mark.parametrize("reactor", ["default", "asyncio"])
+@pytest.mark.parametrize("cores", [1, 2])
+def test_sigterm_ends_every_process_with_no_traceback_on_any_reactor(tmp_path, reactor, cores):
+    """The parent shuts the shared socket down at SIGTERM; a worker woken on it stops reading
+    instead of logging the failed accept (EINVAL) as an unhandled error."""
+    deployment = deployment_with_accounts(tmp_path, api={"procCores": cores}, server={"reactor": reactor})
+    daemon = Daemon(deployment).start()
+    try:
+        for _ in range(20):  # connections accepted by either worker
+            assert daemon.request("GET", "/health").status == 200
+    finally:
+        status = daemon.stop()
+    assert status == 0
+    assert "Traceback" not in daemon.stderr
+    assert "Unhandled Error" not in daemon.stderr
+    assert daemon.stderr.count("apid stopped") == max(cores, 1) + (1 if cores > 1 else 0)

@@ -42,7 +42,18 @@ class SharedPort(OneAcceptPerRead):
     in the reactor; Twisted's port then accepts all it can (up to 100, and more each time
     it gets them all), so the first awake takes a whole burst and keeps its connections
     (keep-alive) while the others idle. Accepting one per wake-up leaves the rest to the
-    others, and a busy worker, late back to its reactor, takes fewer."""
+    others, and a busy worker, late back to its reactor, takes fewer.
+
+    At shutdown the parent shuts the socket down, so that every worker stops accepting at once
+    (`apid.server.workers.parent.Parent.stop`): a worker still waiting on it is then woken to
+    an accept that fails (EINVAL), which Twisted would log as an unhandled error. A socket that
+    no longer listens is read no more: one getsockopt per wake-up, per new connection."""
+
+    def doRead(self) -> None:
+        if not self.socket.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            self.stopReading()
+            return
+        super().doRead()
 
 
 @implementer(IStreamServerEndpoint)
