@@ -221,7 +221,13 @@ async def fetching():
         await client.get("http://127.0.0.1:9/")
 
 
-@pytest.mark.parametrize("coroutine", [sleeping, future_awaiting, fetching])
+async def anyio_thread_call():
+    import anyio.from_thread
+
+    anyio.from_thread.run_sync(lambda: None)  # anyio's NoEventLoopError where no loop runs
+
+
+@pytest.mark.parametrize("coroutine", [sleeping, future_awaiting, fetching, anyio_thread_call])
 def test_awaiting_asyncio_without_a_loop_is_recognised(coroutine):
     assert needs_asyncio(twisted_driven_error(coroutine()))
 

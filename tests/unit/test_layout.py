@@ -27,7 +27,7 @@ INIT_WITH_CODE = frozenset(
         "apid.private_apis",
     }
 )
-# Every log namespace, as it was before the move into packages (operators filter on them).
+# Every log namespace: those before the move into packages, and each added since (operators filter on them).
 LOG_NAMESPACES = frozenset(
     {
         "apid.access",
@@ -50,6 +50,7 @@ LOG_NAMESPACES = frozenset(
         "apid.pipeline",
         "apid.plugins",
         "apid.proxies",
+        "apid.reactor",
         "apid.record_access",
         "apid.reloading",
         "apid.routes",

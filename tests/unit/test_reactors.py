@@ -39,12 +39,50 @@ async def action():
 print(*asyncio.get_event_loop().run_until_complete(action()))
 """
     )
-    assert done.stdout.splitlines() == ["asyncio on uvloop", "AsyncioSelectorReactor", "uvloop 5"], done.stderr
+    assert done.stdout.splitlines() == ["asyncio on uvloop", "AsyncioReactor", "uvloop 5"], done.stderr
 
 
 def test_without_uvloop_the_asyncio_reactor_runs_on_the_standard_loop(tmp_path):
     done = python(INSTALL.format(choice="asyncio"), env={**os.environ, **without_uvloop(tmp_path)})
-    assert done.stdout.splitlines() == ["asyncio on the standard event loop", "AsyncioSelectorReactor"], done.stderr
+    assert done.stdout.splitlines() == ["asyncio on the standard event loop", "AsyncioReactor"], done.stderr
+
+
+def test_calls_from_threads_run_in_order_on_the_loop_and_one_that_raises_is_logged():
+    """apid's asyncio reactor hands a thread's call to the loop itself (not through a
+    `callLater(0)`): the calls of a thread run in the order made, in the reactor's thread, and
+    one that raises is logged while the next still runs."""
+    done = python(
+        INSTALL.format(choice="asyncio")
+        + """
+import threading
+from twisted.internet.asyncioreactor import AsyncioSelectorReactor
+from twisted.logger import globalLogPublisher
+
+failures = []
+globalLogPublisher.addObserver(lambda event: failures.append(event) if event.get("log_failure") else None)
+ran, threads = [], set()
+
+def note(n):
+    ran.append(n)
+    threads.add(threading.get_ident())
+
+def fail():
+    raise ValueError("boom")
+
+def work():
+    for n in range(50):
+        reactor.callFromThread(note, n)
+    reactor.callFromThread(fail)
+    reactor.callFromThread(note, 50)
+    reactor.callFromThread(reactor.stop)
+
+reactor.callWhenRunning(lambda: threading.Thread(target=work).start())
+reactor.run()
+print(isinstance(reactor, AsyncioSelectorReactor), ran == list(range(51)), threads == {threading.get_ident()})
+print(len(failures), failures[0]["log_namespace"], failures[0]["log_failure"].value)
+"""
+    )
+    assert done.stdout.splitlines()[2:] == ["True True True", "1 apid.reactor boom"], done.stderr
 
 
 def test_the_default_reactor_is_twisteds_choice_for_the_platform():

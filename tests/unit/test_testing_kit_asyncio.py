@@ -1,6 +1,6 @@
 """The testing kit (`apid.testing`) runs every kind of action: an `async def` action awaiting
-asyncio libraries (httpx, `asyncio.sleep`) under `reactor="asyncio"`, the daemon's 500 naming
-the setting under the default reactor, and the upstream-failure problems (502, 503 with
+asyncio libraries (httpx, `asyncio.sleep`) as the kit is built by default (on an asyncio loop,
+as the daemon's default reactor), the daemon's 500 naming the setting under `reactor="default"`, and the upstream-failure problems (502, 503 with
 Retry-After, 504) answered as docs/plugins.md documents them. In the kit a hook may name a
 loopback receiver without `cors.allowedOrigins`."""
 
@@ -24,7 +24,7 @@ def upstream(monkeypatch):
 
 @pytest.fixture
 def kit(upstream):
-    with InMemoryApid([TeamController], reactor="asyncio", timeout=10) as apid:
+    with InMemoryApid([TeamController], timeout=10) as apid:  # the default kit: an asyncio loop
         yield apid
 
 
@@ -52,8 +52,8 @@ def test_an_asyncio_action_runs_in_a_batch_on_the_kits_loop(kit, upstream):
     assert len(upstream.wait_for(2, path=f"/audit/{team['id']}")) == 2
 
 
-def test_under_the_default_reactor_the_kit_answers_the_daemons_500(upstream):
-    with InMemoryApid([TeamController]) as apid:
+def test_under_the_epoll_reactor_the_kit_answers_the_daemons_500(upstream):
+    with InMemoryApid([TeamController], reactor="default") as apid:
         admin, team = new_team(apid)
         reply = apid.get(f"/v0.1/team/audit/{team['id']}", caller=admin)
     assert reply.status == 500

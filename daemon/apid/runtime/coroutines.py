@@ -34,10 +34,10 @@ log = Logger(namespace="apid.coroutines")
 
 T = TypeVar("T")
 
-# What sniffio raises where it finds no async library running (httpx, anyio), by the name of
-# its type, as apid does not depend on sniffio; CPython's errors are recognised by
-# `asyncio_without_loop_messages`.
-_NO_LOOP_TYPES = frozenset({"AsyncLibraryNotFoundError"})
+# What sniffio and anyio raise where they find no async library running (httpx under anyio 4
+# raises either, by version), by the name of their types, as apid depends on neither; CPython's
+# errors are recognised by `asyncio_without_loop_messages`.
+_NO_LOOP_TYPES = frozenset({"AsyncLibraryNotFoundError", "NoEventLoopError"})
 
 
 def bridge_tasks(loop: asyncio.AbstractEventLoop) -> None:

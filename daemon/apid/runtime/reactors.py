@@ -62,14 +62,15 @@ def install(choice: str) -> str:
         from twisted.internet import reactor
 
         return f"default ({type(reactor).__name__})"
-    from twisted.internet import asyncioreactor
+    from twisted.internet.main import installReactor
 
+    from apid.runtime.asyncio_reactor import AsyncioReactor
     from apid.runtime.coroutines import bridge_tasks
 
     loop, name = new_loop()
     asyncio.set_event_loop(loop)
     bridge_tasks(loop)
-    asyncioreactor.install(loop)
+    installReactor(AsyncioReactor(loop))
     return f"asyncio on {name}"
 
 

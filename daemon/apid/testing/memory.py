@@ -13,10 +13,11 @@ running reactor, so a plain synchronous pytest function can use it:
 
 Database and password work runs inline, on the kit's own in-memory reactor: when a call
 returns, everything it started has finished. A call still waiting then (an action awaiting
-real I/O or a timer) raises `StillWaiting` rather than hanging the test. With
-`reactor="asyncio"` the kit runs an asyncio loop of its own, as the daemon's asyncio reactor
-does: a coroutine action runs as an asyncio task and may await asyncio libraries (httpx,
-`asyncio.sleep`) doing real I/O, and a call waits for them up to `timeout` seconds.
+real I/O or a timer) raises `StillWaiting` rather than hanging the test. The kit runs an
+asyncio loop of its own, as the daemon's asyncio reactor (its default) does: a coroutine action
+runs as an asyncio task and may await asyncio libraries (httpx, `asyncio.sleep`) doing real
+I/O, and a call waits for them up to `timeout` seconds; `reactor="default"` drives coroutines
+as the daemon's `reactor: default` does.
 
 The rest of the kit is re-exported here: `ApidDaemon`, the real `apid serve` in a subprocess
 (apid.testing.daemon), `WebhookReceiver`, a real HTTP server collecting deliveries
@@ -98,9 +99,10 @@ class InMemoryApid(ApiCalls):
     - `plugin_settings`: each controller's settings by its name, as service_server.yml's
       `plugins` holds them, read and checked as the daemon reads them.
     - `rate_limits`: requests per role and day; given, rate limiting is on (`apiThrottle`).
-    - `reactor`: `"default"` (Twisted's coroutine driver: an action awaiting asyncio answers
-      the daemon's 500 naming `reactor: asyncio`) or `"asyncio"` (an asyncio loop of the kit's
-      own runs each coroutine action as a task, as the daemon's asyncio reactor does).
+    - `reactor`: `"asyncio"`, the default (an asyncio loop of the kit's own runs each coroutine
+      action as a task, as the daemon's asyncio reactor does), or `"default"` (Twisted's
+      coroutine driver, as under the daemon's `reactor: default`: an action awaiting asyncio
+      answers the daemon's 500 naming `reactor: asyncio`).
     - `timeout`: under `"asyncio"`, the seconds a call may wait for real I/O before
       `StillWaiting`.
 
@@ -125,7 +127,7 @@ class InMemoryApid(ApiCalls):
         iostate_dir: Path | str | None = None,
         api_settings: Mapping[str, Any] | None = None,
         rate_limits: Mapping[str, int] | None = None,
-        reactor: Literal["default", "asyncio"] = "default",
+        reactor: Literal["default", "asyncio"] = "asyncio",
         timeout: float = 30.0,
         plugin_settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:

@@ -1,6 +1,6 @@
 """apid's pytest plugin (the `pytest11` entry point `apid`): fixtures for a plugin's tests.
 
-- `apid_reactor`: `"default"` or `"asyncio"`, from `--apid-reactor` (default `default`):
+- `apid_reactor`: `"asyncio"` or `"default"`, from `--apid-reactor` (default `asyncio`):
   give it to `InMemoryApid(reactor=...)`; `apid_daemon` runs on it. Parametrize it to run
   a test on both.
 - `webhook_receiver`: a `WebhookReceiver` on loopback, one per test module.
@@ -32,14 +32,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--apid-reactor",
         choices=REACTORS,
-        default="default",
-        help="the reactor of apid's testing kit and test daemons (apid_reactor): default or asyncio",
+        default="asyncio",
+        help="the reactor of apid's testing kit and test daemons (apid_reactor): asyncio or default",
     )
 
 
 @pytest.fixture(scope="session")
 def apid_reactor(request: pytest.FixtureRequest) -> str:
-    """The reactor apid runs on in these tests: `--apid-reactor`, default `default`."""
+    """The reactor apid runs on in these tests: `--apid-reactor`, default `asyncio`."""
     reactor: str = request.config.getoption("--apid-reactor")
     return reactor
 
