@@ -97,3 +97,28 @@ def test_create_and_show_answer_a_float_sent_as_a_whole_number_alike():
         assert created.status == 200, created.problem
         shown = apid.get(f"/v0.1/team/show/{created.json['id']}", caller=admin)
         assert '"budget":1.0' in created.text and '"budget":1.0' in shown.text
+
+
+def test_a_date_time_is_answered_with_its_offset_a_naive_one_as_utc():
+    """A DateTime column read from SQLite is naive: answered bare, it would not be the RFC 3339
+    date-time the documents promise."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from apid.plugin import Call, Controller, action
+
+    class Clock(TeamController):
+        @action
+        def show(self, call: Call) -> dict:
+            return {"id": 1, "name": datetime(2026, 11, 28, 12, 0, 0), "leaderId": 1}
+
+        @action
+        def list(self, call: Call) -> list:
+            plus_two = timezone(timedelta(hours=2))
+            return [{"name": datetime(2026, 11, 28, 14, 0, tzinfo=plus_two)}, {"name": datetime(2026, 11, 28, tzinfo=UTC)}]
+
+    with InMemoryApid([Clock], iostate_dir=TEAM_FILE.parent) as apid:
+        admin = apid.caller("ROLE_ADMIN")
+        shown = apid.get("/v0.1/team/show/1", caller=admin)
+        listed = apid.get("/v0.1/team/list", caller=admin)
+    assert shown.json["name"] == "2026-11-28T12:00:00+00:00", shown.text
+    assert [team["name"] for team in listed.json] == ["2026-11-28T14:00:00+02:00", "2026-11-28T00:00:00+00:00"]

@@ -29,10 +29,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics = share_metrics()  # first: before anything imports prometheus_client
         install("default")  # the parent runs no plugin code: the workers run the reactor chosen
         from apid.server.workers.parent import serve_workers
-        from apid.server.workers.versions import installed_versions
+        from apid.server.workers.versions import installed_code
 
         _start_logging(config)
-        return serve_workers(config, count, choice, metrics, installed_versions())
+        return serve_workers(config, count, choice, metrics, installed_code())
     # first: the daemon's modules (Klein among them) import twisted.internet.reactor
     reactor = install(choice)
     from apid.server.daemon import serve
@@ -63,12 +63,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from apid.runtime.reactors import installed
     from apid.server.daemon import serve
     from apid.server.shutdown import Shutdown
-    from apid.server.workers.versions import CODE_CHANGED, code_changes, installed_versions
+    from apid.server.workers.versions import CODE_CHANGED, code_changes, installed_code
     from apid.server.workers.worker import link
 
     config = start.config
     _start_logging(config, worker=args.index)
-    changes = code_changes(start.versions, installed_versions())
+    changes = code_changes(start.code, installed_code())
     if changes:
         say(
             f"apid: worker {args.index} refuses to serve: the code installed changed since the daemon started "

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from apid.config.files import Config
+    from apid.server.workers.versions import Code
 
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 PORT_FD = 3  # a worker's copy of the listening socket
@@ -26,10 +27,10 @@ CHANNEL_FD = 4  # a worker's end of its channel to the parent
 @dataclass(frozen=True)
 class WorkerStart:
     """What the parent hands each worker, pickled on its standard input: the configuration it
-    loaded and the versions of the code it started with (`apid.server.workers.versions`)."""
+    loaded and the code it started with (`apid.server.workers.versions`)."""
 
     config: Config
-    versions: Mapping[str, str]
+    code: Mapping[str, Code]
 
 
 def worker_count(config: Config) -> int:

@@ -45,7 +45,7 @@ from apid.server.shutdown import Shutdown, stop_on_signals
 from apid.server.systemd import KeepAlive, notify, reloaded, reloading, watchdog_seconds
 from apid.server.workers import CHANNEL_FD, PORT_FD, WorkerStart
 from apid.server.workers.channel import Alive, DropAnswers, ParentSide, Reload, adopt
-from apid.server.workers.versions import CODE_CHANGED, code_changes, installed_versions
+from apid.server.workers.versions import CODE_CHANGED, Code, code_changes, installed_code
 
 log = Logger(namespace="apid.workers")
 
@@ -116,7 +116,7 @@ class Parent:
         shutdown: Shutdown,
     ) -> None:
         self._reactor = reactor
-        self._versions = start.versions
+        self._code = start.code
         self._database_url = start.config.server.database_url
         self._config = pickle.dumps(start)
         self._port = port
@@ -253,18 +253,18 @@ class Parent:
             return
         serving = len(self._workers)
 
-        def tell(now: dict[str, str]) -> None:
+        def tell(now: dict[str, Code]) -> None:
             log.critical(
                 "the code installed changed since apid started ({changes}): restart apid to serve it. Worker "
                 "{index} (pid {pid}) refused to serve it and is not replaced until then; {serving} workers serve on",
-                changes="; ".join(code_changes(self._versions, now)),
+                changes="; ".join(code_changes(self._code, now)),
                 index=index,
                 pid=pid,
                 serving=serving,
             )
 
-        deferToThread(installed_versions).addCallback(tell).addErrback(
-            lambda failure: log.failure("reading the versions installed failed", failure)
+        deferToThread(installed_code).addCallback(tell).addErrback(
+            lambda failure: log.failure("reading the code installed failed", failure)
         )
 
     def _forget_reports(self, pid: int) -> None:
@@ -387,11 +387,9 @@ def _count_restart() -> None:
     worker_restarted()
 
 
-def serve_workers(
-    config: Config, count: int, reactor_choice: str, metrics_dir: str, versions: Mapping[str, str]
-) -> int:
+def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: str, code: Mapping[str, Code]) -> int:
     """Run the parent until SIGTERM or SIGINT; the exit status tells whether every worker
-    started. `versions`: the code installed as it started, which every worker must find too."""
+    started. `code`: the code installed as it started, which every worker must find too."""
     from apid.http.proxies import socket_listen
     from apid.runtime.reactors import installed
     from apid.server.listening import describe, server_endpoint
@@ -434,7 +432,7 @@ def serve_workers(
         except Exception as exc:
             failed(exc)
             return
-        start = WorkerStart(config, versions)
+        start = WorkerStart(config, code)
         parent = Parent(
             reactor=reactor,
             start=start,
