@@ -72,3 +72,15 @@ def test_every_event_of_a_worker_carries_its_index(tmp_path):
     stopped = [event for event in events if event["message"].startswith("apid stopped")]
     assert sorted(str(event.get("worker", "parent")) for event in stopped) == ["0", "1", "parent"]
     assert all("worker" in event for event in events if event["namespace"] == "apid.daemon")
+
+
+def test_a_plugins_standard_library_logging_is_a_json_line_of_the_daemons_log(tmp_path):
+    """The sample plugin's `started()` says it is ready through `logging.getLogger(__name__)`, at
+    info: an event of the daemon's log in its format, not a plain line (nor nothing, which is
+    what `logging`'s defaults would make of an info record)."""
+    deployment = deployment_with_accounts(tmp_path, server=JSON, accounts=(ADMIN_ACCOUNT,))
+    daemon = Daemon(deployment).start()
+    assert daemon.stop() == 0
+    events = json_lines(daemon.stderr)
+    (ready,) = [event for event in events if "told through the standard library" in event["message"]]
+    assert ready["namespace"] == "apid_sample" and ready["level"] == "info"

@@ -35,6 +35,7 @@ from apid.runtime.coroutines import end_tasks
 from apid.runtime.reactors import Reactor, installed
 from apid.server.assembly import Assembly, assemble
 from apid.server.listening import describe, server_endpoint
+from apid.server.logs import hear_plugins
 from apid.server.metrics import listen_metrics
 from apid.server.migration_child import MigrationChild
 from apid.server.reloading import LOAD_ERRORS, announce_reload, read_generation
@@ -80,6 +81,7 @@ async def start(
     engine = make_engine(server.database_url, server.database_pool_size)
     generation = await deferToThread(run_read, engine, read_generation)  # before the files: no reload missed
     bound = await deferToThread(load_all, api.iostate_dir, api.security)
+    hear_plugins(loaded.cls.__module__ for loaded in bound.controllers.values())
     parts = assemble(
         reactor,
         config,

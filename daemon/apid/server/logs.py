@@ -6,12 +6,15 @@ Every event of a worker process carries `worker`, its index, so that its lines a
 Libraries that log with the standard library's `logging` (SQLAlchemy's pool, during a database
 outage) are bridged into twisted.logger, so their records follow `logFormat` too: one event
 each, a traceback as its failure, rather than plain lines from `logging`'s last-resort handler.
+A plugin's own loggers (those under its package's name) are heard from `info` up, as the
+daemon's own events are; libraries keep `logging`'s default, warnings and above.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -97,6 +100,16 @@ def bridge_stdlib_logging() -> None:
     root = logging.getLogger()
     if not any(isinstance(handler, TwistedHandler) for handler in root.handlers):
         root.addHandler(TwistedHandler())
+
+
+def hear_plugins(modules: Iterable[str]) -> None:
+    """Let the loggers of these plugins' packages pass their `info` records on (the root logger
+    stops them below warnings): `logging.getLogger(__name__).info(...)` in a plugin is an event
+    of the daemon's log, as its twisted.logger events are. A level the plugin set stays."""
+    for package in {module.partition(".")[0] for module in modules}:
+        logger = logging.getLogger(package)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
 
 
 @implementer(ILogObserver)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any
 
 from twisted.logger import Logger
@@ -42,6 +43,7 @@ class TeamController(Controller):
     async def started(self) -> None:
         """What the daemon's log says of the hooks, for the tests of their order."""
         log.info("team plugin started (default budget {budget})", budget=self.settings.default_budget)
+        logging.getLogger(__name__).info("team plugin ready, told through the standard library's logging")
 
     async def stopping(self) -> None:
         log.info("team plugin stopping")
