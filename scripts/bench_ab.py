@@ -44,6 +44,9 @@ def started(harness: ModuleType, pin, env: dict[str, str]) -> tuple[object, str]
     deployment = harness.Deployment(Path(tempfile.mkdtemp(prefix="apid-ab-")), server={"accessLog": False})
     deployment.write()
     name, password, email = ADMIN
+    migrated = deployment.cli("migrate", env=env)  # `user add` refuses a database behind the code
+    if migrated.returncode != 0:
+        raise SystemExit(migrated.stderr)
     done = deployment.cli(
         "user",
         "add",

@@ -36,7 +36,7 @@ ADMIN_ACCOUNT = (*ADMIN, "ROLE_ADMIN")
 USER_ACCOUNT = (*USER, "ROLE_USER")
 V = "/v0.1"
 ANCHORS = REPO / "scripts" / "anchors"
-# APID_TEST_REACTOR=asyncio runs every daemon on that reactor, unless its deployment names one
+# APID_TEST_REACTOR=default (or asyncio) runs every daemon on that reactor, unless its deployment names one
 # (`server={"reactor": ...}`); README.md, Tests, says which modules `make test` runs so.
 TEST_REACTOR = os.environ.get("APID_TEST_REACTOR") or None
 _serial = itertools.count(1)
@@ -75,6 +75,7 @@ class Deployment:
     server: dict = field(default_factory=dict)
     api: dict = field(default_factory=dict)
     environment: str = "test"
+    migrated: bool = field(default=False, init=False, repr=False)  # by `migrate()`
 
     def write(self) -> None:
         etc = self.root / "etc"
@@ -110,7 +111,17 @@ class Deployment:
             env={**os.environ, **(env or {})},
         )
 
+    def migrate(self) -> None:
+        """`apid migrate` (the checkout's plugins): what an operator runs before `apid user add`,
+        which refuses a database behind the code."""
+        done = self.cli("migrate")
+        assert done.returncode == 0, done.stderr
+        self.migrated = True
+
     def add_user(self, name: str, password: str, email: str, *roles: str) -> None:
+        """`apid user add`, the database migrated first if this deployment has not yet."""
+        if not self.migrated:
+            self.migrate()
         role_args = [arg for role in roles for arg in ("--role", role)]
         done = self.cli("user", "add", name, "--email", email, *role_args, "--password-stdin", input=password + "\n")
         assert done.returncode == 0, done.stderr

@@ -47,9 +47,10 @@ class RecordingDaemon(Daemon):
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory) -> Deployment:
-    """A deployment for command-line checks; no daemon runs on it."""
+    """A deployment for command-line checks, migrated; no daemon runs on it."""
     deployment = Deployment(tmp_path_factory.mktemp("apid-cli"))
     deployment.write()
+    deployment.migrate()
     return deployment
 
 

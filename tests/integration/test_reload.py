@@ -107,6 +107,7 @@ def test_sighup_to_one_daemon_reloads_the_other(two_daemons):
 def test_the_command_with_no_daemon_running_says_so(tmp_path):
     deployment = Deployment(tmp_path)
     deployment.write()
+    deployment.migrate()
     done = deployment.cli("iostate", "reload")
     assert done.returncode == 0, done.stderr
     assert "no daemon runs on this database" in done.stdout

@@ -181,8 +181,8 @@ def test_the_plan_lists_what_migrate_then_runs(tmp_path, shop):
         "  downgrade 0002: Reorder levels.",
         "  downgrade 0001: the items",
     ]
-    assert move(engine, [shop.source], Target("shop", "base")).describe() == (
-        "removed the schema of plugin shop (it was at revision 0002)"
+    assert move(engine, [shop.source], Target("shop", "base"), drop=True).describe() == (
+        "removed the schema of plugin shop (it was at revision 0002); dropped shop_item (0 rows)"
     )
     assert "shop_item" not in inspect(engine).get_table_names()
     assert [s.describe() for s in schema_status(engine, [shop.source])][1] == (

@@ -348,8 +348,7 @@ def test_schema_status_gives_each_schemas_revision_head_and_pending_ones(tmp_pat
     with pytest.raises(MigrationsPending) as pending:
         require_current(engine, [directory])
     assert str(pending.value) == (
-        f"migrations are pending and database.migrate is false: {apid.describe()}; {plugin.describe()}; "
-        "run `apid migrate` first"
+        f"migrations are pending (apid: {', '.join(apid.pending)}; directory: 0001); run `apid migrate` first"
     )
 
     upgrade_all(engine, [directory])

@@ -1,5 +1,9 @@
-"""What the commands share: the configuration they read, the database they open (migrated or
-not, as the command says), the plugins bound to it, and the one failure a command reports."""
+"""What the commands share: the configuration they read, the database they open, the plugins
+bound to it, and the one failure a command reports.
+
+Only `apid migrate` changes a schema (and `apid serve` with `database.migrate: true`, in
+apid.server.migration_child): every other command that works on the database opens it through
+`current_engine`, which refuses a database behind the code installed, changing nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ if TYPE_CHECKING:  # imported where used: a command loads only what it needs
 
     from apid.plugin_host.discovery import Bound
     from apid.plugin_host.migrations import MigrationSource
-    from apid.store.migrate import SchemaChange
 
 
 def load_config(args: argparse.Namespace) -> Config:
@@ -30,24 +33,21 @@ def load_config(args: argparse.Namespace) -> Config:
     return config_module.load(args.config_dir, args.env, env)
 
 
-def migrated_engine(config: Config) -> Engine:
-    return migrated(config)[0]
-
-
-def migrated(config: Config) -> tuple[Engine, list[SchemaChange]]:
-    """An engine on the configured database, apid's schema and every installed plugin's brought
-    up to date, and what that did to each."""
+def current_engine(config: Config) -> Engine:
+    """An engine on the configured database, whose schemas (apid's and every installed plugin's)
+    are all at the revisions installed; otherwise the command ends naming the pending ones and
+    `apid migrate`, having changed nothing."""
     from apid.plugin_host.discovery import PluginError
-    from apid.store.migrate import MigrationRefused, upgrade_all
+    from apid.store.migrate import MigrationsPending, require_current
 
     sources = installed_migrations()
     engine = open_database(config)
     try:
-        changes = upgrade_all(engine, sources)
-    except (MigrationRefused, PluginError) as refused:
+        require_current(engine, sources)
+    except (MigrationsPending, PluginError) as refused:
         engine.dispose()
         raise CommandFailed(str(refused)) from None
-    return engine, changes
+    return engine
 
 
 def open_database(config: Config) -> Engine:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     pass
-from apid.cli.common import CommandFailed, bound_plugins, load_config, migrated_engine
+from apid.cli.common import CommandFailed, bound_plugins, current_engine, load_config
 
 
 def cmd_hook_add(args: argparse.Namespace) -> int:
@@ -19,7 +19,7 @@ def cmd_hook_add(args: argparse.Namespace) -> int:
 
     config = load_config(args)
     rules = bound_plugins(config).rules
-    engine = migrated_engine(config)
+    engine = current_engine(config)
     found = run_read(engine, find_login, args.user)
     if found is None:
         raise CommandFailed(f"no user named {args.user!r}")
@@ -37,7 +37,7 @@ def cmd_hook_list(args: argparse.Namespace) -> int:
     from apid.hooks.registry import list_hooks
     from apid.store.database import run_read
 
-    engine = migrated_engine(load_config(args))
+    engine = current_engine(load_config(args))
     offset = 0
     while page := run_read(engine, list_hooks, None, offset, 500):
         for item in page:
@@ -56,7 +56,7 @@ def cmd_hook_switch(args: argparse.Namespace) -> int:
     from apid.hooks.registry import change_hook, enable_values
     from apid.store.database import run_write
 
-    run_write(migrated_engine(load_config(args)), change_hook, args.id, None, enable_values(args.enable), None)
+    run_write(current_engine(load_config(args)), change_hook, args.id, None, enable_values(args.enable), None)
     if args.enable:
         print(f"apid: hook {args.id} enabled; its waiting messages go out oldest first")
     else:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     pass
-from apid.cli.common import CommandFailed, bound_plugins, load_config, migrated_engine
+from apid.cli.common import CommandFailed, bound_plugins, current_engine, load_config
 
 
 def cmd_iostate_check(args: argparse.Namespace) -> int:
@@ -39,7 +39,7 @@ def cmd_iostate_reload(args: argparse.Namespace) -> int:
 
     config = load_config(args)
     bound_plugins(config)  # as a daemon loads them: a broken file ends the command, changing nothing
-    engine = migrated_engine(config)
+    engine = current_engine(config)
     try:
         generation, expected = run_write(engine, announce)
         deadline = time.monotonic() + args.wait

@@ -9,7 +9,7 @@ if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     from sqlalchemy import Engine
 
     from apid.auth.accounts import Account
-from apid.cli.common import CommandFailed, bound_plugins, load_config, migrated_engine
+from apid.cli.common import CommandFailed, bound_plugins, current_engine, load_config
 
 
 def _key_owner(engine: Engine, username: str) -> Account:
@@ -31,7 +31,7 @@ def cmd_key_create(args: argparse.Namespace) -> int:
 
     config = load_config(args)
     rules = bound_plugins(config).rules
-    engine = migrated_engine(config)
+    engine = current_engine(config)
     owner = _key_owner(engine, args.user)
     new = check_new_key(
         args.name,
@@ -55,7 +55,7 @@ def cmd_key_list(args: argparse.Namespace) -> int:
     from apid.auth.apikeys import PREFIX, list_keys, printable
     from apid.store.database import run_read
 
-    engine = migrated_engine(load_config(args))
+    engine = current_engine(load_config(args))
     owner = _key_owner(engine, args.user).id if args.user else None
     offset = 0
     while page := run_read(engine, list_keys, owner, offset, 500):
@@ -78,7 +78,7 @@ def cmd_key_revoke(args: argparse.Namespace) -> int:
     from apid.auth.apikeys import printable, revoke_key
     from apid.store.database import run_write
 
-    record = run_write(migrated_engine(load_config(args)), revoke_key, args.id, None)
+    record = run_write(current_engine(load_config(args)), revoke_key, args.id, None)
     if record is None:
         raise CommandFailed(f"no API key with id {args.id}")
     print(f"apid: API key {record.id} ({printable(record.name)}) of {printable(record.username)} is revoked")

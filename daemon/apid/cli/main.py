@@ -91,6 +91,12 @@ def parser() -> argparse.ArgumentParser:
         help="list the revisions the command would run (with --to or --down: that move), change nothing",
     )
     migrate.add_argument(
+        "--yes",
+        action="store_true",
+        help="with --to or --down: drop the tables the move would drop, and their rows "
+        "(without it such a move is refused, naming them and their rows)",
+    )
+    migrate.add_argument(
         "--sql",
         action="store_true",
         help="with --plan: print the SQL those revisions would run on this database, written without running them",

@@ -1,5 +1,7 @@
 """`apid migrate`: the plan, moving a schema up or down, generating a plugin's migration, and the
-status of every schema."""
+status of every schema. The one command that changes a schema (beside `apid serve` with
+`database.migrate: true`), and says what it did to each; a move down that would drop tables
+shows them with their rows and needs `--yes`."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from apid.config.files import Config
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     from apid.store.migrate import Target
-from apid.cli.common import CommandFailed, installed_migrations, load_config, migrated, open_database
+from apid.cli.common import CommandFailed, installed_migrations, load_config, open_database
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -34,13 +36,25 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         if args.plan:
             return _migration_plan(config, target, args.sql)
         if target is not None:
-            return _move_schema(config, target)
-    except TargetRefused as exc:
+            return _move_schema(config, target, args.yes)
+        return _migrate_all(config)
+    except (TargetRefused, MigrationRefused) as exc:
         raise CommandFailed(str(exc)) from None
-    except MigrationRefused as exc:
+
+
+def _migrate_all(config: Config) -> int:
+    """`apid migrate`: every schema up to date, apid's then each plugin's, one line each."""
+    from apid.plugin_host.discovery import PluginError
+    from apid.store.migrate import upgrade_all
+
+    sources = installed_migrations()
+    engine = open_database(config)
+    try:
+        changes = upgrade_all(engine, sources)
+    except PluginError as exc:
         raise CommandFailed(str(exc)) from None
-    engine, changes = migrated(config)
-    engine.dispose()
+    finally:
+        engine.dispose()
     for change in changes:
         print(f"apid: {change.describe()}")
     return 0
@@ -54,6 +68,8 @@ def _misused_migrate(args: argparse.Namespace) -> str | None:
         return "--sql goes with --plan"
     if bool(args.generate) != bool(args.message):
         return "--generate PLUGIN takes -m MESSAGE, and -m only goes with --generate"
+    if args.yes and (args.plan or not (args.to or args.down)):
+        return "--yes goes with --to or --down, without --plan"
     return None
 
 
@@ -81,15 +97,16 @@ def _migration_plan(config: Config, target: Target | None, sql: bool) -> int:
     return 0
 
 
-def _move_schema(config: Config, target: Target) -> int:
-    """`apid migrate --to SCHEMA@REVISION` and `--down SCHEMA`: one schema, up or down."""
+def _move_schema(config: Config, target: Target, drop: bool) -> int:
+    """`apid migrate --to SCHEMA@REVISION` and `--down SCHEMA`: one schema, up or down; a move
+    that would drop tables is refused naming them and their rows, unless `drop` (`--yes`)."""
     from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import move
 
     sources = installed_migrations()
     engine = open_database(config)
     try:
-        change = move(engine, sources, target)
+        change = move(engine, sources, target, drop=drop)
     except PluginError as exc:
         raise CommandFailed(str(exc)) from None
     finally:

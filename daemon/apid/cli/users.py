@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
     from apid.auth.accounts import Account
-from apid.cli.common import bound_plugins, load_config, migrated_engine
+from apid.cli.common import bound_plugins, current_engine, load_config
 
 
 def _read_password(from_stdin: bool) -> str:
@@ -44,6 +44,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    engine = current_engine(config)  # before asking for the password: a database behind ends the command
     password = _read_password(args.password_stdin)
     try:
         value_type("Email").check(args.email)
@@ -64,6 +65,6 @@ def cmd_user_add(args: argparse.Namespace) -> int:
             events.record(connection, "create", account)
         return account
 
-    account = run_write(migrated_engine(config), create)
+    account = run_write(engine, create)
     print(f"apid: created user {account.username} (id {account.id}) with roles {', '.join(sorted(account.roles))}")
     return 0

@@ -349,7 +349,8 @@ class ServerConfig:
         doc="`apid serve` brings the schema up to date before listening: apid's, then every installed plugin's "
         "([plugins.md](plugins.md#tables-and-migrations)). With `false`, run `apid migrate` yourself: `serve` "
         "then refuses to start (exit status 1) while any migration is pending, naming the schemas behind and the "
-        "command to run.",
+        "command to run. No other command migrates, whatever this says: `apid user add`, `hook`, `key` and "
+        "`iostate reload` refuse a database behind the code in the same words.",
     )
     redis_url: str | None = setting(
         "redis.url",

@@ -22,7 +22,7 @@ import re
 from argparse import Namespace
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from sqlalchemy import Connection, Engine, MetaData, text
 
 from apid.plugin_host.discovery import PluginError
 from apid.plugin_host.migrations import MigrationSource
+from apid.store.drops import DroppedTable, describe_tables, row_counts, tables_dropped_by
 
 MIGRATION_LOCK = 0x61706964  # "apid"
 APID = "apid"  # the name of apid's own schema in what the functions below report
@@ -48,7 +49,25 @@ class MigrationRefused(Exception):
 
 
 class MigrationsPending(Exception):
-    """The daemon may not migrate (`database.migrate: false`) and the database is behind."""
+    """The database is behind the code installed, and what found it may not migrate: any command
+    but `apid migrate`, and `apid serve` with `database.migrate: false`. One message for all."""
+
+    def __init__(self, behind: Sequence[SchemaStatus]) -> None:
+        pending = "; ".join(f"{status.schema}: {', '.join(status.pending)}" for status in behind)
+        super().__init__(f"migrations are pending ({pending}); run `apid migrate` first")
+        self.behind = tuple(behind)
+
+
+class DropRefused(MigrationRefused):
+    """A move would drop tables, their rows with them, and was not confirmed; nothing changed."""
+
+    def __init__(self, schema: str, revision: str | None, tables: Sequence[DroppedTable]) -> None:
+        super().__init__(
+            f"moving {schema} down to {f'revision {revision}' if revision else 'base'} would drop "
+            f"{len(tables)} {'table' if len(tables) == 1 else 'tables'}: {describe_tables(tables)}; "
+            "nothing was changed; add --yes to drop them"
+        )
+        self.tables = tuple(tables)
 
 
 class TargetRefused(Exception):
@@ -82,8 +101,13 @@ class SchemaChange:
     after: str | None
     schema: str = APID
     down: bool = False  # a downgrade
+    dropped: tuple[DroppedTable, ...] = ()  # the tables a downgrade dropped, with the rows they held
 
     def describe(self) -> str:
+        moved = self._moved()
+        return f"{moved}; dropped {describe_tables(self.dropped)}" if self.dropped else moved
+
+    def _moved(self) -> str:
         what = _schema_name(self.schema)
         if self.before == self.after:
             return f"{what} is up to date (revision {self.after})"
@@ -207,13 +231,22 @@ def upgrade(engine: Engine, revision: str = "head") -> SchemaChange:
         return _migrate(connection, _alembic_config(), APID, revision)
 
 
-def move(engine: Engine, sources: Iterable[MigrationSource], target: Target) -> SchemaChange:
-    """Bring one schema to `target`'s revision, upgrading or downgrading it, under the lock."""
+def move(engine: Engine, sources: Iterable[MigrationSource], target: Target, *, drop: bool = False) -> SchemaChange:
+    """Bring one schema to `target`'s revision, upgrading or downgrading it, under the lock. A
+    downgrade that drops tables raises DropRefused, naming them and their rows, unless `drop`;
+    the change says what it dropped. Their rows are counted in the transaction that drops them."""
     config, source = _schema(sources, target.schema)
     with _migrating(engine) as connection, _naming(source):
         planned = _plan(connection, config, target)
+        revision = planned.target or "base"
         down = any(step.down for step in planned.steps)
-        return _migrate(connection, config, target.schema, planned.target or "base", down)
+        dropped: tuple[DroppedTable, ...] = ()
+        if down:
+            config.attributes["connection"] = connection
+            dropped = row_counts(connection, tables_dropped_by(connection, lambda: command.downgrade(config, revision)))
+            if dropped and not drop:
+                raise DropRefused(target.schema, planned.target, dropped)
+        return replace(_migrate(connection, config, target.schema, revision, down), dropped=dropped)
 
 
 def plan(engine: Engine, sources: Sequence[MigrationSource], target: Target | None = None) -> list[SchemaPlan]:
@@ -271,13 +304,11 @@ def schema_status(engine: Engine, sources: Iterable[MigrationSource]) -> list[Sc
 
 
 def require_current(engine: Engine, sources: Iterable[MigrationSource]) -> None:
-    """Raise MigrationsPending, naming each schema behind, unless every one is up to date."""
+    """Raise MigrationsPending, naming each schema behind and its pending revisions, unless every
+    one is up to date: what may not migrate checks here, and changes nothing."""
     behind = [status for status in schema_status(engine, sources) if status.pending]
     if behind:
-        raise MigrationsPending(
-            f"migrations are pending and database.migrate is false: "
-            f"{'; '.join(status.describe() for status in behind)}; run `apid migrate` first"
-        )
+        raise MigrationsPending(behind)
 
 
 def generate(engine: Engine, source: MigrationSource, message: str) -> Path:
