@@ -28,14 +28,20 @@ def engine(url):
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
-def engine_of_each_database(request, url, tmp_path):
-    """conftest's migrated SQLite file, or a migrated database on the module's PostgreSQL."""
+def empty_engine(request, url, tmp_path):
+    """An empty database: conftest's SQLite file, or a new database on the module's PostgreSQL."""
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres").new_database(tmp_path.name.lower())
+        url = request.getfixturevalue("postgres").new_database(tmp_path.name.lower()[:40])
     engine = make_engine(url)
-    upgrade(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def engine_of_each_database(empty_engine):
+    """`empty_engine` with apid's schema."""
+    upgrade(empty_engine)
+    return empty_engine
 
 
 @pytest.fixture

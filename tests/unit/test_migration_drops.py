@@ -8,7 +8,6 @@ import pytest
 from sqlalchemy import inspect, text
 
 from apid.plugin_host.migrations import MigrationSource
-from apid.store.database import make_engine
 from apid.store.drops import DroppedTable, describe_tables, row_counts, tables_dropped_by
 from apid.store.migrate import (
     DropRefused,
@@ -55,16 +54,6 @@ REVISIONS = {
 }
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
-def engine(request, tmp_path):
-    if request.param == "sqlite":
-        made = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
-    else:
-        made = make_engine(request.getfixturevalue("postgres").new_database(tmp_path.name.lower()[:40]))
-    yield made
-    made.dispose()
-
-
 @pytest.fixture
 def crate(tmp_path, monkeypatch) -> MigrationSource:
     """A plugin `crate` with three revisions: two tables, then a column."""
@@ -79,15 +68,15 @@ def crate(tmp_path, monkeypatch) -> MigrationSource:
     return MigrationSource.from_package("crate", "apid_crate_migrations", "apid-crate")
 
 
-def stocked(engine, crate) -> None:
-    upgrade_all(engine, [crate])
-    with engine.begin() as connection:
+def stocked(empty_engine, crate) -> None:
+    upgrade_all(empty_engine, [crate])
+    with empty_engine.begin() as connection:
         connection.execute(text("INSERT INTO crate_box (label) VALUES ('a'), ('b')"))
         connection.execute(text('INSERT INTO "order" (id) VALUES (1)'))
 
 
-def version(engine) -> list[tuple]:
-    with engine.connect() as connection:
+def version(empty_engine) -> list[tuple]:
+    with empty_engine.connect() as connection:
         return [tuple(row) for row in connection.execute(text("SELECT version_num FROM alembic_version_crate"))]
 
 
@@ -97,40 +86,40 @@ def test_a_dropped_table_says_its_rows_in_the_singular_or_plural():
     assert describe_tables([DroppedTable("a", 1), DroppedTable("b", 12)]) == "a (1 row), b (12 rows)"
 
 
-def test_the_tables_a_run_drops_are_found_and_the_run_rolled_back(engine):
-    with engine.begin() as connection:
+def test_the_tables_a_run_drops_are_found_and_the_run_rolled_back(empty_engine):
+    with empty_engine.begin() as connection:
         connection.execute(text("CREATE TABLE kept (id INTEGER PRIMARY KEY)"))
         connection.execute(text('CREATE TABLE "order" (id INTEGER PRIMARY KEY)'))
         connection.execute(text('INSERT INTO "order" (id) VALUES (1), (2), (3)'))
-    with engine.connect() as connection:
+    with empty_engine.connect() as connection:
         connection.execute(text("SELECT 1"))  # in a transaction, as a migration's connection is
         dropped = tables_dropped_by(connection, lambda: connection.execute(text('DROP TABLE "order"')))
         assert dropped == {"order"}
         assert not connection.in_transaction()
         assert row_counts(connection, ["order", "kept"]) == (DroppedTable("kept", 0), DroppedTable("order", 3))
-    assert {"kept", "order"} <= set(inspect(engine).get_table_names())
+    assert {"kept", "order"} <= set(inspect(empty_engine).get_table_names())
 
 
-def test_a_run_that_fails_is_rolled_back_and_its_error_raised(engine):
-    with engine.begin() as connection:
+def test_a_run_that_fails_is_rolled_back_and_its_error_raised(empty_engine):
+    with empty_engine.begin() as connection:
         connection.execute(text("CREATE TABLE kept (id INTEGER PRIMARY KEY)"))
 
     def fails() -> None:
         connection.execute(text("DROP TABLE kept"))
         raise RuntimeError("the revision failed")
 
-    with engine.connect() as connection, pytest.raises(RuntimeError, match="the revision failed"):
+    with empty_engine.connect() as connection, pytest.raises(RuntimeError, match="the revision failed"):
         tables_dropped_by(connection, fails)
-    assert "kept" in inspect(engine).get_table_names()
+    assert "kept" in inspect(empty_engine).get_table_names()
 
 
-def test_a_move_down_that_drops_tables_is_refused_unless_told_and_changes_nothing(engine, crate):
-    stocked(engine, crate)
-    move(engine, [crate], Target("crate", "0002"))  # a column only: no table dropped, no refusal
-    assert version(engine) == [("0002",)]
+def test_a_move_down_that_drops_tables_is_refused_unless_told_and_changes_nothing(empty_engine, crate):
+    stocked(empty_engine, crate)
+    move(empty_engine, [crate], Target("crate", "0002"))  # a column only: no table dropped, no refusal
+    assert version(empty_engine) == [("0002",)]
 
     with pytest.raises(DropRefused) as refused:
-        move(engine, [crate], Target("crate", "base"))
+        move(empty_engine, [crate], Target("crate", "base"))
 
     assert isinstance(refused.value, MigrationRefused)
     assert refused.value.tables == (DroppedTable("crate_box", 2), DroppedTable("order", 1))
@@ -138,28 +127,28 @@ def test_a_move_down_that_drops_tables_is_refused_unless_told_and_changes_nothin
         "moving crate down to base would drop 2 tables: crate_box (2 rows), order (1 row); "
         "nothing was changed; add --yes to drop them"
     )
-    assert version(engine) == [("0002",)]
-    assert {"crate_box", "order"} <= set(inspect(engine).get_table_names())
+    assert version(empty_engine) == [("0002",)]
+    assert {"crate_box", "order"} <= set(inspect(empty_engine).get_table_names())
 
 
-def test_a_move_down_told_to_drop_says_what_it_dropped(engine, crate):
-    stocked(engine, crate)
+def test_a_move_down_told_to_drop_says_what_it_dropped(empty_engine, crate):
+    stocked(empty_engine, crate)
 
-    one = move(engine, [crate], Target("crate", "0001"), drop=True)
+    one = move(empty_engine, [crate], Target("crate", "0001"), drop=True)
     assert one.dropped == (DroppedTable("order", 1),)
     assert one.describe() == "downgraded the schema of plugin crate from revision 0003 to 0001; dropped order (1 row)"
-    assert "order" not in inspect(engine).get_table_names()
+    assert "order" not in inspect(empty_engine).get_table_names()
 
-    base = move(engine, [crate], Target("crate", None), drop=True)
+    base = move(empty_engine, [crate], Target("crate", None), drop=True)
     assert base.describe() == "removed the schema of plugin crate (it was at revision 0001); dropped crate_box (2 rows)"
-    assert version(engine) == []
+    assert version(empty_engine) == []
 
 
-def test_a_move_up_drops_nothing_and_is_never_refused(engine, crate):
-    (change,) = [c for c in upgrade_all(engine, [crate]) if c.schema == "crate"]
+def test_a_move_up_drops_nothing_and_is_never_refused(empty_engine, crate):
+    (change,) = [c for c in upgrade_all(empty_engine, [crate]) if c.schema == "crate"]
     assert change.dropped == ()
-    down = move(engine, [crate], Target("crate", "base"), drop=True)
-    up = move(engine, [crate], Target("crate", "head"))
+    down = move(empty_engine, [crate], Target("crate", "base"), drop=True)
+    up = move(empty_engine, [crate], Target("crate", "head"))
     assert (down.after, up.after, up.dropped) == (None, "0003", ())
 
 
@@ -173,12 +162,12 @@ def test_one_message_names_each_schema_behind_and_its_pending_revisions():
     )
 
 
-def test_require_current_raises_the_message_until_migrated(engine, crate):
+def test_require_current_raises_the_message_until_migrated(empty_engine, crate):
     with pytest.raises(MigrationsPending, match=r"\(apid: 0001, .*; crate: 0001, 0002, 0003\); run `apid migrate`"):
-        require_current(engine, [crate])
-    assert inspect(engine).get_table_names() == []  # checking created nothing
-    upgrade_all(engine, [crate])
-    require_current(engine, [crate])
+        require_current(empty_engine, [crate])
+    assert inspect(empty_engine).get_table_names() == []  # checking created nothing
+    upgrade_all(empty_engine, [crate])
+    require_current(empty_engine, [crate])
 
 
 def test_a_change_without_drops_describes_itself_as_before():

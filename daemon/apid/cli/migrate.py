@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from apid.config.files import Config
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
+    from sqlalchemy import Engine
+
     from apid.store.migrate import Target
 from apid.cli.common import CommandFailed, installed_migrations, load_config, open_database
+
+T = TypeVar("T")
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -44,17 +49,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def _migrate_all(config: Config) -> int:
     """`apid migrate`: every schema up to date, apid's then each plugin's, one line each."""
-    from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import upgrade_all
 
     sources = installed_migrations()
-    engine = open_database(config)
-    try:
-        changes = upgrade_all(engine, sources)
-    except PluginError as exc:
-        raise CommandFailed(str(exc)) from None
-    finally:
-        engine.dispose()
+    changes = _on_database(config, lambda engine: upgrade_all(engine, sources))
     for change in changes:
         print(f"apid: {change.describe()}")
     return 0
@@ -77,19 +75,14 @@ def _migration_plan(config: Config, target: Target | None, sql: bool) -> int:
     """`apid migrate --plan`: per schema, the revisions `apid migrate` (or `--to`, `--down`)
     would run, in order, each with its description, and with `--sql` the SQL they would run;
     nothing runs."""
-    from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import plan, plan_sql
 
     sources = installed_migrations()
-    engine = open_database(config)
-    try:
-        plans = plan(engine, sources, target)
-        written = plan_sql(engine, sources, target) if sql else [""] * len(plans)
-    except PluginError as exc:
-        raise CommandFailed(str(exc)) from None
-    finally:
-        engine.dispose()
-    for planned, statements in zip(plans, written, strict=True):
+    plans, written = _on_database(
+        config,
+        lambda engine: (plan(engine, sources, target), plan_sql(engine, sources, target) if sql else None),
+    )
+    for planned, statements in zip(plans, written or [""] * len(plans), strict=True):
         for line in planned.describe():
             print(line)
         if statements:
@@ -100,24 +93,16 @@ def _migration_plan(config: Config, target: Target | None, sql: bool) -> int:
 def _move_schema(config: Config, target: Target, drop: bool) -> int:
     """`apid migrate --to SCHEMA@REVISION` and `--down SCHEMA`: one schema, up or down; a move
     that would drop tables is refused naming them and their rows, unless `drop` (`--yes`)."""
-    from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import move
 
     sources = installed_migrations()
-    engine = open_database(config)
-    try:
-        change = move(engine, sources, target, drop=drop)
-    except PluginError as exc:
-        raise CommandFailed(str(exc)) from None
-    finally:
-        engine.dispose()
+    change = _on_database(config, lambda engine: move(engine, sources, target, drop=drop))
     print(f"apid: {change.describe()}")
     return 0
 
 
 def _generate_migration(config: Config, plugin: str, message: str) -> int:
     """`apid migrate --generate PLUGIN -m MESSAGE`: the plugin's next revision, from its tables."""
-    from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import APID, TargetRefused, generate
 
     if plugin == APID:
@@ -127,13 +112,7 @@ def _generate_migration(config: Config, plugin: str, message: str) -> int:
         raise TargetRefused(
             f"no plugin's migrations are named {plugin!r}; installed: {', '.join(sorted(found)) or 'none'}"
         )
-    engine = open_database(config)
-    try:
-        written = generate(engine, found[plugin], message)
-    except PluginError as exc:
-        raise CommandFailed(str(exc)) from None
-    finally:
-        engine.dispose()
+    written = _on_database(config, lambda engine: generate(engine, found[plugin], message))
     print(f"apid: wrote {written}")
     print("review it (autogenerate cannot see renames and some changes), then `apid migrate`")
     return 0
@@ -141,20 +120,27 @@ def _generate_migration(config: Config, plugin: str, message: str) -> int:
 
 def _migration_status(config: Config) -> int:
     """`apid migrate --status`: one line per schema; exit status 1 while any has a migration pending."""
-    from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import schema_status
 
     sources = installed_migrations()
-    engine = open_database(config)
-    try:
-        statuses = schema_status(engine, sources)
-    except PluginError as exc:
-        raise CommandFailed(str(exc)) from None
-    finally:
-        engine.dispose()
+    statuses = _on_database(config, lambda engine: schema_status(engine, sources))
     for status in statuses:
         print(status.describe())
     if any(status.pending for status in statuses):
         print("apid: migrations are pending; `apid migrate` applies them", file=sys.stderr)
         return 1
     return 0
+
+
+def _on_database(config: Config, work: Callable[[Engine], T]) -> T:
+    """`work` on the configured database, closed after; a plugin whose migrations cannot be
+    read ends the command with its error."""
+    from apid.plugin_host.discovery import PluginError
+
+    engine = open_database(config)
+    try:
+        return work(engine)
+    except PluginError as exc:
+        raise CommandFailed(str(exc)) from None
+    finally:
+        engine.dispose()
