@@ -175,6 +175,15 @@ def test_the_daemon_refuses_to_start_when_iostate_names_an_unknown_field(tmp_pat
         ({}, {"maxBodyByte": 4096}, "service_api.yml", "maxBodyByte"),
         ({}, {"maxBodyBytes": "big"}, "service_api.yml", "maxBodyBytes"),
         ({}, {"security": {"superuserRole": "ROLE_GHOST"}}, "service_api.yml", "superuserRole"),
+        ({"shutdown": {"drain": float("nan")}}, {}, "service_server.yml", "shutdown.drain: must be a finite number"),
+        (
+            {"shutdown": {"healthDrain": float("inf")}},
+            {},
+            "service_server.yml",
+            "shutdown.healthDrain: must be a finite",
+        ),
+        ({"webhooks": {"timeout": 10**400}}, {}, "service_server.yml", "webhooks.timeout: must be a finite number"),
+        ({"plugins": {"team": {"defaultBudget": 10**400}}}, {}, "service_server.yml", "team.defaultBudget: must be at"),
     ],
 )
 def test_a_bad_configuration_key_stops_the_daemon_naming_file_and_key(tmp_path, server, api, file, key):

@@ -112,12 +112,12 @@ def test_test_environment_listens_on_an_ephemeral_port_without_access_log():
     assert server.access_log is False
 
 
-def test_the_reactor_is_the_default_one_unless_asyncio_is_asked_for(config_dir):
-    assert load(ETC, "production", NO_ENV).server.reactor == "default"
+def test_the_reactor_is_asyncio_unless_the_default_one_is_asked_for(config_dir):
+    assert load(ETC, "production", NO_ENV).server.reactor == "asyncio"
     data = repo_yaml(SERVER_FILE)
-    data["development"]["reactor"] = "asyncio"
+    data["development"]["reactor"] = "default"
     write(config_dir, SERVER_FILE, data)
-    assert load(config_dir, "development", NO_ENV).server.reactor == "asyncio"
+    assert load(config_dir, "development", NO_ENV).server.reactor == "default"
 
 
 @pytest.mark.parametrize(
@@ -730,3 +730,34 @@ def test_a_missing_config_folder_names_the_option_and_the_variable(tmp_path):
     assert message.startswith(f"{tmp_path / 'etc' / SERVER_FILE}: cannot read: No such file or directory")
     assert "--config-dir" in message and "APID_CONFIG_DIR" in message
     assert "\n" not in message
+
+
+# --- numbers that mean nothing -----------------------------------------------------------------
+
+HUGE = 10**400
+
+
+@pytest.mark.parametrize(
+    "section, key, value, reason",
+    [
+        ("shutdown", "drain", ".nan", "must be a finite number, got float nan"),
+        ("shutdown", "drain", ".inf", "must be a finite number, got float inf"),
+        ("shutdown", "healthDrain", "-.inf", "must be a finite number, got float -inf"),
+        ("shutdown", "drain", str(HUGE), "must be a finite number, got an integer of 401 digits"),
+        ("shutdown", "drain", "-1", "must be at least 0, got -1"),
+        ("webhooks", "timeout", ".nan", "must be a finite number, got float nan"),
+        ("webhooks", "timeout", str(HUGE), "must be a finite number, got an integer of 401 digits"),
+        ("webhooks", "perHost", str(HUGE), "must be at most 9223372036854775807, got an integer of 401 digits"),
+        ("connections", "perAddress", str(2**63), "must be at most 9223372036854775807, got int 9223372036854775808"),
+    ],
+)
+def test_a_number_that_cannot_mean_a_duration_a_rate_or_a_size_names_the_file_the_line_and_the_key(
+    config_dir, section, key, value, reason
+):
+    """YAML reads `.nan`, `.inf` and an integer of any length as numbers: each is refused where
+    the file says it, not later as a stuck drain or "int too large to convert to float"."""
+    path = config_dir / SERVER_FILE
+    path.write_text(f"development:\n  {section}:\n    {key}: {value}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_server(path, "development", config_dir.parent, NO_ENV)
+    assert str(info.value) == f"{path}:3: development.{section}.{key}: {reason}"

@@ -103,3 +103,49 @@ def test_the_lines_survive_a_worker_process(tmp_path):
     copy = pickle.loads(pickle.dumps(config))
     with pytest.raises(ConfigError, match=r"service_server.yml:4: development.plugins.audit.url: expected a non-empty"):
         copy.plugins.read(DECLARED)
+
+
+@settings
+class UpstreamSettings:
+    url: str = setting("url", kind="url", doc="The upstream service.")
+    wait: float = setting("wait", kind="seconds", default=0.0, doc="Seconds to wait first; 0 does not.")
+    mode: str = setting("mode", choices=("fast", "safe"), default="safe", doc="How to call it.")
+    tries: int = setting("tries", default=1, doc="How often.")
+
+
+def upstream(tmp_path: Path, lines: str):
+    return server(tmp_path, f"development:\n  plugins:\n    upstream:\n{lines}").plugins.read(
+        {"upstream": UpstreamSettings}
+    )["upstream"]
+
+
+def test_a_plugin_declares_the_kinds_apids_own_settings_have(tmp_path):
+    read = upstream(tmp_path, "      url: https://up.example.com/v1\n      wait: 0\n      mode: fast\n")
+    assert read == UpstreamSettings(url="https://up.example.com/v1", wait=0.0, mode="fast", tries=1)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("url: up.example.com", "url: must be an absolute http:// or https:// URL"),
+        ("wait: -1", "wait: must be at least 0, got -1"),
+        ("wait: .nan", "wait: must be a finite number, got float nan"),
+        ("wait: .inf", "wait: must be a finite number, got float inf"),
+        (f"wait: {10**400}", "wait: must be a finite number, got an integer of 401 digits"),
+        (f"tries: {10**400}", "tries: must be at most 9223372036854775807, got an integer of 401 digits"),
+        ("mode: quick", "mode: must be fast or safe, got 'quick'"),
+    ],
+)
+def test_a_value_a_plugins_kind_refuses_names_the_file_the_line_and_the_key(tmp_path, line, message):
+    given = f"      {line}\n" if line.startswith("url") else f"      url: https://up.example.com\n      {line}\n"
+    with pytest.raises(ConfigError) as info:
+        upstream(tmp_path, given)
+    where = 4 if line.startswith("url") else 5
+    assert f"service_server.yml:{where}: development.plugins.upstream.{message}" in str(info.value)
+
+
+def test_a_kind_is_declared_once_and_by_a_name_apid_knows():
+    with pytest.raises(TypeError, match="kind= or choices=, not both"):
+        setting("x", kind="url", choices=("a",), doc="")
+    with pytest.raises(ValueError, match="kind must be one of url, seconds, not 'duration'"):
+        setting("x", kind="duration", doc="")  # type: ignore[arg-type]

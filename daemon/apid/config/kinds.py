@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from apid.config.networks import TrustedProxies, proxy_network
 from apid.config.nodes import ConfigError, Node, Reading, describe
-from apid.config.settings import STRING, Kind, under_root
+from apid.config.settings import STRING, URL, Kind, http_url, under_root
 
 SERVER_FILE = "service_server.yml"
 API_FILE = "service_api.yml"
@@ -35,18 +35,6 @@ def listen_endpoint(value: str) -> str:
     return text
 
 
-def http_url(value: str) -> str:
-    """`value` if it is an absolute http:// or https:// URL with a host and a valid port."""
-    try:
-        parts = urlsplit(value)
-        _ = parts.port  # reading it raises ValueError for a port that is not a number or out of range
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"must be an absolute http:// or https:// URL such as https://api.example.com, got {value!r}")
-    return value
-
-
 def provider_url(value: str) -> str:
     """`value` if it is an https:// URL, or an http:// one on a loopback address (a provider
     on this machine, as the tests run one): an OpenID provider's keys decide who may call
@@ -69,17 +57,8 @@ def provider_url(value: str) -> str:
 # --- the kinds of value that are apid's own (apid.config.settings has the plain ones) ------------------------
 
 
-def _url(node: Node, _: Reading) -> str:
-    """An absolute http(s) URL: a bare host (`api.example.com`) would make every link built on
-    it relative, and so broken, in a mail or a redirect."""
-    try:
-        return http_url(node.string())
-    except ValueError as exc:
-        raise node.fail(str(exc)) from None
-
-
 def _base_url(node: Node, reading: Reading) -> str:
-    url = _url(node, reading).rstrip("/")
+    url = URL.read(node, reading).rstrip("/")
     if "?" in url or "#" in url:
         raise node.fail(f"must have no query or fragment (links are built on it), got {url!r}")
     return url
@@ -170,9 +149,8 @@ def _installed_version(_: Reading) -> str:
     return version
 
 
-URL = Kind("URL", _url)
 BASE_URL = Kind("URL", _base_url)
-PEER_URL = Kind("URL", lambda node, reading: _url(node, reading).rstrip("/"))
+PEER_URL = Kind("URL", lambda node, reading: URL.read(node, reading).rstrip("/"))
 LISTEN = Kind("port or string", _listen)
 ENDPOINT = Kind("port or string", _endpoint)
 DATABASE_URL = Kind("string", STRING.read, finish=_sqlite_at_root)
@@ -201,16 +179,6 @@ TRUSTED_PROXIES = Kind(
     _trusted_proxies,
     show=lambda trusted: f"`{trusted}`" if trusted else "empty",
 )
-
-
-def _seconds(node: Node, _: Reading) -> float:
-    """A number of seconds that may be 0 (no wait at all)."""
-    if isinstance(node.value, bool) or not isinstance(node.value, (int, float)) or node.value < 0:
-        raise node.fail(f"expected a number of seconds, 0 or more, got {describe(node.value)}")
-    return float(node.value)
-
-
-SECONDS = Kind("number ≥ 0", _seconds)
 
 
 def _issuer(node: Node, _: Reading) -> str:

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+# The largest integer a setting may be: 64 bits, what SQLite, C and the clock work with.
+LARGEST_INTEGER = 2**63 - 1
+LONG_INTEGER = 10**40  # and from this one on, a message gives its length, not its digits
 
 
 class ConfigError(Exception):
@@ -130,16 +135,28 @@ class Node:
     def integer(self, minimum: int = 0) -> int:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             raise self.fail(f"expected a whole number, got {describe(self.value)}")
+        if self.value > LARGEST_INTEGER:
+            raise self.fail(f"must be at most {LARGEST_INTEGER}, got {describe(self.value)}")
         if self.value < minimum:
             raise self.fail(f"must be at least {minimum}, got {self.value}")
         return self.value
 
-    def number(self, minimum: float = 0.0) -> float:
+    def number(self, minimum: float = 0.0, *, or_equal: bool = False) -> float:
+        """A finite number greater than `minimum` (or equal to it, `or_equal`), as a float.
+        YAML reads `.nan` and `.inf` as floats, and an integer of any length: neither means
+        a duration, a rate or a size, and a long integer would fail later, where the file and
+        the key are no longer known (float() of it overflows)."""
         if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
             raise self.fail(f"expected a number, got {describe(self.value)}")
-        if self.value <= minimum:
-            raise self.fail(f"must be greater than {minimum}, got {self.value}")
-        return float(self.value)
+        try:
+            number = float(self.value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self.fail(f"must be a finite number, got {describe(self.value)}")
+        if number < minimum or (number == minimum and not or_equal):
+            raise self.fail(f"must be {'at least' if or_equal else 'greater than'} {minimum:g}, got {self.value}")
+        return number
 
     def strings(self) -> tuple[str, ...]:
         if not isinstance(self.value, list):
@@ -148,9 +165,11 @@ class Node:
 
 
 def describe(value: Any) -> str:
-    """A value as a message quotes what the file holds."""
+    """A value as a message quotes what the file holds (an integer too long to read, by its length)."""
     if value is None:
         return "nothing"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= LONG_INTEGER:
+        return f"an integer of {len(str(abs(value)))} digits"
     return f"{type(value).__name__} {value!r}"
 
 

@@ -15,16 +15,20 @@ exports them): the same reader, with the declaration's options a plugin needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, Literal, TypeVar, dataclass_transform
 
 import apid.config.settings as declarations
 from apid.config.nodes import Node, Reading, describe
 from apid.config.settings import Kind, read_section
 
 T = TypeVar("T")
+
+
+# The kinds of apid's own settings a plugin's may name (`setting(kind=...)`), by name.
+KINDS = {"url": declarations.URL, "seconds": declarations.SECONDS}
 
 
 def setting(
@@ -34,15 +38,24 @@ def setting(
     default: Any = ...,
     at_least: int | None = None,
     above: float | None = None,
+    kind: Literal["url", "seconds"] | None = None,
+    choices: Sequence[str] | None = None,
 ) -> Any:
     """Declare a field of a `@settings` class a setting: `key` in the plugin's mapping (dotted
     for a nested mapping: `client.timeout`), `doc` what it does; `default` when the file leaves
     it out (`...`, as if none is given: required); `at_least` bounds an `int`, `above` a
     `float` (both 0 unless given). The field's annotation is its type: bool, int, float, str,
-    Path, tuple[str, ...], or any of them `| None`."""
+    Path, tuple[str, ...], or any of them `| None`. `kind` reads it as apid reads its own of
+    that kind: `"url"` an absolute http(s) URL (a `str`), `"seconds"` a number of seconds, 0 or
+    more (a `float`); `choices` one of these words (a `str`)."""
+    if kind is not None and choices is not None:
+        raise TypeError(f"{key}: a setting takes kind= or choices=, not both")
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"{key}: kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    declared = KINDS[kind] if kind is not None else None if choices is None else declarations.choice(tuple(choices))
     if default is ...:
-        return declarations.setting(key, doc=doc, at_least=at_least, above=above)
-    return declarations.setting(key, doc=doc, default=default, at_least=at_least, above=above)
+        return declarations.setting(key, doc=doc, at_least=at_least, above=above, kind=declared)
+    return declarations.setting(key, doc=doc, default=default, at_least=at_least, above=above, kind=declared)
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(setting,))

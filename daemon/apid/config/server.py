@@ -17,14 +17,12 @@ from apid.config.kinds import (
     PEER_URL,
     REACTORS,
     ROLE,
-    SECONDS,
     SECRET,
     TRUSTED_PROXIES,
-    URL,
 )
 from apid.config.networks import TrustedProxies
 from apid.config.plugin_settings import PLUGINS, PluginSections
-from apid.config.settings import Derived, Invalid, choice, list_of, section, setting, settings
+from apid.config.settings import SECONDS, URL, Derived, Invalid, choice, list_of, section, setting, settings
 
 # --- service_server.yml, per environment --------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, dataclass_transform
+from urllib.parse import urlsplit
 
 from apid.config.nodes import ConfigError, Node, Reading, describe
 
@@ -94,6 +95,32 @@ def choice(options: Sequence[str] | Mapping[str, Any]) -> Kind:
 BOOLEAN = Kind("boolean", lambda node, _: node.boolean())
 STRING = Kind("string", lambda node, _: node.string())
 STRINGS = Kind("list of strings", lambda node, _: node.strings())
+# A number of seconds that may be 0 (no wait at all)
+SECONDS = Kind("number ≥ 0", lambda node, _: node.number(0.0, or_equal=True))
+
+
+def http_url(value: str) -> str:
+    """`value` if it is an absolute http:// or https:// URL with a host and a valid port."""
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # reading it raises ValueError for a port that is not a number or out of range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an absolute http:// or https:// URL such as https://api.example.com, got {value!r}")
+    return value
+
+
+def _url(node: Node, _: Reading) -> str:
+    """An absolute http(s) URL: a bare host (`api.example.com`) would make every link built on
+    it relative, and so broken, in a mail or a redirect."""
+    try:
+        return http_url(node.string())
+    except ValueError as exc:
+        raise node.fail(str(exc)) from None
+
+
+URL = Kind("URL", _url)
 
 
 def under_root(value: Any, reading: Reading) -> Path:
