@@ -15,7 +15,7 @@ modules depend on it, never the other way round.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
 
@@ -555,19 +555,24 @@ class RouteCall:
 
 
 class Controller:
-    """Base class of controllers: subclasses set `name` and mark actions with `@action`, and
-    declare the fields their code stores and answers: the keys of `table`'s columns and
-    `fields`. IO State may name no other field, so that rules needing new code wait for it; a
-    controller declaring neither (both None) is not checked. It may declare its settings
-    (`settings_class`, read from `plugins.<name>` in service_server.yml into `settings`) and
-    open and close what its actions share in `started` and `stopping`, which the daemon awaits
-    as it starts and stops."""
+    """Base class of controllers: subclasses set `name`, mark actions with `@action`, and declare
+    the fields their code stores and answers as a keyword of the class statement (so that no
+    attribute a plugin names for itself, as 0.1's had `table` and `fields`, means anything to
+    apid): `class Team(Controller, stores=(team_table, "led")):`, a Table's column keys and
+    names; an action's paging fields count without. IO State may name no other field, so rules
+    needing new code wait for it; an undeclared controller is not checked. It may declare its
+    settings (`settings_class`, read from `plugins.<name>` into `settings`) and open and close
+    what its actions share in `started` and `stopping`, awaited as the daemon starts and stops."""
 
     name: str = ""
-    table: Table | None = None
-    fields: Collection[str] | None = None
     settings_class: ClassVar[type[Any] | None] = None
     settings: Any
+    __apid_stores__: ClassVar[Table | Iterable[Table | str] | None] = None
+
+    def __init_subclass__(cls, *, stores: Table | Iterable[Table | str] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if stores is not None:
+            cls.__apid_stores__ = stores
 
     def __init__(self, services: Services) -> None:
         self.services = services

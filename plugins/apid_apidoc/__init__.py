@@ -7,9 +7,9 @@ from typing import Any
 from apid.plugin import Call, Controller, NotFound, action
 
 
-class ApidocController(Controller):
+# what `api_view` answers, and the filter
+class ApidocController(Controller, stores=("controller", "version", "roles", "controllers")):
     name = "apidoc"
-    fields = frozenset({"controller", "version", "roles", "controllers"})  # what `api_view` answers, and the filter
 
     @action(answers="record")
     def show(self, call: Call) -> dict[str, Any]:

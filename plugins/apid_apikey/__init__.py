@@ -29,14 +29,16 @@ def owner_or_administrator(caller: Caller, record: Mapping[str, Any]) -> bool:
     return "key" not in record and (caller.is_superuser or record.get("userId") == caller.id)
 
 
-class ApiKeyController(Controller):
+# The fields of a key as `KeyRecord.to_dict` answers them, the key itself, and what the actions
+# read besides (IO State may name no other)
+STORED = frozenset(
+    {"id", "userId", "name", "prefix", "roles", "scopes", "expiresAt", "dateCreated", "lastUsedAt", "revokedAt"}
+    | {"key", "offset", "max", "currentPassword"}
+)
+
+
+class ApiKeyController(Controller, stores=STORED):
     name = "apikey"
-    # The fields of a key as `KeyRecord.to_dict` answers them, the key itself, and what the
-    # actions read besides (IO State may name no other)
-    fields = frozenset(
-        {"id", "userId", "name", "prefix", "roles", "scopes", "expiresAt", "dateCreated", "lastUsedAt", "revokedAt"}
-        | {"key", "offset", "max", "currentPassword"}
-    )
 
     # currentPassword is not in `requires`: a provider account creates keys without one
     @action(requires=("name", "roles"), answers="record", may_see=owner_or_administrator)

@@ -23,16 +23,18 @@ def owner_or_administrator(caller: Caller, record: Mapping[str, Any]) -> bool:
     return "secret" not in record and (caller.is_superuser or record.get("userId") == caller.id)
 
 
-class HookController(Controller):
+# The fields of a hook and of a delivery as `services.hooks` answers them, and what the actions
+# read besides (IO State may name no other)
+STORED = frozenset(
+    {"id", "version", "userId", "url", "service", "format", "isEnabled", "attempts", "disabledReason"}
+    | {"dateCreated", "lastModified", "pending", "secret"}
+    | {"messageId", "hookId", "hookEnabled", "type", "state", "messageState", "attemptedAt", "statusCode"}
+    | {"durationMs", "error", "services"}
+)
+
+
+class HookController(Controller, stores=STORED):
     name = "hook"
-    # The fields of a hook and of a delivery as `services.hooks` answers them, and what the actions
-    # read besides (IO State may name no other)
-    fields = frozenset(
-        {"id", "version", "userId", "url", "service", "format", "isEnabled", "attempts", "disabledReason"}
-        | {"dateCreated", "lastModified", "pending", "secret"}
-        | {"messageId", "hookId", "hookEnabled", "type", "state", "messageState", "attemptedAt", "statusCode"}
-        | {"durationMs", "error", "services", "offset", "max"}
-    )
 
     @action(answers="list", page=Page(default=20, maximum=100))
     async def list(self, call: Call) -> list[dict[str, Any]]:

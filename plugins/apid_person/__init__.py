@@ -41,13 +41,15 @@ def owner_or_administrator(caller: Caller, record: Mapping[str, Any]) -> bool:
     return caller.is_superuser or record.get("id") == caller.id
 
 
-class PersonController(Controller):
+# What `Account.to_dict` answers, and what the actions read besides (IO State may name no other)
+STORED = frozenset(
+    {"id", "version", "username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired"}
+    | {"roles", "dateCreated", "lastUpdated", "password", "currentPassword", "cancelled"}
+)
+
+
+class PersonController(Controller, stores=STORED):
     name = "person"
-    # What `Account.to_dict` answers, and what the actions read besides (IO State may name no other)
-    fields = frozenset(
-        {"id", "version", "username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired"}
-        | {"roles", "dateCreated", "lastUpdated", "password", "currentPassword", "offset", "max", "cancelled"}
-    )
 
     def _own_or_superuser(self, call: Call) -> int:
         person_id = call.fields["id"]

@@ -7,9 +7,9 @@ from typing import Any
 from apid.plugin import Call, Controller, action
 
 
-class ServerController(Controller):
+# what `services.pinger.ping_all` answers
+class ServerController(Controller, stores=("peers", "total", "up", "down")):
     name = "server"
-    fields = frozenset({"peers", "total", "up", "down"})  # what `services.pinger.ping_all` answers
 
     @action(answers="record")
     async def pingServers(self, call: Call) -> dict[str, Any]:

@@ -104,17 +104,20 @@ def test_a_date_time_is_answered_with_its_offset_a_naive_one_as_utc():
     date-time the documents promise."""
     from datetime import UTC, datetime, timedelta, timezone
 
-    from apid.plugin import Call, Controller, action
+    from apid.plugin import Call, Page, action
 
     class Clock(TeamController):
         @action
         def show(self, call: Call) -> dict:
             return {"id": 1, "name": datetime(2026, 11, 28, 12, 0, 0), "leaderId": 1}
 
-        @action
+        @action(page=Page(default=10, maximum=100))  # the rules' list reads the page
         def list(self, call: Call) -> list:
             plus_two = timezone(timedelta(hours=2))
-            return [{"name": datetime(2026, 11, 28, 14, 0, tzinfo=plus_two)}, {"name": datetime(2026, 11, 28, tzinfo=UTC)}]
+            return [
+                {"name": datetime(2026, 11, 28, 14, 0, tzinfo=plus_two)},
+                {"name": datetime(2026, 11, 28, tzinfo=UTC)},
+            ]
 
     with InMemoryApid([Clock], iostate_dir=TEAM_FILE.parent) as apid:
         admin = apid.caller("ROLE_ADMIN")

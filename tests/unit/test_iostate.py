@@ -23,6 +23,7 @@ from apid.iostate import (
     read_dir,
 )
 from apid.iostate.model import CallLimit, Deprecation
+from apid.plugin_host.field_declarations import declared_fields
 from apid_person import PersonController
 from apid_sample import TeamController
 
@@ -636,7 +637,7 @@ def test_a_ratelimit_role_the_endpoint_does_not_admit_is_refused(security, perso
 def test_check_fields_accepts_the_real_controllers(security):
     for path, controller in ((PERSON_FILE, PersonController), (TEAM_FILE, TeamController)):
         state = parse_text(path.read_text(encoding="utf-8"), str(path), security)
-        check_fields(state, controller.fields, controller.name)
+        check_fields(state, declared_fields(controller).fields, controller.name)
 
 
 def test_check_fields_refuses_a_request_field_the_code_does_not_declare_naming_where(security, team):
@@ -644,7 +645,7 @@ def test_check_fields_refuses_a_request_field_the_code_does_not_declare_naming_w
     team["VERSION"]["1"]["URI"]["create"]["REQUEST"]["ROLE_ADMIN"] = ["reorderLevel"]
     state = parse(team, "team.json", security)
     with pytest.raises(IOStateError) as info:
-        check_fields(state, TeamController.fields, "team (distribution apid-sample)")
+        check_fields(state, declared_fields(TeamController).fields, "team (distribution apid-sample)")
     assert str(info.value) == (
         "team.json: controller team, version 1, action create, REQUEST ROLE_ADMIN: field 'reorderLevel' is not "
         "one the controller of team (distribution apid-sample) stores or answers (it declares: budget, id, "
@@ -658,10 +659,10 @@ def test_check_fields_refuses_a_response_field_before_an_unused_one(security, te
     team["VERSION"]["2"]["URI"]["show"]["RESPONSE"]["permitAll"].append("motto")
     state = parse(team, "team.json", security)
     with pytest.raises(IOStateError, match=re.escape("version 2, action show, RESPONSE permitAll: field 'motto'")):
-        check_fields(state, TeamController.fields, "apid-sample")
+        check_fields(state, declared_fields(TeamController).fields, "apid-sample")
     del team["VALUES"]["motto"], team["VERSION"]["2"]["URI"]["show"]["RESPONSE"]["permitAll"][-1]
     with pytest.raises(IOStateError, match="^" + re.escape("team.json: controller team, VALUES: field 'spare'")):
-        check_fields(parse(team, "team.json", security), TeamController.fields, "apid-sample")
+        check_fields(parse(team, "team.json", security), declared_fields(TeamController).fields, "apid-sample")
 
 
 def test_check_fields_leaves_a_controller_that_declares_nothing_unchecked(security, team):

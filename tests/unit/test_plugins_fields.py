@@ -1,6 +1,9 @@
-"""A controller's fields (`Controller.table` and `fields`) bound against its IO State: a file
+"""A controller's fields (`class ...(Controller, stores=...)`) bound against its IO State: a file
 naming a field the loaded code does not declare is refused at start and at reload, naming
-where, so that a rules change that needs new code waits for it (issue 27, item 1)."""
+where, so that a rules change that needs new code waits for it (issue 27, item 1). The names a
+plugin gives its own attributes mean nothing to apid: 0.1's plugins had `table` and `fields` of
+their own (issue 35, item 1); the set of names the release before declared as `fields` is read
+and only warned about until 0.3."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ from twisted.logger import capturedLogs
 
 from apid.config.files import load_api
 from apid.iostate import IOStateError
-from apid.plugin import Call, Controller, action
-from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, bind, declared_fields, load
+from apid.plugin import Call, Controller, Page, action
+from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, bind, load
+from apid.plugin_host.field_declarations import Declared, declared_fields
 from apid.plugin_host.rules import RuleBook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +56,8 @@ ITEM_STATE = {
 }
 
 
-class Items(Controller):
+class Undeclared(Controller):
     name = "item"
-    table = ITEMS
-    fields = frozenset({"max"})
 
     @action
     def show(self, call: Call) -> dict:
@@ -66,9 +68,27 @@ class Items(Controller):
         return {}
 
 
-class Undeclared(Items):
-    table = None
-    fields = None
+class Items(Undeclared, stores=(ITEMS, "max")):
+    pass
+
+
+class OwnAttributes(Undeclared):
+    """A 0.1 plugin's controller: `table` and `fields` are its own (API name to column)."""
+
+    table = ITEMS
+    fields = {"id": ITEMS.c.id, "name": ITEMS.c.name}  # noqa: RUF012 (as 0.1's docs wrote it)
+
+
+class OldSpelling(Undeclared):
+    """The release before declared `fields` as a set of names."""
+
+    fields = frozenset({"id", "name", "max"})
+
+
+class Paged(Undeclared, stores=ITEMS):
+    @action(answers="list", page=Page(default=10, maximum=100))
+    def list(self, call: Call) -> list:
+        return []
 
 
 class EntryPoint(SimpleNamespace):
@@ -95,8 +115,36 @@ def new_field(state: dict) -> None:
 
 
 def test_the_fields_are_the_keys_of_the_tables_columns_and_the_declared_ones():
-    assert declared_fields(Items, "item") == {"id", "name", "reorderLevel", "max"}
-    assert declared_fields(Undeclared, "item") is None
+    assert declared_fields(Items) == Declared(frozenset({"id", "name", "reorderLevel", "max"}), strict=True)
+    assert declared_fields(Undeclared) is None
+
+
+def test_attributes_a_plugin_names_for_itself_declare_nothing():
+    assert declared_fields(OwnAttributes) is None  # a Table and a mapping: the plugin's own
+
+
+def test_the_old_spelling_is_read_and_held_to_less():
+    assert declared_fields(OldSpelling) == Declared(frozenset({"id", "name", "max"}), strict=False)
+
+
+def test_an_action_that_pages_declares_offset_and_max():
+    assert declared_fields(Paged) == Declared(frozenset({"id", "name", "reorderLevel", "offset", "max"}), strict=True)
+
+
+def test_a_0_1_plugins_own_table_and_fields_do_not_stop_it(tmp_path):
+    """Its rules name `max`, which no declaration of apid's holds: they bind as they did in 0.1."""
+    write_items(tmp_path)
+    assert "max" in bind([loaded(OwnAttributes)], tmp_path, SECURITY).rules.controllers["item"].values
+
+
+def test_rules_the_old_spelling_does_not_cover_are_warned_of_and_bind(tmp_path):
+    write_items(tmp_path, new_field)
+    with capturedLogs() as events:
+        bound = bind([loaded(OldSpelling)], tmp_path, SECURITY)
+    assert "colour" in bound.rules.controllers["item"].values
+    (warning,) = [event for event in events if event["log_namespace"] == "apid.plugins"]
+    assert "field 'colour' is not one the controller of item" in warning["error"]
+    assert warning["plugin"] == "item (distribution apid-inventory)"
 
 
 def test_rules_naming_only_declared_fields_bind(tmp_path):
@@ -136,14 +184,16 @@ def test_a_controller_declaring_nothing_is_not_checked_and_warned_of_at_load(tmp
 
 
 @pytest.mark.parametrize(
-    "declaration, reason",
+    "stores, reason",
     [
-        ({"fields": "name"}, "Wrong.fields must be a collection of field names"),
-        ({"fields": frozenset({1})}, "Wrong.fields must be a collection of field names"),
-        ({"table": "inventory_item"}, "Wrong.table must be a sqlalchemy Table, not 'inventory_item'"),
+        ((ITEMS, 1), "Wrong: stores= takes Tables and field names, not int 1"),
+        ((ITEMS.c.id,), "Wrong: stores= takes Tables and field names, not Column"),
     ],
 )
-def test_a_declaration_of_the_wrong_kind_stops_the_load_naming_the_plugin(declaration, reason):
-    wrong = type("Wrong", (Items,), declaration)
-    with pytest.raises(PluginError, match=re.escape(f"plugin item (distribution apid-inventory): {reason}")):
-        loaded(wrong)
+def test_a_declaration_of_the_wrong_kind_stops_the_load_naming_the_plugin(stores, reason):
+    class Wrong(Undeclared, stores=stores):
+        pass
+
+    with pytest.raises(PluginError, match=re.escape(reason)) as refused:
+        loaded(Wrong)
+    assert str(refused.value).startswith("plugin item (distribution apid-inventory): ")

@@ -12,6 +12,7 @@ import pytest
 
 from apid.config.files import load_api
 from apid.plugin_host.discovery import FoundPlugin, bind, load
+from apid.plugin_host.field_declarations import Declared, declared_fields
 from apid.plugin_host.scaffold import PluginNames, write_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,5 +77,5 @@ class Entry:
 
 def test_the_controller_declares_every_field_its_io_state_names(importable, tmp_path):
     (item,) = load([FoundPlugin(name="item", distribution="apid-inventory", entry_point=Entry())])
-    assert item.cls.table is not None and item.cls.fields == {"offset", "max"}
+    assert declared_fields(item.cls) == Declared(frozenset({"id", "version", "name", "offset", "max"}), strict=True)
     assert "item" in bind([item], tmp_path / "none", SECURITY).rules.controllers  # the file it ships

@@ -1,6 +1,7 @@
 """The testing kit (`apid.testing`) runs every kind of action: an `async def` action awaiting
 asyncio libraries (httpx, `asyncio.sleep`) as the kit is built by default (on an asyncio loop,
-as the daemon's default reactor), the daemon's 500 naming the setting under `reactor="default"`, and the upstream-failure problems (502, 503 with
+as the daemon's default reactor), the daemon's 500 naming the setting under
+`reactor="default"`, and the upstream-failure problems (502, 503 with
 Retry-After, 504) answered as docs/plugins.md documents them. In the kit a hook may name a
 loopback receiver without `cors.allowedOrigins`."""
 

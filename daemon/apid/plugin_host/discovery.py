@@ -22,7 +22,6 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import Table
 from twisted.logger import Logger
 
 from apid.config.api import SecurityConfig
@@ -34,13 +33,13 @@ from apid.iostate import (
     bind_audiences,
     bind_references,
     check_actions,
-    check_fields,
     check_hook_roles,
     check_shared_caches,
     parse_text,
     read_dir,
 )
 from apid.plugin import Controller, action_rules
+from apid.plugin_host.field_declarations import DeclarationError, check_declared, declared_fields
 
 log = Logger(namespace="apid.plugins")
 
@@ -118,30 +117,20 @@ def load(found: Iterable[FoundPlugin]) -> list[LoadedController]:
             raise PluginError(
                 f"plugin {plugin.label}: controller {cls.name!r} is already provided by {loaded[cls.name].plugin.label}"
             )
-        if declared_fields(cls, plugin.label) is None:
+        try:
+            declared = declared_fields(cls)
+        except DeclarationError as exc:
+            raise PluginError(f"plugin {plugin.label}: {exc}") from None
+        if declared is None:
             log.warn(
-                "plugin {plugin}: controller {controller} declares no fields (`table` or `fields`), so its "
-                "IO State is not checked against its code: rules naming a field it cannot store or answer "
-                "would load, and the field be dropped",
+                "plugin {plugin}: controller {controller} declares no fields (`stores=`), so its IO State "
+                "is not checked against its code: rules naming a field it cannot store or answer would "
+                "load, and the field be dropped",
                 plugin=plugin.label,
                 controller=cls.name,
             )
         loaded[cls.name] = LoadedController(plugin=plugin, cls=cls)
     return list(loaded.values())
-
-
-def declared_fields(cls: type[Controller], plugin: str) -> frozenset[str] | None:
-    """The fields a controller's code stores or answers: the keys of its `table`'s columns and
-    its `fields`; None when it declares neither."""
-    if cls.table is None and cls.fields is None:
-        return None
-    if cls.table is not None and not isinstance(cls.table, Table):
-        raise PluginError(f"plugin {plugin}: {cls.__qualname__}.table must be a sqlalchemy Table, not {cls.table!r}")
-    fields = cls.fields if cls.fields is not None else ()
-    if isinstance(fields, str) or not all(isinstance(name, str) for name in fields):
-        raise PluginError(f"plugin {plugin}: {cls.__qualname__}.fields must be a collection of field names")
-    columns = () if cls.table is None else (str(column.key) for column in cls.table.columns)
-    return frozenset(fields).union(columns)
 
 
 def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
@@ -188,7 +177,7 @@ def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: Securi
         label = controller.plugin.label
         declared = {action: action_rules(handler) for action, handler in controller.cls.actions().items()}
         check_actions(state, declared, label)
-        check_fields(state, declared_fields(controller.cls, label), label)
+        check_declared(state, declared_fields(controller.cls), label)
         check_shared_caches(state, [action for action, rules in declared.items() if rules.caller_independent], label)
         check_hook_roles(
             state,

@@ -27,13 +27,12 @@ class TeamSettings:
     default_budget: int = setting("defaultBudget", default=0, doc="The budget of a team created without one.")
 
 
-class TeamController(Controller):
+# What a team holds and `summary` computes (`led`): IO State may name no other field (and the
+# page `list` reads, declared by its `page=`)
+class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "led")):
     name = "team"
     settings_class = TeamSettings
     settings: TeamSettings
-    # What a team holds and `summary` computes (`led`), and the page `list` reads: IO State may
-    # name no other field
-    fields = frozenset({"id", "name", "leaderId", "budget", "led", "offset", "max"})
 
     def __init__(self, services: Any) -> None:
         super().__init__(services)

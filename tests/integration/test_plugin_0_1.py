@@ -1,0 +1,66 @@
+"""A third-party plugin written from apid 0.1's docs, frozen in tests/directory_plugin, runs on
+this apid unchanged (issue 35, item 1): its controllers' own `table` and `fields` attributes
+mean nothing to apid, so its IO State, which names the paging fields it reads itself, binds;
+the daemon starts with it installed, migrates its schema and serves it beside apid's own.
+
+It is installed as pip would leave it (a `.dist-info` with its entry points) in a folder of
+the daemon's own on PYTHONPATH, so that no other daemon of the suite serves it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import ADMIN, V, deployment_with_accounts, running_daemon
+
+PLUGIN = Path(__file__).resolve().parents[1] / "directory_plugin"
+ENTRY_POINTS = """[apid.controllers]
+company = apid_directory:CompanyController
+department = apid_directory:DepartmentController
+
+[apid.migrations]
+directory = apid_directory.migrations
+"""
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    root = tmp_path_factory.mktemp("directory")
+    site = root / "site"
+    info = site / "apid_directory-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: apid-directory\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    path = os.pathsep.join(filter(None, [str(site), str(PLUGIN), os.environ.get("PYTHONPATH")]))
+    with running_daemon(deployment_with_accounts(root / "deployment"), env={"PYTHONPATH": path}) as daemon:
+        daemon.token = daemon.login(ADMIN[0], ADMIN[1])
+        yield daemon
+
+
+def call(daemon, method: str, path: str, body=None):
+    answer = daemon.request(method, f"{V}/{path}", body, token=daemon.token)
+    assert answer.status == 200, answer.body
+    return answer.json
+
+
+def test_the_daemon_serves_the_0_1_plugin_beside_its_own(daemon):
+    acme = call(daemon, "POST", "company/create", {"name": "Acme"})
+    assert acme == {"id": acme["id"], "name": "Acme"}
+    assert call(daemon, "GET", f"company/show/{acme['id']}") == acme
+    assert call(daemon, "GET", "person/show/1")["username"] == ADMIN[0]
+    assert "is not one the controller" not in daemon.stderr
+
+
+def test_its_paging_fields_reach_its_own_code(daemon):
+    acme = call(daemon, "POST", "company/create", {"name": "Paged"})
+    made = [
+        call(daemon, "POST", "department/create", {"companyId": acme["id"], "name": name})
+        for name in ("Sales", "Legal", "Research")
+    ]
+    page = call(daemon, "GET", f"department/list?companyId={acme['id']}&offset=1&max=1")
+    assert page == [made[1]]
+    refused = daemon.request("GET", f"{V}/department/list?companyId={acme['id']}&max=1000", token=daemon.token)
+    assert refused.status == 400 and "max" in refused.body.decode()
