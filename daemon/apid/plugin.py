@@ -120,20 +120,18 @@ class Page:
 
 @dataclass(frozen=True)
 class ActionRules:
-    """What an action declares about its request fields, checked by the daemon before the action
-    runs, together with the IO State checks, so that one 400 lists every bad field at once;
-    and whether its answer may be shared between callers.
+    """What an action declares, checked by the daemon with the IO State checks before it runs
+    (one 400 lists every bad field) and told in the API documents.
 
     `requires`: fields that must be sent (not null). `validate(fields)`: the action's own field
-    rules; it receives the admitted, typed fields (only those that passed the IO State checks,
-    so any may be absent) and returns field errors, or raises `InvalidFields` with them.
-    `caller_independent`: the answer depends on nothing of the caller but the roles the
-    endpoint granted (no own-record check, no use of `call.caller`), so an IO State `CACHE`
-    may say `"shared": true`. A cached answer skips the action, and with it any check the
-    action makes of who calls: the daemon cannot see inside an action, so it refuses a shared
-    cache unless the action says this. `answers`: what the action answers (`Answers`), or None
-    when it does not say, so that the API documents can type its answer exactly. `page`: how
-    a list action pages (`Page`), or None.
+    rules; it receives the admitted, typed fields (any may be absent) and returns field errors,
+    or raises `InvalidFields` with them. `caller_independent`: the answer depends on nothing of
+    the caller but the roles the endpoint granted (no own-record check, no `call.caller`), so
+    an IO State `CACHE` may say `"shared": true`: a cached answer skips the action and its
+    checks of who calls, so the daemon refuses a shared cache unless the action says this.
+    `answers`: what it answers (`Answers`), or None, so the documents type its answer exactly.
+    `page`: how a list action pages (`Page`), or None. `upstream`: it calls a service of its
+    own, so it may answer 502, 503 (with Retry-After) and 504, which the documents list.
 
     `may_see(caller, record)`: who may receive a copy of a record the action answers other than
     its caller, such as a webhook's owner (`RecordCheck`): the action's own per-record check
@@ -148,6 +146,7 @@ class ActionRules:
     answers: Answers | None = None
     page: Page | None = None
     may_see: RecordCheck | None = None
+    upstream: bool = False
 
 
 @overload
@@ -163,6 +162,7 @@ def action(
     answers: Answers | None = None,
     page: Page | None = None,
     may_see: RecordCheck | None = None,
+    upstream: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -175,12 +175,10 @@ def action(
     answers: Answers | None = None,
     page: Page | None = None,
     may_see: RecordCheck | None = None,
+    upstream: bool = False,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
-    `@action(requires=("name",), validate=check, caller_independent=True, answers="record")` to
-    declare its field rules, whether callers may share its cached answers, what it answers,
-    for a list how it pages (`page=Page(...)`), and who may receive copies of its records
-    (`may_see=check`) (`ActionRules`)."""
+    `@action(requires=("name",), answers="record", ...)` to declare its `ActionRules`."""
     if answers not in (None, "record", "list", "nothing"):
         raise ValueError(f'@action(answers=...) is "record", "list" or "nothing", not {answers!r}')
     if page is not None and not 1 <= page.default <= page.maximum:
@@ -192,6 +190,7 @@ def action(
         answers=answers,
         page=page,
         may_see=may_see,
+        upstream=upstream,
     )
 
     def mark(handler: F) -> F:

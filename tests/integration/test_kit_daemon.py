@@ -53,6 +53,28 @@ def test_an_upstream_that_is_down_answers_503_with_retry_after(apid_daemon, webh
     assert reply.headers["retry-after"] == "12"
 
 
+def test_a_batch_element_whose_upstream_is_down_carries_the_retry_after_in_its_problem(apid_daemon, webhook_receiver):
+    """An element has no headers: its problem says when to try it again, as its call's header would."""
+    admin = admin_login(apid_daemon)
+    up, down = new_team(apid_daemon, admin, "up"), new_team(apid_daemon, admin, "down")
+    webhook_receiver.script(f"/relay/{down['id']}", Answer(503, {"Retry-After": "7"}))
+    reply = apid_daemon.batch("team/relay", [{"id": up["id"]}, {"id": down["id"]}], caller=admin, combine=True)
+    assert reply.status == 207, reply.text
+    (error,) = reply.json["errors"]
+    assert error["index"] == 1 and error["status"] == 503 and error["retryAfter"] == 7
+    assert reply.json["data"][0]["id"] == up["id"]
+
+
+def test_the_api_document_lists_the_upstream_failures_of_the_actions_that_declare_one(apid_daemon):
+    admin = admin_login(apid_daemon)
+    paths = apid_daemon.get("/openapi.json", caller=admin).json["paths"]
+    relay, show = paths["/v0.1/team/relay/{id}"]["get"], paths["/v0.1/team/show/{id}"]["get"]
+    assert {"502", "503", "504"} <= relay["responses"].keys()
+    assert {"502", "504"}.isdisjoint(show["responses"].keys()) and "503" in show["responses"]
+    chain = paths["/c0.1/team/relay/{id}"]["post"]
+    assert {"502", "504"} <= chain["responses"].keys()
+
+
 def test_a_hook_to_the_receiver_gets_signed_deliveries(apid_daemon, webhook_receiver):
     admin = admin_login(apid_daemon)
     hook = apid_daemon.post(

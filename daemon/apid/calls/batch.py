@@ -151,12 +151,22 @@ def _problem(failure: Failure) -> Problem:
     return problem
 
 
+def element_error(problem: Problem, index: int, instance: str) -> dict[str, Any]:
+    """A failed element's problem, with its `index`; and `retryAfter`, the seconds its call alone
+    would have sent in Retry-After (a 503, a 429), which an element has no header to carry."""
+    error = {**problem.to_dict(instance=instance), "index": index}
+    retry_after = problem.headers.get("Retry-After", "")
+    if retry_after.isdigit():
+        error["retryAfter"] = int(retry_after)
+    return error
+
+
 def summarise(outcomes: list[Any], combine: bool, instance: str) -> BatchOutcome:
     """200 with the outputs when every element succeeded, else 207 with data and errors."""
     data = [None if isinstance(o, Problem) else o for o in outcomes]
     chosen = data if combine else data[-1]
     errors = [
-        {**outcome.to_dict(instance=instance), "index": index}
+        element_error(outcome, index, instance)
         for index, outcome in enumerate(outcomes)
         if isinstance(outcome, Problem)
     ]

@@ -100,16 +100,26 @@ PROBLEM_RESPONSES: Mapping[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "500": ("InternalError", _status_answer(500, "The call failed; the error was logged")),
+    "502": ("BadGateway", _status_answer(502, "A service the action calls answered something unusable")),
     "503": ("ServiceUnavailable", _status_answer(503, "A dependency is down", "Retry-After")),
+    "504": ("GatewayTimeout", _status_answer(504, "A service the action calls did not answer in time")),
 }
 # Every status an API call may answer: apid's own, and those plugins raise through apid.plugin
-# (Conflict, Unprocessable) from any action.
+# (Conflict, Unprocessable) from any action; and those of an action that calls a service of its
+# own (`@action(upstream=True)`): 503 is among apid's own (its database).
 API_ERRORS = ("400", "401", "403", "404", "405", "409", "413", "415", "422", "429", "500", "503")
+UPSTREAM_ERRORS = ("502", "504")
 
 
 def problem_answers(*statuses: str) -> dict[str, Any]:
     """The shared problem answers of these statuses, by reference."""
     return {status: ref("responses", PROBLEM_RESPONSES[status][0]) for status in statuses}
+
+
+def call_errors(upstream: bool) -> dict[str, Any]:
+    """The problem answers of an API call, by reference: an action's that calls an upstream
+    service (`upstream`) besides."""
+    return problem_answers(*API_ERRORS, *(UPSTREAM_ERRORS if upstream else ()))
 
 
 def schema_body(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def problem_schema(kind: type[Problem]) -> dict[str, Any]:
 
 def problem_schemas() -> dict[str, Any]:
     """Every problem type's schema, `FieldError`, `Problem` (what every problem holds) and
-    `BatchError` (a failed batch element's problem, with its `index`)."""
+    `BatchError` (a failed batch element's problem, with its `index` and, when its call alone
+    would have answered Retry-After, `retryAfter`)."""
     schemas: dict[str, Any] = {schema_name(kind): problem_schema(kind) for kind in PROBLEM_TYPES}
     schemas["FieldError"] = dict(FIELD_ERROR_SCHEMA)
     schemas["Problem"] = {
@@ -79,6 +80,12 @@ def problem_schemas() -> dict[str, Any]:
         "properties": {
             **schemas["Problem"]["properties"],
             "index": {"type": "integer", "minimum": 0, "description": "The element's position"},
+            "retryAfter": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Seconds to wait before sending the element again: the Retry-After its call "
+                "alone would have answered (a 503 or a 429)",
+            },
         },
     }
     return schemas

@@ -18,6 +18,7 @@ from apid.http.operations import (
     BEARER,
     JSON,
     NOT_MODIFIED,
+    call_errors,
     header_refs,
     object_body,
     problem_answers,
@@ -161,7 +162,7 @@ def plain_operation(
     )
     if links:
         ok["links"] = links
-    operation["responses"] = {"200": ok, **problem_answers(*API_ERRORS)}
+    operation["responses"] = {"200": ok, **call_errors(rules.upstream)}
     if action.is_safe:
         operation["responses"]["304"] = ref("responses", NOT_MODIFIED)
     return operation

@@ -20,13 +20,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from apid.http.operations import (
-    API_ERRORS,
     BEARER,
     CHAIN_TAG,
     JSON,
+    call_errors,
     header_refs,
     object_body,
-    problem_answers,
     ref,
     schema_body,
 )
@@ -125,7 +124,7 @@ def chain_operations(
         "headers": header_refs("RateLimit", "RateLimit-Policy", "X-Request-ID"),
         "content": {JSON: {"schema": ref("schemas", "ChainAnswer")}},
     }
-    errors = problem_answers(*API_ERRORS)
+    errors = call_errors(rules.upstream)
     common = {"tags": [CHAIN_TAG], "security": BEARER}
     parameters: list[dict[str, Any]] = [ref("parameters", "RequestId")]
     if action.takes_id:
