@@ -86,3 +86,19 @@ def test_a_hook_to_the_receiver_gets_signed_deliveries(apid_daemon, webhook_rece
     assert delivery.json["type"] == "team/create" and delivery.json["data"]["id"] == team["id"]
     assert delivery.verified(hook.json["secret"])
     assert not delivery.verified("whsec_" + "A" * 44)
+
+
+def test_a_daemon_that_stops_before_it_is_ready_is_reported_at_once_with_its_log(tmp_path):
+    """A mistake only `apid serve` reads (a plugin's setting): not "did not become ready within
+    60 s", but its exit status and the line naming the key, as soon as it ended."""
+    from time import monotonic
+
+    from apid.testing import DaemonFailed
+
+    daemon = ApidDaemon(tmp_path, server={"plugins": {"team": {"defaultBudget": "lots"}}})
+    began = monotonic()
+    with pytest.raises(DaemonFailed) as failed:
+        daemon.start(timeout=60)
+    assert monotonic() - began < 30
+    assert "apid serve exited with status 1 before it was ready" in str(failed.value)
+    assert "plugins.team.defaultBudget: expected a whole number" in str(failed.value)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+import apid.testing
 from apid.config.nodes import ConfigError
 from apid.plugin import Call, Controller, action, setting, settings
 from apid.plugin_host.lifecycle import HookFailed
@@ -155,10 +156,13 @@ def test_hooks_run_in_the_order_of_the_names_and_stop_in_the_reverse(rules, orde
 
 
 def test_a_failing_start_up_hook_stops_the_start_naming_the_plugin(rules, order, monkeypatch):
+    """The plugin is not installed: its package names it. The kit raises a class it exports."""
     monkeypatch.setattr(Audit, "fails", True)
-    failed = "plugin audit (distribution unknown): started() failed: RuntimeError: the audit service said no"
-    with pytest.raises(HookFailed, match=re.escape(failed)):
+    package = __name__.partition(".")[0]
+    failed = f"plugin audit (distribution {package}): started() failed: RuntimeError: the audit service said no"
+    with pytest.raises(apid.testing.PluginError, match=re.escape(failed)) as raised:
         InMemoryApid([Greeter, Audit], iostate_dir=rules)
+    assert isinstance(raised.value, HookFailed)
     assert order == []  # greeter, after it, never started
 
 

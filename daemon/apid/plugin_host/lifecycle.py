@@ -22,6 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from apid.plugin import Controller
+from apid.plugin_host.discovery import PluginError
 from apid.runtime.coroutines import started
 
 log = Logger(namespace="apid.lifecycle")
@@ -31,8 +32,9 @@ log = Logger(namespace="apid.lifecycle")
 GRACE = 2.0
 
 
-class HookFailed(Exception):
-    """A controller's `started()` failed; the message names its plugin."""
+class HookFailed(PluginError):
+    """A controller's `started()` failed; the message names its plugin. A `PluginError`, as a
+    plugin that cannot load is: the kit (`apid.testing.PluginError`) raises either."""
 
 
 class PluginLifecycle:

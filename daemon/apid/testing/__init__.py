@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from apid.testing.daemon import DaemonFailed as DaemonFailed
     from apid.testing.memory import Event as Event
     from apid.testing.memory import InMemoryApid as InMemoryApid
+    from apid.testing.memory import PluginError as PluginError
     from apid.testing.memory import StillWaiting as StillWaiting
     from apid.testing.receiver import Answer as Answer
     from apid.testing.receiver import Delivery as Delivery
@@ -36,6 +37,7 @@ _HOMES = {
     "Event": "memory",
     "InMemoryApid": "memory",
     "Login": "calls",
+    "PluginError": "memory",
     "Reply": "calls",
     "StillWaiting": "memory",
     "WebhookReceiver": "receiver",

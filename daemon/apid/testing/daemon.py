@@ -160,7 +160,13 @@ class ApidDaemon(ApiCalls):
         line = _first_line(self._process.stdout, timeout)
         ready = _READY.search(line)
         if ready is None:
+            try:  # the end of its output, not a timeout, when it stopped by itself: wait for its status
+                ended: int | None = self._process.wait(2)
+            except subprocess.TimeoutExpired:
+                ended = None
             self.stop()
+            if ended is not None:  # it stopped by itself: its log says why, at once
+                raise DaemonFailed(f"apid serve exited with status {ended} before it was ready:\n{self.stderr.strip()}")
             raise DaemonFailed(f"apid serve did not become ready within {timeout:g} s: {line!r}\n{self.stderr}")
         self.port, self.version, self.ready = int(ready["port"]), ready["version"], line.strip()
         return self

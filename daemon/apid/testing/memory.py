@@ -58,6 +58,7 @@ from apid.iostate import Endpoint, RuleSet
 from apid.openapi.docs_page import DocsPage
 from apid.plugin import Caller, Controller
 from apid.plugin_host.discovery import FoundPlugin, bind, discover, load
+from apid.plugin_host.discovery import PluginError as PluginError  # raised at build: apid.testing exports it
 from apid.plugin_host.migrations import MIGRATIONS_GROUP, MigrationSource, migration_sources
 from apid.runtime.coroutines import bridge_tasks
 from apid.runtime.reactors import Reactor, new_loop
@@ -473,7 +474,8 @@ def _first_party() -> list[FoundPlugin]:
 def _found(cls: type[Controller]) -> FoundPlugin:
     """A controller class given to the kit, found as if its distribution announced it, so that
     `load` checks it as it checks an installed one."""
-    distribution = metadata.packages_distributions().get(cls.__module__.split(".")[0], ["unknown"])[0]
+    package = cls.__module__.split(".")[0]
+    distribution = metadata.packages_distributions().get(package, [package])[0]  # not installed: its package
     return FoundPlugin(
         name=getattr(cls, "name", "") or cls.__qualname__, distribution=distribution, entry_point=_Given(cls)
     )
