@@ -26,16 +26,20 @@ directory = apid_directory.migrations
 """
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    root = tmp_path_factory.mktemp("directory")
+def installed(root: Path) -> dict[str, str]:
+    """The environment of a daemon that finds the plugin installed."""
     site = root / "site"
     info = site / "apid_directory-0.1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: apid-directory\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
-    path = os.pathsep.join(filter(None, [str(site), str(PLUGIN), os.environ.get("PYTHONPATH")]))
-    with running_daemon(deployment_with_accounts(root / "deployment"), env={"PYTHONPATH": path}) as daemon:
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), str(PLUGIN), os.environ.get("PYTHONPATH")]))}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    root = tmp_path_factory.mktemp("directory")
+    with running_daemon(deployment_with_accounts(root / "deployment"), env=installed(root)) as daemon:
         daemon.token = daemon.login(ADMIN[0], ADMIN[1])
         yield daemon
 
@@ -64,3 +68,19 @@ def test_its_paging_fields_reach_its_own_code(daemon):
     assert page == [made[1]]
     refused = daemon.request("GET", f"{V}/department/list?companyId={acme['id']}&max=1000", token=daemon.token)
     assert refused.status == 400 and "max" in refused.body.decode()
+
+
+def test_load_plugins_serves_the_plugins_named_and_apids_own_only(tmp_path):
+    """`loadPlugins` (what `ApidDaemon(plugins=...)` sets): the sample plugin, installed too, is
+    not served, and its migrations do not run; a name no installed distribution has stops the start."""
+    env = installed(tmp_path)
+    only = deployment_with_accounts(tmp_path / "only", server={"loadPlugins": ["apid-directory"]})
+    with running_daemon(only, env=env) as daemon:
+        token = daemon.login(ADMIN[0], ADMIN[1])
+        assert daemon.request("POST", f"{V}/company/create", {"name": "Only"}, token=token).status == 200
+        assert daemon.request("GET", f"{V}/team/list", token=token).status == 404
+        assert daemon.request("GET", f"{V}/person/show/1", token=token).status == 200
+    misspelt = deployment_with_accounts(tmp_path / "misspelt", server={"loadPlugins": ["apid-directroy"]})
+    done = misspelt.cli("serve", env=env)
+    assert done.returncode == 1
+    assert "loadPlugins names apid-directroy, which no installed distribution" in done.stderr

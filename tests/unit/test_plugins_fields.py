@@ -19,7 +19,7 @@ from twisted.logger import capturedLogs
 from apid.config.files import load_api
 from apid.iostate import IOStateError
 from apid.plugin import Call, Controller, Page, action
-from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, bind, load
+from apid.plugin_host.discovery import FoundPlugin, LoadedController, PluginError, bind, check_chosen, discover, load
 from apid.plugin_host.field_declarations import Declared, declared_fields
 from apid.plugin_host.rules import RuleBook
 
@@ -197,3 +197,22 @@ def test_a_declaration_of_the_wrong_kind_stops_the_load_naming_the_plugin(stores
     with pytest.raises(PluginError, match=re.escape(reason)) as refused:
         loaded(Wrong)
     assert str(refused.value).startswith("plugin item (distribution apid-inventory): ")
+
+
+# --- loadPlugins: which installed distributions load -------------------------------------------------
+
+
+def entry(name: str, distribution: str):
+    return SimpleNamespace(name=name, value=f"{name}:X", dist=SimpleNamespace(name=distribution))
+
+
+def test_only_the_distributions_named_load_and_apids_own_always():
+    announced = [entry("person", "apid"), entry("team", "apid-sample-plugin"), entry("shop", "apid-shop")]
+    assert [found.name for found in discover(announced)] == ["person", "shop", "team"]
+    assert [found.name for found in discover(announced, only=("apid-shop",))] == ["person", "shop"]
+
+
+def test_a_name_no_installed_distribution_has_stops_the_start_naming_it():
+    with pytest.raises(PluginError, match=r"loadPlugins names apid-shp, which no installed distribution"):
+        check_chosen(("apid-shp", "apid-sample-plugin"))
+    check_chosen(("apid-sample-plugin",))

@@ -196,9 +196,11 @@ def test_each_plain_default_is_of_its_field_s_type(cls, declared):
     default = declared.default
     if default is dataclasses.MISSING or declared.metadata["setting"].kind is not None:
         return
-    allowed = tuple(arg for arg in typing.get_args(annotation) if isinstance(arg, type)) or (
-        typing.get_origin(annotation) or annotation,
-    )
+    origin = typing.get_origin(annotation)
+    if origin is tuple:  # tuple[str, ...]: its arguments are its items'
+        allowed: tuple[type, ...] = (tuple,)
+    else:
+        allowed = tuple(arg for arg in typing.get_args(annotation) if isinstance(arg, type)) or (origin or annotation,)
     assert isinstance(default, allowed), f"{cls.__name__}.{declared.name}: default {default!r} is no {annotation}"
     assert not (isinstance(default, bool) and bool not in allowed)
 

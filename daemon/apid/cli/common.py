@@ -40,7 +40,7 @@ def current_engine(config: Config) -> Engine:
     from apid.plugin_host.discovery import PluginError
     from apid.store.migrate import MigrationsPending, require_current
 
-    sources = installed_migrations()
+    sources = installed_migrations(config)
     engine = open_database(config)
     try:
         require_current(engine, sources)
@@ -58,13 +58,14 @@ def open_database(config: Config) -> Engine:
     return make_engine(config.server.database_url)
 
 
-def installed_migrations() -> list[MigrationSource]:
-    """The installed plugins' migrations; a broken entry point ends the command."""
+def installed_migrations(config: Config) -> list[MigrationSource]:
+    """The installed plugins' migrations (those `loadPlugins` names, and apid's); a broken entry
+    point ends the command."""
     from apid.plugin_host.discovery import PluginError
     from apid.plugin_host.migrations import migration_sources
 
     try:
-        return migration_sources()
+        return migration_sources(only=config.server.load_plugins)
     except PluginError as exc:
         raise CommandFailed(str(exc)) from None
 
@@ -75,7 +76,7 @@ def bound_plugins(config: Config) -> Bound:
     from apid.plugin_host.discovery import PluginError, load_all
 
     try:
-        return load_all(config.api.iostate_dir, config.api.security)
+        return load_all(config.api.iostate_dir, config.api.security, config.server.load_plugins)
     except (IOStateError, PluginError) as exc:
         raise CommandFailed(str(exc)) from None
 

@@ -15,12 +15,12 @@ from apid.cli.common import CommandFailed, bound_plugins, current_engine, load_c
 
 def cmd_iostate_check(args: argparse.Namespace) -> int:
     from apid.iostate import IOStateError
-    from apid.plugin_host.discovery import PluginError, bind, discover, load
+    from apid.plugin_host.discovery import PluginError, load_all
 
     config = load_config(args)
     directory = Path(args.directory) if args.directory else config.api.iostate_dir
     try:
-        bound = bind(load(discover()), directory, config.api.security)
+        bound = load_all(directory, config.api.security, config.server.load_plugins)
     except (IOStateError, PluginError) as exc:
         print(f"apid: {exc}", file=sys.stderr)
         return 1

@@ -51,7 +51,7 @@ def _migrate_all(config: Config) -> int:
     """`apid migrate`: every schema up to date, apid's then each plugin's, one line each."""
     from apid.store.migrate import upgrade_all
 
-    sources = installed_migrations()
+    sources = installed_migrations(config)
     changes = _on_database(config, lambda engine: upgrade_all(engine, sources))
     for change in changes:
         print(f"apid: {change.describe()}")
@@ -77,7 +77,7 @@ def _migration_plan(config: Config, target: Target | None, sql: bool) -> int:
     nothing runs."""
     from apid.store.migrate import plan, plan_sql
 
-    sources = installed_migrations()
+    sources = installed_migrations(config)
     plans, written = _on_database(
         config,
         lambda engine: (plan(engine, sources, target), plan_sql(engine, sources, target) if sql else None),
@@ -95,7 +95,7 @@ def _move_schema(config: Config, target: Target, drop: bool) -> int:
     that would drop tables is refused naming them and their rows, unless `drop` (`--yes`)."""
     from apid.store.migrate import move
 
-    sources = installed_migrations()
+    sources = installed_migrations(config)
     change = _on_database(config, lambda engine: move(engine, sources, target, drop=drop))
     print(f"apid: {change.describe()}")
     return 0
@@ -107,7 +107,7 @@ def _generate_migration(config: Config, plugin: str, message: str) -> int:
 
     if plugin == APID:
         raise TargetRefused("apid's own revisions are written by hand; --generate is for a plugin's")
-    found = {source.name: source for source in installed_migrations()}
+    found = {source.name: source for source in installed_migrations(config)}
     if plugin not in found:
         raise TargetRefused(
             f"no plugin's migrations are named {plugin!r}; installed: {', '.join(sorted(found)) or 'none'}"
@@ -122,7 +122,7 @@ def _migration_status(config: Config) -> int:
     """`apid migrate --status`: one line per schema; exit status 1 while any has a migration pending."""
     from apid.store.migrate import schema_status
 
-    sources = installed_migrations()
+    sources = installed_migrations(config)
     statuses = _on_database(config, lambda engine: schema_status(engine, sources))
     for status in statuses:
         print(status.describe())

@@ -411,6 +411,14 @@ class ServerConfig:
     )
     connections: ConnectionLimits = section("connections")
     shutdown: ShutdownConfig = section("shutdown")
+    load_plugins: tuple[str, ...] = setting(
+        "loadPlugins",
+        default=(),
+        doc="The plugin distributions to load, by name (`apid-shop`), beside apid's own controllers and "
+        "migrations; empty, every one installed. A plugin left out serves nothing and its migrations do not "
+        "run: a daemon or a plugin's tests then depend on no other plugin installed beside it. A name no "
+        "installed distribution has stops the start.",
+    )
     plugins: PluginSections = section(
         "plugins",
         kind=PLUGINS,

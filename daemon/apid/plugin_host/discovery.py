@@ -16,7 +16,7 @@ kept by `apid.plugin_host.rules`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
@@ -44,6 +44,7 @@ from apid.plugin_host.field_declarations import DeclarationError, check_declared
 log = Logger(namespace="apid.plugins")
 
 GROUP = "apid.controllers"
+APID = "apid"  # the distribution of apid's own controllers and migrations: always loaded
 
 
 class PluginError(Exception):
@@ -83,18 +84,41 @@ class Bound:
     controllers: Mapping[str, LoadedController]
 
 
-def discover(entry_points: Iterable[metadata.EntryPoint] | None = None) -> list[FoundPlugin]:
-    """Entry points of the group, sorted, each distribution counted once however often it is on sys.path."""
+def discover(
+    entry_points: Iterable[metadata.EntryPoint] | None = None, only: Collection[str] = ()
+) -> list[FoundPlugin]:
+    """Entry points of the group, sorted, each distribution counted once however often it is on
+    sys.path; of the distributions `only` names, if it names any (`loadPlugins`), and apid's."""
     if entry_points is None:
         entry_points = metadata.entry_points(group=GROUP)
     found: dict[tuple[str, str], FoundPlugin] = {}
     for entry_point in entry_points:
         distribution = distribution_of(entry_point)
+        if not chosen(distribution, only):
+            continue
         found.setdefault(
             (distribution, entry_point.name),
             FoundPlugin(name=entry_point.name, distribution=distribution, entry_point=entry_point),
         )
     return sorted(found.values(), key=lambda p: (p.name, p.distribution))
+
+
+def chosen(distribution: str, only: Collection[str]) -> bool:
+    """Whether a distribution's controllers and migrations load: apid's always, another's when
+    `only` (`loadPlugins`) is empty or names it."""
+    return distribution == APID or not only or distribution in only
+
+
+def check_chosen(only: Collection[str]) -> None:
+    """Every name of `loadPlugins` is an installed distribution: a misspelt one would leave its
+    plugin out without a word."""
+    installed = {distribution_of(entry_point) for entry_point in metadata.entry_points(group=GROUP)}
+    missing = sorted(set(only) - installed)
+    if missing:
+        raise PluginError(
+            f"loadPlugins names {', '.join(missing)}, which no installed distribution providing controllers "
+            f"is; installed: {', '.join(sorted(installed - {APID})) or 'none but apid'}"
+        )
 
 
 def distribution_of(entry_point: metadata.EntryPoint) -> str:
@@ -193,5 +217,7 @@ def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: Securi
     return Bound(rules=RuleSet(controllers=bind_references(states)), controllers=controllers)
 
 
-def load_all(iostate_dir: Path, security: SecurityConfig) -> Bound:
-    return bind(load(discover()), iostate_dir, security)
+def load_all(iostate_dir: Path, security: SecurityConfig, only: Collection[str] = ()) -> Bound:
+    """The plugins installed (those `only` names, and apid's), loaded and bound."""
+    check_chosen(only)
+    return bind(load(discover(only=only)), iostate_dir, security)

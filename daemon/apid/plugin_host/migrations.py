@@ -7,12 +7,12 @@ counted once per distribution however often it is on sys.path, and errors name i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
-from apid.plugin_host.discovery import PluginError, distribution_of
+from apid.plugin_host.discovery import PluginError, chosen, distribution_of
 
 MIGRATIONS_GROUP = "apid.migrations"
 # A branch name ends the name of its version table, alembic_version_<name>: a plain SQL name
@@ -62,14 +62,19 @@ class MigrationSource:
         return cls(name=name, distribution=distribution, package=package, folder=folder)
 
 
-def migration_sources(entry_points: Iterable[metadata.EntryPoint] | None = None) -> list[MigrationSource]:
-    """The installed plugins' migrations, sorted by name, each distribution counted once however
-    often it is on sys.path; two distributions may not share a name (nor so a version table)."""
+def migration_sources(
+    entry_points: Iterable[metadata.EntryPoint] | None = None, only: Collection[str] = ()
+) -> list[MigrationSource]:
+    """The installed plugins' migrations (of the distributions `only` names, if any, and apid's:
+    `loadPlugins`), sorted by name, each distribution counted once however often it is on
+    sys.path; two distributions may not share a name (nor so a version table)."""
     if entry_points is None:
         entry_points = metadata.entry_points(group=MIGRATIONS_GROUP)
     sources: dict[str, MigrationSource] = {}
     for entry_point in entry_points:
         distribution = distribution_of(entry_point)
+        if not chosen(distribution, only):
+            continue
         taken = sources.get(entry_point.name)
         if taken is None:
             sources[entry_point.name] = MigrationSource.from_package(entry_point.name, entry_point.value, distribution)

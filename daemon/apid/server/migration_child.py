@@ -62,7 +62,9 @@ def _migrate_and_exit(config: Config, writer: int) -> NoReturn:
         ensure_sqlite_folder(url)
         engine = make_engine(url, 1)
         try:
-            (upgrade_all if config.server.migrate_on_start else require_current)(engine, migration_sources())
+            (upgrade_all if config.server.migrate_on_start else require_current)(
+                engine, migration_sources(only=config.server.load_plugins)
+            )
         finally:
             engine.dispose()
         status = 0

@@ -79,7 +79,10 @@ class ApidDaemon(ApiCalls):
     - `env`, `python`: the daemon's environment beside the test's, and its interpreter (the
       virtualenv where the plugin is installed).
 
-    Every installed plugin is served, and every installed plugin's migrations run at start.
+    - `plugins`: the plugin distributions to serve (`loadPlugins`), beside apid's own: so that
+      a plugin's tests depend on no other plugin installed beside it. Empty: every one installed.
+
+    The plugins served have their migrations run at start.
     Attributes once started: `port`, `url` (`http://127.0.0.1:<port>`), `version` (of every
     path), `ready` (the line the daemon printed when ready).
     """
@@ -94,12 +97,13 @@ class ApidDaemon(ApiCalls):
         accounts: Iterable[Account] = (),
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
+        plugins: Iterable[str] = (),
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.config_dir = write_settings(
             self.root,
-            {"reactor": reactor, **(server or {})},
+            {"reactor": reactor, "loadPlugins": list(plugins), **(server or {})},
             {"reservedUris": list(RESERVED_URIS), "procCores": 1, **(api or {})},
         )
         self.accounts = tuple(accounts)
