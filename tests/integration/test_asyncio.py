@@ -5,7 +5,7 @@ The sample plugin's `team/audit` awaits, in one coroutine, apid's accounts (a De
 (an asyncio HTTP client) posting to an audit service on loopback (tests/receiver.py) and
 `asyncio.sleep` before it tries a 503 again. It answers plain, batch and chain calls; a client
 that goes away cancels its asyncio task, which the action counts (`GET /teamAudits`); it runs
-on uvloop, and on the standard loop where uvloop is missing. Under the default reactor the
+on Python's standard loop, and on uvloop when asked (`reactor: uvloop`). Under the default reactor the
 same action is a 500 problem naming the setting, logged once.
 """
 
@@ -18,7 +18,7 @@ import json
 import pytest
 
 from assertions import assert_json, assert_problem
-from harness import Daemon, Deployment, V, create_team, deployment_with_accounts, wait_for, without_uvloop
+from harness import Daemon, Deployment, V, create_team, deployment_with_accounts, wait_for
 from receiver import Answer, Receiver
 
 RETRY_PAUSE = 0.1  # the action's asyncio.sleep between a 503 and its second try
@@ -88,8 +88,8 @@ def leave_during(daemon, token: str, method: str, path: str, body: bytes | None,
         connection.close()
 
 
-def test_the_daemon_runs_on_the_asyncio_reactor_on_uvloop(daemon):
-    assert "reactor asyncio on uvloop)" in daemon.ready
+def test_the_daemon_runs_on_the_asyncio_reactor_on_the_standard_loop(daemon):
+    assert "reactor asyncio on the standard event loop)" in daemon.ready
 
 
 def test_a_call_awaits_apids_accounts_httpx_and_asyncio_sleep(daemon, admin_token, user_token, user_id, audits):
@@ -178,10 +178,10 @@ def test_shutdown_cancels_the_asyncio_task_of_a_call_still_running_when_the_drai
     assert "Traceback" not in daemon.stderr and "Task was destroyed" not in daemon.stderr
 
 
-def test_without_uvloop_the_asyncio_reactor_runs_on_the_standard_loop(tmp_path, own_audits):
-    daemon = start(tmp_path, own_audits, "asyncio", without_uvloop(tmp_path))
+def test_the_uvloop_reactor_runs_the_action_on_uvloop(tmp_path, own_audits):
+    daemon = start(tmp_path, own_audits, "uvloop")
     try:
-        assert "reactor asyncio on the standard event loop)" in daemon.ready
+        assert "reactor asyncio on uvloop)" in daemon.ready
         token = daemon.login("admin", "admin-password-1")
         team = new_team(daemon, token, 1)
         refuse_once(own_audits, team)

@@ -122,7 +122,7 @@ def test_the_reactor_is_asyncio_unless_the_default_one_is_asked_for(config_dir):
 
 @pytest.mark.parametrize(
     "value, reason",
-    [("trio", "must be default or asyncio, got 'trio'"), (True, "expected a non-empty string, got bool True")],
+    [("trio", "must be default, asyncio or uvloop, got 'trio'"), (True, "expected a non-empty string, got bool True")],
 )
 def test_an_unknown_reactor_is_refused(config_dir, value, reason):
     data = repo_yaml(SERVER_FILE)

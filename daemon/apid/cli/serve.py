@@ -18,12 +18,16 @@ from apid.cli.common import CommandFailed, load_config
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """One process, or (`procCores` above 1) the parent of that many worker processes."""
-    from apid.runtime.reactors import install
+    from apid.runtime.reactors import ReactorUnavailable, check_available, install
     from apid.server.workers import share_metrics, worker_count
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C before the reactor runs: an end, not a traceback
     config = load_config(args)
     choice = args.reactor or config.server.reactor
+    try:
+        check_available(choice)
+    except ReactorUnavailable as exc:
+        raise CommandFailed(str(exc)) from None
     count = worker_count(config)
     if count > 1:
         metrics = share_metrics()  # first: before anything imports prometheus_client

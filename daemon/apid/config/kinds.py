@@ -16,7 +16,7 @@ SERVER_FILE = "service_server.yml"
 API_FILE = "service_api.yml"
 ENVIRONMENTS = ("development", "test", "production")
 # The Twisted reactors `reactor` may name; the default runs plugins' asyncio (docs/configuration.md).
-REACTORS = ("default", "asyncio")
+REACTORS = ("default", "asyncio", "uvloop")
 DEFAULT_REACTOR = "asyncio"
 LOG_FORMATS = ("text", "json")  # apid.server.logs
 LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"

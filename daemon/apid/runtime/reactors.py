@@ -1,10 +1,12 @@
 """Which Twisted reactor runs the daemon: the `reactor` setting and its installation.
 
-`default` is Twisted's choice for the platform (epoll on Linux), the fastest; `asyncio` is
-AsyncioSelectorReactor, on uvloop when it is installed (the `asyncio` extra) and on the
-standard event loop otherwise, under which plugin actions may await asyncio libraries
-(apid.runtime.coroutines). A reactor is installed once per process, before anything imports
-twisted.internet.reactor: `apid serve` installs it before it imports the daemon.
+`asyncio` (the default) is apid's AsyncioSelectorReactor on Python's standard event loop, under
+which plugin actions may await asyncio libraries (apid.runtime.coroutines); `uvloop` the same
+on uvloop (the `asyncio` extra), which apid's own path has measured slower than the standard
+loop in every run (docs/benchmarks.md), so it is asked for, not preferred; `default` is
+Twisted's reactor for the platform (epoll on Linux), with no asyncio loop. A reactor is
+installed once per process, before anything imports twisted.internet.reactor: `apid serve`
+installs it before it imports the daemon.
 """
 
 from __future__ import annotations
@@ -67,18 +69,38 @@ def install(choice: str) -> str:
     from apid.runtime.asyncio_reactor import AsyncioReactor
     from apid.runtime.coroutines import bridge_tasks
 
-    loop, name = new_loop()
+    loop, name = new_loop(uvloop=choice == "uvloop")
     asyncio.set_event_loop(loop)
     bridge_tasks(loop)
     installReactor(AsyncioReactor(loop))
     return f"asyncio on {name}"
 
 
-def new_loop() -> tuple[asyncio.AbstractEventLoop, str]:
-    """A new event loop, uvloop's when it is installed (the faster one, docs/benchmarks.md),
-    and its name."""
-    try:
-        import uvloop
-    except ImportError:
+def new_loop(uvloop: bool = False) -> tuple[asyncio.AbstractEventLoop, str]:
+    """A new event loop, Python's standard one or uvloop's, and its name."""
+    if not uvloop:
         return asyncio.new_event_loop(), "the standard event loop"
-    return uvloop.new_event_loop(), "uvloop"
+    try:
+        import uvloop as library
+    except ImportError:
+        raise ReactorUnavailable(UVLOOP_MISSING) from None
+    return library.new_event_loop(), "uvloop"
+
+
+def check_available(choice: str) -> None:
+    """Refuse, before anything starts, a reactor whose library is not installed."""
+    if choice == "uvloop":
+        try:
+            import uvloop  # noqa: F401 (whether it imports: installed, and built for this Python)
+        except ImportError:
+            raise ReactorUnavailable(UVLOOP_MISSING) from None
+
+
+UVLOOP_MISSING = (
+    "reactor: uvloop needs uvloop installed (pip install 'apid[asyncio]'); reactor: asyncio runs on Python's "
+    "standard event loop"
+)
+
+
+class ReactorUnavailable(RuntimeError):
+    """The reactor asked for needs a library that is not installed."""
