@@ -102,3 +102,21 @@ def test_a_daemon_that_stops_before_it_is_ready_is_reported_at_once_with_its_log
     assert monotonic() - began < 30
     assert "apid serve exited with status 1 before it was ready" in str(failed.value)
     assert "plugins.team.defaultBudget: expected a whole number" in str(failed.value)
+
+
+def test_a_daemon_of_migrations_already_made_starts_from_their_copy(tmp_path):
+    """The first daemon of a set of revisions migrates and keeps its database; the next starts
+    from a copy, its accounts made in the test's process: up to date, and they log in."""
+    from apid.testing import Account
+    from apid.testing.template import template_for
+
+    template = template_for(())
+    with ApidDaemon(tmp_path / "first"):  # migrates and keeps it, or (another test was first) copies it
+        assert template.exists()
+    kept = template.stat().st_mtime_ns
+    accounts = (Account("keeper", "keeper-password-1", ("ROLE_ADMIN",)),)
+    with ApidDaemon(tmp_path / "second", accounts=accounts) as second:
+        assert second.login("keeper", "keeper-password-1")
+        status = second.cli("migrate", "--status")
+        assert status.returncode == 0, status.stderr  # nothing pending: the copy is at head
+    assert template.stat().st_mtime_ns == kept  # copied from, not made again

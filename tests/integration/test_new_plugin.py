@@ -83,6 +83,9 @@ def test_it_migrates_and_the_daemon_serves_it(made, tmp_path):
     migrated = deployment.cli("migrate", python=python)
     assert migrated.returncode == 0, migrated.stderr
     assert "apid: created the schema of plugin inventory (revision 0001)" in migrated.stdout
+    # the first revision was generated from store.py: generating again finds nothing to add
+    again = deployment.cli("migrate", "--generate", "inventory", "-m", "nothing new", python=python)
+    assert again.returncode == 1 and "match the database: nothing to generate" in again.stderr
     assert deployment.cli("iostate", "check", python=python).returncode == 0
 
     daemon = Daemon(deployment, python=python).start()

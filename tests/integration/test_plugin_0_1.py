@@ -84,3 +84,23 @@ def test_load_plugins_serves_the_plugins_named_and_apids_own_only(tmp_path):
     done = misspelt.cli("serve", env=env)
     assert done.returncode == 1
     assert "loadPlugins names apid-directroy, which no installed distribution" in done.stderr
+
+
+def test_a_plugin_that_cannot_load_takes_the_others_down_only_unless_the_operator_allows_it(tmp_path):
+    """`pluginFailure: skip`: a plugin whose module is gone is left out, named in the log, and the
+    0.1 plugin and apid's own serve; by default the start is refused naming it."""
+    env = installed(tmp_path)
+    info = tmp_path / "site" / "apid_gone-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: apid-gone\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[apid.controllers]\ngone = apid_gone:GoneController\n")
+    refused = deployment_with_accounts(tmp_path / "refused").cli("serve", env=env)
+    assert refused.returncode == 1
+    assert "plugin gone (distribution apid-gone) failed to load: ModuleNotFoundError" in refused.stderr
+    skipping = deployment_with_accounts(tmp_path / "skipping", server={"pluginFailure": "skip"})
+    with running_daemon(skipping, env=env) as daemon:
+        token = daemon.login(ADMIN[0], ADMIN[1])
+        assert daemon.request("POST", f"{V}/company/create", {"name": "Still"}, token=token).status == 200
+        assert daemon.request("GET", f"{V}/gone/list", token=token).status == 404
+    assert "plugin gone (distribution apid-gone) failed to load" in daemon.stderr
+    assert "left out (pluginFailure: skip)" in daemon.stderr

@@ -216,3 +216,45 @@ def test_a_name_no_installed_distribution_has_stops_the_start_naming_it():
     with pytest.raises(PluginError, match=r"loadPlugins names apid-shp, which no installed distribution"):
         check_chosen(("apid-shp", "apid-sample-plugin"))
     check_chosen(("apid-sample-plugin",))
+
+
+# --- pluginFailure: skip -----------------------------------------------------------------------
+
+
+class Broken(SimpleNamespace):
+    def load(self):
+        raise ImportError("No module named 'shop_helpers'")
+
+
+def found(name: str, distribution: str, entry) -> FoundPlugin:
+    return FoundPlugin(name=name, distribution=distribution, entry_point=entry)
+
+
+def test_a_plugin_that_cannot_load_stops_the_start_unless_the_operator_allows_it_left_out():
+    plugins = [
+        found("shop", "apid-shop", Broken(value="apid_shop:Shop")),
+        found("item", "apid-inventory", EntryPoint(value="x:Items", cls=Items)),
+    ]
+    with pytest.raises(PluginError, match=r"plugin shop \(distribution apid-shop\) failed to load: ImportError"):
+        load(plugins)
+    with capturedLogs() as events:
+        (kept,) = load(plugins, skip_failing=True)
+    assert kept.cls is Items
+    (left,) = [event for event in events if event["log_level"].name == "critical"]
+    assert left["plugin"] == "shop (distribution apid-shop)" and "shop_helpers" in left["error"]
+
+
+def test_apids_own_controllers_are_never_left_out():
+    with pytest.raises(PluginError, match="failed to load"):
+        load([found("person", "apid", Broken(value="apid_person:Person"))], skip_failing=True)
+
+
+def test_a_controller_whose_rules_are_refused_is_left_out_when_allowed(tmp_path):
+    write_items(tmp_path, new_field)  # `colour`, which Items does not declare: refused
+    with pytest.raises(IOStateError, match="field 'colour'"):
+        bind([loaded(Items)], tmp_path, SECURITY)
+    with capturedLogs() as events:
+        bound = bind([loaded(Items)], tmp_path, SECURITY, skip_failing=True)
+    assert "item" not in bound.controllers and "item" not in bound.rules.controllers
+    (left,) = [event for event in events if event["log_level"].name == "critical"]
+    assert "field 'colour'" in left["error"] and left["plugin"] == "item (distribution apid-inventory)"

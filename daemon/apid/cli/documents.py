@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it needs
-    pass
+    from apid.plugin_host.scaffold import PluginNames
 from apid.cli.common import CommandFailed, bound_plugins, load_config
 
 
@@ -61,7 +61,33 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
         written = write_plugin(names, target)
     except ScaffoldRefused as refused:
         raise CommandFailed(str(refused)) from None
+    written.append(target / _first_revision(names, target).relative_to(target.resolve()))
     for path in written:
         print(f"wrote {path}")
     print(f"\nnext: pip install -e '{target}[test]' && apid migrate && (cd {target} && pytest)")
     return 0
+
+
+def _first_revision(names: PluginNames, target: Path) -> Path:
+    """The new plugin's first revision, generated from its `store.py` as `apid migrate --generate`
+    generates the next ones (against an empty database), so that the two cannot differ."""
+    import sys
+    import tempfile
+
+    from apid.plugin_host.migrations import MigrationSource
+    from apid.store.database import make_engine
+    from apid.store.migrate import generate
+
+    sys.path.insert(0, str(target))
+    try:
+        source = MigrationSource.from_package(names.branch, f"{names.package}.migrations", names.distribution)
+        with tempfile.TemporaryDirectory() as empty:
+            engine = make_engine(f"sqlite:///{Path(empty) / 'new.db'}")
+            try:
+                return generate(engine, source, names.controller)
+            finally:
+                engine.dispose()
+    finally:
+        sys.path.remove(str(target))
+        for module in [name for name in sys.modules if name.partition(".")[0] == names.package]:
+            del sys.modules[module]

@@ -419,6 +419,16 @@ class ServerConfig:
         "run: a daemon or a plugin's tests then depend on no other plugin installed beside it. A name no "
         "installed distribution has stops the start.",
     )
+    skip_failing_plugins: bool = setting(
+        "pluginFailure",
+        default=False,
+        kind=choice({"stop": False, "skip": True}),
+        doc="What a plugin that fails to load does to the start: `stop` refuses to start, naming it; `skip` "
+        "leaves it out, logged at `critical` with the same line, and serves the other plugins. It covers a "
+        "plugin that cannot be imported or is no controller and one whose IO State is refused; apid's own "
+        "controllers, a plugin's settings and a `started()` that fails always stop the start, and a reload "
+        "is refused whole, as before.",
+    )
     plugins: PluginSections = section(
         "plugins",
         kind=PLUGINS,

@@ -126,35 +126,56 @@ def distribution_of(entry_point: metadata.EntryPoint) -> str:
     return entry_point.dist.name if entry_point.dist else "unknown"
 
 
-def load(found: Iterable[FoundPlugin]) -> list[LoadedController]:
+def load(found: Iterable[FoundPlugin], skip_failing: bool = False) -> list[LoadedController]:
+    """Import each plugin's controller and check the class; with `skip_failing`
+    (`pluginFailure: skip`) a plugin that fails is left out, logged, and the others load."""
     loaded: dict[str, LoadedController] = {}
     for plugin in found:
         try:
-            cls = plugin.entry_point.load()
-        except Exception as exc:
-            raise PluginError(f"plugin {plugin.label} failed to load: {type(exc).__name__}: {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, Controller)):
-            raise PluginError(f"plugin {plugin.label}: {plugin.entry_point.value} is not an apid.plugin.Controller")
-        if not cls.name:
-            raise PluginError(f"plugin {plugin.label}: {cls.__qualname__} sets no controller name")
-        if cls.name in loaded:
-            raise PluginError(
-                f"plugin {plugin.label}: controller {cls.name!r} is already provided by {loaded[cls.name].plugin.label}"
-            )
-        try:
-            declared = declared_fields(cls)
-        except DeclarationError as exc:
-            raise PluginError(f"plugin {plugin.label}: {exc}") from None
-        if declared is None:
-            log.warn(
-                "plugin {plugin}: controller {controller} declares no fields (`stores=`), so its IO State "
-                "is not checked against its code: rules naming a field it cannot store or answer would "
-                "load, and the field be dropped",
-                plugin=plugin.label,
-                controller=cls.name,
-            )
-        loaded[cls.name] = LoadedController(plugin=plugin, cls=cls)
+            controller = _loaded(plugin, loaded)
+        except PluginError as exc:
+            _left_out(exc, plugin, skip_failing)
+            continue
+        loaded[controller.cls.name] = controller
     return list(loaded.values())
+
+
+def _loaded(plugin: FoundPlugin, loaded: Mapping[str, LoadedController]) -> LoadedController:
+    try:
+        cls = plugin.entry_point.load()
+    except Exception as exc:
+        raise PluginError(f"plugin {plugin.label} failed to load: {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Controller)):
+        raise PluginError(f"plugin {plugin.label}: {plugin.entry_point.value} is not an apid.plugin.Controller")
+    if not cls.name:
+        raise PluginError(f"plugin {plugin.label}: {cls.__qualname__} sets no controller name")
+    if cls.name in loaded:
+        raise PluginError(
+            f"plugin {plugin.label}: controller {cls.name!r} is already provided by {loaded[cls.name].plugin.label}"
+        )
+    try:
+        declared = declared_fields(cls)
+    except DeclarationError as exc:
+        raise PluginError(f"plugin {plugin.label}: {exc}") from None
+    if declared is None:
+        log.warn(
+            "plugin {plugin}: controller {controller} declares no fields (`stores=`), so its IO State "
+            "is not checked against its code: rules naming a field it cannot store or answer would "
+            "load, and the field be dropped",
+            plugin=plugin.label,
+            controller=cls.name,
+        )
+    return LoadedController(plugin=plugin, cls=cls)
+
+
+def _left_out(error: Exception, plugin: FoundPlugin, skip_failing: bool) -> None:
+    """Raise `error`, unless the operator allows a failing plugin to be left out
+    (`pluginFailure: skip`) and it is not apid's own: then log it, as the one line naming it."""
+    if not skip_failing or plugin.distribution == APID:
+        raise error
+    log.critical(
+        "{error}; left out (pluginFailure: skip): the other plugins serve", error=str(error), plugin=plugin.label
+    )
 
 
 def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
@@ -173,7 +194,9 @@ def packaged_iostate(controller: LoadedController) -> tuple[str, str] | None:
     return f"{package}:iostate/{controller.cls.name}.json", resource.read_text(encoding="utf-8")
 
 
-def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig) -> Bound:
+def bind(
+    loaded: Iterable[LoadedController], iostate_dir: Path, security: SecurityConfig, skip_failing: bool = False
+) -> Bound:
     """Attach every controller to its IO State and check that each action exists, that only the
     actions declared caller-independent share cached answers, that HOOK gives only administrators
     the events of an action that declares no `may_see` and is not caller-independent, and that
@@ -182,42 +205,56 @@ def bind(loaded: Iterable[LoadedController], iostate_dir: Path, security: Securi
     controllers = {c.cls.name: c for c in loaded}
     overrides = read_dir(iostate_dir, security)
     for name, state in overrides.items():
-        if name not in controllers:
+        if name not in controllers and not skip_failing:  # left out at load, its file stays unused
             raise IOStateError(f"{state.source}: no installed plugin provides controller {name!r}")
     states: dict[str, ControllerState] = {}
     for name, controller in sorted(controllers.items()):
-        overridden = overrides.get(name)
-        if overridden is not None:
-            state = overridden
-        else:
-            shipped = packaged_iostate(controller)
-            if shipped is None:
-                raise PluginError(
-                    f"plugin {controller.plugin.label}: controller {name!r} has no IO State "
-                    f"(none in {iostate_dir}, none shipped as iostate/{name}.json in its package)"
-                )
-            source, text = shipped
-            state = parse_text(text, source, security)
-        label = controller.plugin.label
-        declared = {action: action_rules(handler) for action, handler in controller.cls.actions().items()}
-        check_actions(state, declared, label)
-        check_declared(state, declared_fields(controller.cls), label)
-        check_shared_caches(state, [action for action, rules in declared.items() if rules.caller_independent], label)
-        check_hook_roles(
-            state,
-            [action for action, rules in declared.items() if rules.may_see is not None or rules.caller_independent],
-            security.superuser_role,
-            label,
-        )
-        audiences = {
-            action: Audience(security.superuser_role, rules.may_see, rules.caller_independent)
-            for action, rules in declared.items()
-        }
-        states[name] = bind_audiences(state, audiences)
-    return Bound(rules=RuleSet(controllers=bind_references(states)), controllers=controllers)
+        try:
+            states[name] = _bound_state(controller, overrides.get(name), iostate_dir, security)
+        except (IOStateError, PluginError) as exc:
+            _left_out(exc, controller.plugin, skip_failing)
+    kept = {name: controller for name, controller in controllers.items() if name in states}
+    return Bound(rules=RuleSet(controllers=bind_references(states)), controllers=kept)
 
 
-def load_all(iostate_dir: Path, security: SecurityConfig, only: Collection[str] = ()) -> Bound:
-    """The plugins installed (those `only` names, and apid's), loaded and bound."""
+def _bound_state(
+    controller: LoadedController, overridden: ControllerState | None, iostate_dir: Path, security: SecurityConfig
+) -> ControllerState:
+    """The controller's IO State (the file in `iostateDir`, else the one it ships), checked
+    against its code and bound to who may receive copies of its records."""
+    name, label = controller.cls.name, controller.plugin.label
+    if overridden is not None:
+        state = overridden
+    else:
+        shipped = packaged_iostate(controller)
+        if shipped is None:
+            raise PluginError(
+                f"plugin {label}: controller {name!r} has no IO State "
+                f"(none in {iostate_dir}, none shipped as iostate/{name}.json in its package)"
+            )
+        source, text = shipped
+        state = parse_text(text, source, security)
+    declared = {action: action_rules(handler) for action, handler in controller.cls.actions().items()}
+    check_actions(state, declared, label)
+    check_declared(state, declared_fields(controller.cls), label)
+    check_shared_caches(state, [action for action, rules in declared.items() if rules.caller_independent], label)
+    check_hook_roles(
+        state,
+        [action for action, rules in declared.items() if rules.may_see is not None or rules.caller_independent],
+        security.superuser_role,
+        label,
+    )
+    audiences = {
+        action: Audience(security.superuser_role, rules.may_see, rules.caller_independent)
+        for action, rules in declared.items()
+    }
+    return bind_audiences(state, audiences)
+
+
+def load_all(
+    iostate_dir: Path, security: SecurityConfig, only: Collection[str] = (), skip_failing: bool = False
+) -> Bound:
+    """The plugins installed (those `only` names, and apid's), loaded and bound; with
+    `skip_failing`, those that fail left out (`pluginFailure: skip`)."""
     check_chosen(only)
-    return bind(load(discover(only=only)), iostate_dir, security)
+    return bind(load(discover(only=only), skip_failing), iostate_dir, security, skip_failing)

@@ -80,7 +80,9 @@ async def start(
     secret = await deferToThread(load_secret, server.jwt)
     engine = make_engine(server.database_url, server.database_pool_size)
     generation = await deferToThread(run_read, engine, read_generation)  # before the files: no reload missed
-    bound = await deferToThread(load_all, api.iostate_dir, api.security, server.load_plugins)
+    bound = await deferToThread(
+        load_all, api.iostate_dir, api.security, server.load_plugins, server.skip_failing_plugins
+    )
     hear_plugins(loaded.cls.__module__ for loaded in bound.controllers.values())
     parts = assemble(
         reactor,

@@ -2,8 +2,9 @@
 its own, over a deployment folder written for the test.
 
 What the in-memory kit cannot show runs here as in production: the reactor chosen
-(`reactor: asyncio` and its event loop), the plugin's migrations run by `apid migrate`, the
-accounts made by `apid user add`, webhooks delivered for real (to a `WebhookReceiver`),
+(`reactor: asyncio` and its event loop), the plugin's migrations run by `apid migrate` (once
+per set of revisions: the next daemons start from a copy, apid.testing.template), webhooks
+delivered for real (to a `WebhookReceiver`),
 the HTTP layer and the process's start-up and shutdown. A test calls it with the same
 methods as `InMemoryApid` (`apid.testing.calls.ApiCalls`), over real connections.
 
@@ -27,8 +28,10 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import urlencode
 
+from apid.problems import Problem
 from apid.testing.calls import ApiCalls, Login, Reply, query_fields, request_headers
-from apid.testing.settings import ENVIRONMENT, write_settings
+from apid.testing.settings import ENVIRONMENT, SHIPPED_ROLES, write_settings
+from apid.testing.template import add_accounts, keep, restore, template_for
 
 _READY = re.compile(r"apid ready on http://127\.0\.0\.1:(?P<port>\d+) \(.*API version (?P<version>[^,]+),")
 _CREATED = re.compile(r"\(id (?P<id>\d+)\)")
@@ -109,6 +112,14 @@ class ApidDaemon(ApiCalls):
         self.accounts = tuple(accounts)
         self.env = dict(env or {})
         self.python = python
+        self.plugins = tuple(plugins)
+        # the kit's own SQLite file, migrated by this interpreter's apid: prepared from a template
+        self._database = self.root / "var" / "apid.db"
+        self._prepared_here = (
+            python == sys.executable and "database" not in (server or {}) and "PYTHONPATH" not in self.env
+        )
+        # accounts of the shipped roles, made here in a database the kit chose (a command each costs more)
+        self._accounts_here = self._prepared_here and "security" not in (api or {})
         self.port = 0
         self.version = ""
         self.ready = ""
@@ -144,13 +155,24 @@ class ApidDaemon(ApiCalls):
         return int(created["id"])
 
     def start(self, timeout: float = 60) -> ApidDaemon:
-        """Run the migrations (apid's and every installed plugin's), make the `accounts`, and
-        serve; back once the daemon says it is ready. `DaemonFailed` if it does not."""
-        migrated = self.cli("migrate")
-        if migrated.returncode != 0:
-            raise DaemonFailed(f"apid migrate failed: {migrated.stderr.strip()}")
-        for account in self.accounts:
-            self.add_account(account)
+        """Run the migrations (apid's and the plugins' served), make the `accounts`, and serve;
+        back once the daemon says it is ready. `DaemonFailed` if it does not. A database the
+        kit chose starts as a copy of one these migrations made before (apid.testing.template)."""
+        template = template_for(self.plugins) if self._prepared_here and not self._database.exists() else None
+        if template is None or not restore(template, self._database):
+            migrated = self.cli("migrate")
+            if migrated.returncode != 0:
+                raise DaemonFailed(f"apid migrate failed: {migrated.stderr.strip()}")
+            if template is not None:
+                keep(self._database, template)
+        if self._accounts_here and set().union(*(account.roles for account in self.accounts)) <= SHIPPED_ROLES:
+            try:
+                add_accounts(self._database, self.accounts)
+            except (Problem, ValueError) as refused:  # as `apid user add` would have refused them
+                raise DaemonFailed(f"making the accounts failed: {refused}") from None
+        else:
+            for account in self.accounts:
+                self.add_account(account)
         command = [self.python, "-m", "apid", "serve", "--config-dir", str(self.config_dir), "--env", ENVIRONMENT]
         with open(self._stderr, "ab") as stderr:  # the daemon holds its own copy
             self._process = subprocess.Popen(

@@ -28,6 +28,7 @@ SECURITY: Mapping[str, Any] = {
         "private": ["ROLE_ADMIN"],
     },
 }
+SHIPPED_ROLES = frozenset({"ROLE_ADMIN", "ROLE_USER", "ROLE_ANONYMOUS"})
 
 
 def write_settings(root: Path, server: Mapping[str, Any], api: Mapping[str, Any]) -> Path:

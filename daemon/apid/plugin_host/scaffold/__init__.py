@@ -1,8 +1,9 @@
 """`apid new-plugin`: a ready plugin distribution, written from the template beside this module.
 
 The template (`template/`) is a whole plugin: a pyproject with both entry points, a controller
-with create/show/list/update/delete over a table of its own, its IO State file, its first
-migration, a README and tests that run it through `apid.testing`. Its files end in `.tmpl`, so
+with create/show/list/update/delete over a table of its own, its IO State file, its migrations
+package (the first revision is generated from `store.py` by the command, `apid.cli.documents`),
+a README and tests that run it through `apid.testing`. Its files end in `.tmpl`, so
 that nothing here imports or collects them; their paths and texts name the plugin's parts as
 `string.Template` placeholders, filled in from the two names given.
 """
