@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 # The integration modules run a second time with every daemon on the asyncio reactor (README.md, Tests)
-DEFAULT_REACTOR_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test_chain.py test_sessions.py \
+ASYNCIO_TESTS := $(addprefix tests/integration/,test_calls.py test_batch.py test_chain.py test_sessions.py \
 	test_webhooks.py test_ping.py test_throttle.py test_lifecycle.py test_reload.py test_postgresql.py)
 
 .PHONY: run test check system-deps clean
@@ -38,7 +38,7 @@ PARALLEL := -n auto --dist loadfile
 
 test: $(INSTALLED) system-deps
 	$(BIN)/pytest $(PARALLEL)
-	APID_TEST_REACTOR=default $(BIN)/pytest $(PARALLEL) $(DEFAULT_REACTOR_TESTS)
+	APID_TEST_REACTOR=asyncio $(BIN)/pytest $(PARALLEL) $(ASYNCIO_TESTS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis .import_linter_cache

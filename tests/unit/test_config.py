@@ -112,12 +112,12 @@ def test_test_environment_listens_on_an_ephemeral_port_without_access_log():
     assert server.access_log is False
 
 
-def test_the_reactor_is_asyncio_unless_the_default_one_is_asked_for(config_dir):
-    assert load(ETC, "production", NO_ENV).server.reactor == "asyncio"
+def test_the_reactor_is_the_default_one_unless_asyncio_is_asked_for(config_dir):
+    assert load(ETC, "production", NO_ENV).server.reactor == "default"
     data = repo_yaml(SERVER_FILE)
-    data["development"]["reactor"] = "default"
+    data["development"]["reactor"] = "asyncio"
     write(config_dir, SERVER_FILE, data)
-    assert load(config_dir, "development", NO_ENV).server.reactor == "default"
+    assert load(config_dir, "development", NO_ENV).server.reactor == "asyncio"
 
 
 @pytest.mark.parametrize(

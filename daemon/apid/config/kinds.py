@@ -15,9 +15,9 @@ from apid.config.settings import STRING, URL, Kind, http_url, under_root
 SERVER_FILE = "service_server.yml"
 API_FILE = "service_api.yml"
 ENVIRONMENTS = ("development", "test", "production")
-# The Twisted reactors `reactor` may name; the default runs plugins' asyncio (docs/configuration.md).
+# The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
 REACTORS = ("default", "asyncio", "uvloop")
-DEFAULT_REACTOR = "asyncio"
+DEFAULT_REACTOR = "default"
 LOG_FORMATS = ("text", "json")  # apid.server.logs
 LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"
 

@@ -391,14 +391,14 @@ class ServerConfig:
         default=DEFAULT_REACTOR,
         kind=choice(REACTORS),
         option="--reactor",
-        doc="The Twisted reactor. `asyncio` is Twisted's AsyncioSelectorReactor on Python's standard event loop: "
-        "plugin actions may await asyncio libraries (httpx, aiohttp, asyncpg, redis.asyncio, `asyncio.sleep`) "
-        "beside apid's own services ([plugins.md](plugins.md#awaiting-asyncio-libraries)). `uvloop` is the same "
-        "on [uvloop](https://github.com/MagicStack/uvloop) (`pip install 'apid[asyncio]'`; without it the start "
-        "is refused). `default` is Twisted's reactor for the platform (epoll on Linux), with no asyncio loop: an "
-        "action that awaits asyncio answers a 500 problem naming this setting, logged once per action. The ready "
-        "line says which runs (`apid ready on ... (..., reactor asyncio on the standard event loop)`). See [why "
-        "`asyncio` is the default](#the-reactor).",
+        doc="The Twisted reactor. `default` is Twisted's reactor for the platform (epoll on Linux), with no "
+        "asyncio loop: an action that awaits asyncio answers a 500 problem naming this setting, logged once per "
+        "action. `asyncio` is Twisted's AsyncioSelectorReactor on Python's standard event loop: plugin actions "
+        "may await asyncio libraries (httpx, aiohttp, asyncpg, redis.asyncio, `asyncio.sleep`) beside apid's "
+        "own services ([plugins.md](plugins.md#awaiting-asyncio-libraries)). `uvloop` is the same on "
+        "[uvloop](https://github.com/MagicStack/uvloop) (`pip install 'apid[asyncio]'`; without it the start is "
+        "refused). The ready line says which runs (`apid ready on ... (..., reactor asyncio on the standard "
+        "event loop)`). See [why `default` is the default](#the-reactor).",
     )
     metrics: MetricsConfig = section("metrics")
     log_format: str = setting(

@@ -74,7 +74,7 @@ class ApidDaemon(ApiCalls):
     """`apid serve` over a deployment in `root` (etc/, var/, iostate/, made if missing), on
     127.0.0.1 and a free port. Use it as a context manager, or `start()` and `stop()`.
 
-    - `reactor`: `"asyncio"` (the default) or `"default"`, the daemon's `reactor` setting.
+    - `reactor`: `"default"` (the daemon's own default) or `"asyncio"`, its `reactor` setting.
     - `server`, `api`: service_server.yml (its `test` environment) and service_api.yml settings
       over the kit's: SQLite in `root/var`, mail to files, a fresh JWT secret, webhooks on, one
       process, the roles and public paths of the files apid ships.
@@ -94,7 +94,7 @@ class ApidDaemon(ApiCalls):
         self,
         root: Path | str,
         *,
-        reactor: Literal["default", "asyncio"] = "asyncio",
+        reactor: Literal["default", "asyncio"] = "default",
         server: Mapping[str, Any] | None = None,
         api: Mapping[str, Any] | None = None,
         accounts: Iterable[Account] = (),

@@ -14,10 +14,10 @@ running reactor, so a plain synchronous pytest function can use it:
 Database and password work runs inline, on the kit's own in-memory reactor: when a call
 returns, everything it started has finished. A call still waiting then (an action awaiting
 real I/O or a timer) raises `StillWaiting` rather than hanging the test. The kit runs an
-asyncio loop of its own, as the daemon's asyncio reactor (its default) does: a coroutine action
+asyncio loop of its own by default, as the daemon's `reactor: asyncio` does: a coroutine action
 runs as an asyncio task and may await asyncio libraries (httpx, `asyncio.sleep`) doing real
 I/O, and a call waits for them up to `timeout` seconds; `reactor="default"` drives coroutines
-as the daemon's `reactor: default` does.
+as the daemon's default reactor does.
 
 The rest of the kit is re-exported here: `ApidDaemon`, the real `apid serve` in a subprocess
 (apid.testing.daemon), `WebhookReceiver`, a real HTTP server collecting deliveries
@@ -101,8 +101,8 @@ class InMemoryApid(ApiCalls):
       `plugins` holds them, read and checked as the daemon reads them.
     - `rate_limits`: requests per role and day; given, rate limiting is on (`apiThrottle`).
     - `reactor`: `"asyncio"`, the default (an asyncio loop of the kit's own runs each coroutine
-      action as a task, as the daemon's asyncio reactor does), or `"default"` (Twisted's
-      coroutine driver, as under the daemon's `reactor: default`: an action awaiting asyncio
+      action as a task, as the daemon's `reactor: asyncio` does), or `"default"` (Twisted's
+      coroutine driver, as under the daemon's default reactor: an action awaiting asyncio
       answers the daemon's 500 naming `reactor: asyncio`).
     - `timeout`: under `"asyncio"`, the seconds a call may wait for real I/O before
       `StillWaiting`.

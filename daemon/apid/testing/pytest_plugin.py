@@ -1,6 +1,7 @@
 """apid's pytest plugin (the `pytest11` entry point `apid`): fixtures for a plugin's tests.
 
-- `apid_reactor`: `"asyncio"` or `"default"`, from `--apid-reactor` (default `asyncio`):
+- `apid_reactor`: `"default"` or `"asyncio"`, from `--apid-reactor` (default `default`, the
+  daemon's):
   give it to `InMemoryApid(reactor=...)`; `apid_daemon` runs on it. Parametrize it to run
   a test on both.
 - `webhook_receiver`: a `WebhookReceiver` on loopback, one per test module.
@@ -32,14 +33,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--apid-reactor",
         choices=REACTORS,
-        default="asyncio",
-        help="the reactor of apid's testing kit and test daemons (apid_reactor): asyncio or default",
+        default="default",
+        help="the reactor of apid's testing kit and test daemons (apid_reactor): default or asyncio",
     )
 
 
 @pytest.fixture(scope="session")
 def apid_reactor(request: pytest.FixtureRequest) -> str:
-    """The reactor apid runs on in these tests: `--apid-reactor`, default `asyncio`."""
+    """The reactor apid runs on in these tests: `--apid-reactor`, default `default`."""
     reactor: str = request.config.getoption("--apid-reactor")
     return reactor
 
