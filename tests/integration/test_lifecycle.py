@@ -433,3 +433,17 @@ def test_sigterm_lets_a_request_in_flight_finish_and_exits_zero(draining):
     assert status == 200, answer
     assert json.loads(answer)["username"] == ADMIN[0]
     assert draining.process.wait(30) == 0
+
+
+def test_serve_says_what_it_migrated_and_nothing_when_nothing_was(tmp_path):
+    """`database.migrate: true` (the default): the daemon's log names each schema it changed,
+    as `apid migrate` prints them; a start on a database up to date names none."""
+    deployment = Deployment(tmp_path)
+    deployment.write()
+    for start in ("first", "second"):
+        daemon = Daemon(deployment)
+        daemon.stderr_path = tmp_path / f"{start}.stderr"
+        daemon.start()
+        assert daemon.stop() == 0
+    assert re.search(r"apid: created the database schema \(revision \d+\)", (tmp_path / "first.stderr").read_text())
+    assert "schema" not in (tmp_path / "second.stderr").read_text()

@@ -75,7 +75,8 @@ async def start(
     worker, and keeps the counts without Redis."""
     server, api = config.server, config.api
     if migration is not None:
-        await deferToThread(migration.wait)
+        for change in await deferToThread(migration.wait):
+            log.info("apid: {change}", change=change)
     counting = metrics.count_if_read(server.metrics)
     secret = await deferToThread(load_secret, server.jwt)
     engine = make_engine(server.database_url, server.database_pool_size)

@@ -103,6 +103,11 @@ class SchemaChange:
     down: bool = False  # a downgrade
     dropped: tuple[DroppedTable, ...] = ()  # the tables a downgrade dropped, with the rows they held
 
+    @property
+    def changed(self) -> bool:
+        """Whether the schema moved (a revision run, or its tables dropped)."""
+        return self.before != self.after or bool(self.dropped)
+
     def describe(self) -> str:
         moved = self._moved()
         return f"{moved}; dropped {describe_tables(self.dropped)}" if self.dropped else moved

@@ -417,7 +417,8 @@ def serve_workers(config: Config, count: int, reactor_choice: str, metrics_dir: 
 
     async def begin() -> None:
         try:
-            await deferToThread(migration.wait)  # once, before any worker
+            for change in await deferToThread(migration.wait):  # once, before any worker
+                log.info("apid: {change}", change=change)
             count_if_read(config.server.metrics)  # the restarts of workers
             port = await endpoint.listen(NoConnections())
             if not isinstance(port, tcp.Port):  # TCP, Unix and systemd's sockets all are
