@@ -146,7 +146,7 @@ class ApidDaemon(ApiCalls):
     def add_account(self, account: Account) -> int:
         """Make `account` with `apid user add`; its id."""
         roles = [arg for role in account.roles for arg in ("--role", role)]
-        email = account.email or f"{account.username}@example.com"
+        email = _email(account)
         done = self.cli(
             "user", "add", account.username, "--email", email, *roles, "--password-stdin", input=account.password + "\n"
         )
@@ -167,7 +167,10 @@ class ApidDaemon(ApiCalls):
                 keep(self._database, template)
         if self._accounts_here and set().union(*(account.roles for account in self.accounts)) <= SHIPPED_ROLES:
             try:
-                add_accounts(self._database, self.accounts)
+                add_accounts(
+                    self._database,
+                    [(account.username, _email(account), account.password, account.roles) for account in self.accounts],
+                )
             except (Problem, ValueError) as refused:  # as `apid user add` would have refused them
                 raise DaemonFailed(f"making the accounts failed: {refused}") from None
         else:
@@ -270,6 +273,10 @@ class ApidDaemon(ApiCalls):
 
     def _environment(self) -> dict[str, str]:
         return {**os.environ, **self.env}
+
+
+def _email(account: Account) -> str:
+    return account.email or f"{account.username}@example.com"
 
 
 def _first_line(stream: IO[str], timeout: float) -> str:

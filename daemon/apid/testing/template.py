@@ -19,12 +19,8 @@ import tempfile
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import apid.store
-
-if TYPE_CHECKING:
-    from apid.testing.daemon import Account
 
 TEMPLATES = Path(tempfile.gettempdir()) / "apid-testing-templates"
 
@@ -80,10 +76,11 @@ def _copy(source: Path, target: Path) -> None:
         writing.close()
 
 
-def add_accounts(database: Path, accounts: Iterable[Account]) -> list[int]:
+def add_accounts(database: Path, accounts: Iterable[tuple[str, str, str, Iterable[str]]]) -> list[int]:
     """The accounts made in `database` as `apid user add` makes them before a daemon serves
     (checked by the account policy, the password hashed), in this process: a command each
-    costs half a second. No webhook can hear of them yet: the database is new. Their ids."""
+    costs half a second. No webhook can hear of them yet: the database is new. Each is
+    (username, email, password, roles); their ids."""
     from apid.auth.accounts import insert_account
     from apid.auth.passwords import hash_password
     from apid.config.account_policy import check_credentials
@@ -93,12 +90,10 @@ def add_accounts(database: Path, accounts: Iterable[Account]) -> list[int]:
     engine = make_engine(f"sqlite:///{database}")
     try:
         made = []
-        for account in accounts:
-            email = account.email or f"{account.username}@example.com"
+        for username, email, password, roles in accounts:
             value_type("Email").check(email)
-            check_credentials(account.username, account.password)
-            hashed = hash_password(account.password)
-            made.append(run_write(engine, insert_account, account.username, email, hashed, account.roles).id)
+            check_credentials(username, password)
+            made.append(run_write(engine, insert_account, username, email, hash_password(password), roles).id)
         return made
     finally:
         engine.dispose()
