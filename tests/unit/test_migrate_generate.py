@@ -5,6 +5,7 @@ revisions are generated from the difference with the database (`generate`), `pla
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -14,7 +15,6 @@ import pytest
 from sqlalchemy import inspect, text
 
 from apid.plugin_host.migrations import MigrationSource
-from apid.plugin_host.scaffold import PluginNames, write_plugin
 from apid.store.database import make_engine
 from apid.store.migrate import (
     APID,
@@ -233,8 +233,16 @@ def test_target_is_parsed_from_schema_at_revision():
 
 
 def test_a_new_plugins_declared_tables_are_those_its_first_migration_makes(tmp_path, monkeypatch):
-    """`apid new-plugin` writes the table once in store.py and a first revision that agrees."""
-    write_plugin(PluginNames.of("stock", "item"), tmp_path / "apid-stock")
+    """`apid new-plugin` writes the table once in store.py and generates the first revision from it."""
+    made = subprocess.run(
+        [sys.executable, "-m", "apid", "new-plugin", "stock", "--controller", "item", "--directory", "apid-stock"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "wrote apid-stock/apid_stock/migrations/0001_item.py" in made.stdout
     monkeypatch.syspath_prepend(str(tmp_path / "apid-stock"))
     stock = MigrationSource.from_package("stock", "apid_stock.migrations", "apid-stock")
     empty_engine = make_engine(f"sqlite:///{tmp_path / 'apid.db'}")
