@@ -477,3 +477,39 @@ def test_without_a_token_the_document_lists_what_the_anonymous_role_may_call():
     assert not any("/team/create" in path or "/person/" in path for path, _ in listed)
     assert doc["info"]["description"].startswith("The endpoints that answer without a token")
     assert set(doc["paths"]) - {path for path, _ in listed} == PUBLIC & CONFIG.api.reserved_uris
+
+
+# --- webhooks (issue 36, item 6) ---------------------------------------------------------------
+
+
+def expected_webhooks(roles: set[str]) -> set[str]:
+    """The event types a hook of these roles hears of: every non-GET action whose HOOK grants
+    one of the roles, named by its `controller/action` (`.v<api>` for a version not current)."""
+    return {
+        f"{state['NAME']}/{action}" + ("" if version == state["CURRENTSTABLE"] else f".v{version}")
+        for state in STATES
+        for version, block in state["VERSION"].items()
+        for action, endpoint in block["URI"].items()
+        if endpoint["METHOD"] != "GET" and roles & set(endpoint.get("ROLES", {}).get("HOOK", []))
+    }
+
+
+@pytest.mark.parametrize("roles", [{USER}, {ADMIN}, {ADMIN, USER}])
+def test_the_webhooks_are_the_events_a_hook_of_the_roles_hears_each_with_its_payload(roles):
+    doc = document(*roles)
+    messages = doc.get("webhooks", {})
+    assert set(messages) == expected_webhooks(roles)
+    for name, message in messages.items():
+        body = message["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["required"] == ["id", "type", "timestamp", "data"]
+        assert body["properties"]["type"] == {
+            "const": name.partition(".v")[0],
+            "description": "The event type: the action",
+        }
+        assert schema(doc, body["properties"]["data"])["type"] == "object"  # the record as these roles receive it
+        headers = {parameter["name"] for parameter in message["post"]["parameters"]}
+        assert headers == {"webhook-id", "webhook-timestamp", "webhook-signature"}
+
+
+def test_a_caller_without_a_token_reads_no_webhooks():
+    assert "webhooks" not in document()

@@ -35,6 +35,7 @@ from apid.openapi.chains import chain_operations
 from apid.openapi.components import shared_components
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
 from apid.openapi.view import ApiView, api_view
+from apid.openapi.webhooks import webhook_messages
 from apid.plugin import ActionRules, action_rules
 
 if TYPE_CHECKING:
@@ -185,6 +186,9 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
             paths.pop(path, None)
     security = [*with_providers(settings.issuers, paths, components), *with_api_keys(paths, components)]
     document.update({"security": security, "tags": tags, "paths": paths, "components": components})
+    messages = webhook_messages(actions) if not without_token else {}
+    if messages:
+        document["webhooks"] = messages
     return document
 
 
