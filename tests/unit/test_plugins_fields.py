@@ -139,8 +139,11 @@ def test_a_0_1_plugins_own_table_and_fields_do_not_stop_it(tmp_path):
 
 def test_rules_the_old_spelling_does_not_cover_are_warned_of_and_bind(tmp_path):
     write_items(tmp_path, new_field)
+    with pytest.warns(DeprecationWarning, match=r"`fields = frozenset\(\{\.\.\.\}\)` is deprecated") as warned:
+        controller = loaded(OldSpelling)
+    assert warned[0].filename == __file__  # at the plugin's class, where the fix is made
     with capturedLogs() as events:
-        bound = bind([loaded(OldSpelling)], tmp_path, SECURITY)
+        bound = bind([controller], tmp_path, SECURITY)
     assert "colour" in bound.rules.controllers["item"].values
     (warning,) = [event for event in events if event["log_namespace"] == "apid.plugins"]
     assert "field 'colour' is not one the controller of item" in warning["error"]

@@ -39,7 +39,12 @@ from apid.iostate import (
     read_dir,
 )
 from apid.plugin import Controller, action_rules
-from apid.plugin_host.field_declarations import DeclarationError, check_declared, declared_fields
+from apid.plugin_host.field_declarations import (
+    DeclarationError,
+    check_declared,
+    declared_fields,
+    warn_of_the_old_spelling,
+)
 
 log = Logger(namespace="apid.plugins")
 
@@ -157,6 +162,8 @@ def _loaded(plugin: FoundPlugin, loaded: Mapping[str, LoadedController]) -> Load
         declared = declared_fields(cls)
     except DeclarationError as exc:
         raise PluginError(f"plugin {plugin.label}: {exc}") from None
+    if declared is not None and not declared.strict:
+        warn_of_the_old_spelling(cls)
     if declared is None:
         log.warn(
             "plugin {plugin}: controller {controller} declares no fields (`stores=`), so its IO State "

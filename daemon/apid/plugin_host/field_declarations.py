@@ -17,6 +17,8 @@ is not checked.
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -54,6 +56,20 @@ def declared_fields(cls: type[Controller]) -> Declared | None:
     if any(action_rules(handler).page is not None for handler in cls.actions().values()):
         declared |= PAGING
     return Declared(declared, strict)
+
+
+def warn_of_the_old_spelling(cls: type[Controller]) -> None:
+    """The DeprecationWarning of `fields = frozenset({...})`, at the line of the plugin's class,
+    as apid.plugin warns of a deprecated form (docs/compatibility.md)."""
+    message = (
+        f"{cls.__qualname__}: declaring the fields with `fields = frozenset({{...}})` is deprecated and read "
+        f"until 0.3; declare them as `class {cls.__name__}(Controller, stores=(...))`"
+    )
+    try:
+        filename, line = inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):  # a class made at run time has no source to point at
+        filename, line = None, 0
+    warnings.warn_explicit(message, DeprecationWarning, filename or cls.__module__, line, module=cls.__module__)
 
 
 def _stored(stores: Table | Iterable[Table | str], cls: type[Controller]) -> frozenset[str]:
