@@ -9,9 +9,9 @@ import pytest
 from twisted.internet.defer import CancelledError, Deferred
 
 from apid.auth.tokens import anonymous_caller
-from apid.calls.batch import BatchRunner, parse_batch, summarise
+from apid.calls.batch import BatchRunner, element_error, parse_batch, summarise
 from apid.calls.paths import Target
-from apid.problems import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge
+from apid.problems import BadRequest, MethodNotAllowed, NotFound, PayloadTooLarge, ServiceUnavailable
 
 
 def test_a_batch_body_parses_into_elements_and_combine():
@@ -129,3 +129,20 @@ def test_cancelling_the_batch_cancels_every_element_still_running():
     assert batch.result.check(CancelledError)
     batch.addErrback(lambda _: None)
     assert all(element.called for element in pipeline.running)
+
+
+@pytest.mark.parametrize(
+    "headers, retry_after",
+    [
+        ({"Retry-After": "7"}, 7),
+        ({}, None),
+        ({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),
+        ({"Retry-After": "²"}, None),
+    ],
+)
+def test_a_failed_elements_problem_says_when_to_retry_only_in_seconds_it_can_read(headers, retry_after):
+    """An element has no headers: the seconds its call would have sent in Retry-After become
+    `retryAfter`; an HTTP date or digits that are not ASCII stay out, never a 500."""
+    error = element_error(ServiceUnavailable("down", headers=headers), 3, "/b0.1/team/relay")
+    assert error["index"] == 3 and error["status"] == 503
+    assert error.get("retryAfter") == retry_after

@@ -156,7 +156,7 @@ def element_error(problem: Problem, index: int, instance: str) -> dict[str, Any]
     would have sent in Retry-After (a 503, a 429), which an element has no header to carry."""
     error = {**problem.to_dict(instance=instance), "index": index}
     retry_after = problem.headers.get("Retry-After", "")
-    if retry_after.isdigit():
+    if retry_after.isascii() and retry_after.isdigit():  # isdigit alone admits "²", which int() refuses
         error["retryAfter"] = int(retry_after)
     return error
 
