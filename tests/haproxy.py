@@ -137,9 +137,19 @@ class HAProxy:
                 return states
             time.sleep(0.05)
 
-    def start(self, timeout: float = 10) -> HAProxy:
+    def start(self, timeout: float = 10, attempts: int = 3) -> HAProxy:
+        """Start haproxy on a free port, trying another when the one chosen was taken before
+        haproxy bound it (another test's process may get it in between)."""
         if not Path(self.executable).exists():
             raise RuntimeError(f"{self.executable} is not installed (Debian package haproxy)")
+        for _ in range(attempts - 1):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError:
+                continue
+        return self._start_once(timeout)
+
+    def _start_once(self, timeout: float) -> HAProxy:
         self.folder = Path(tempfile.mkdtemp(prefix="apid-haproxy-"))
         self.port = free_port()
         environment = dict(os.environ)
@@ -161,14 +171,23 @@ class HAProxy:
                 stdin=subprocess.DEVNULL,
                 env=environment,
             )
+        # Ready once its runtime API answers: haproxy opens it with its listeners, and the port
+        # alone may be another process's that took it first (haproxy then exits).
         deadline = time.monotonic() + timeout
-        while not listening(self.port):
+        while not (listening(self.port) and self._answers()):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 log_text = self.log
                 self.stop()
-                raise RuntimeError(f"haproxy did not listen on port {self.port}:\n{log_text}")
+                raise RuntimeError(f"haproxy did not start on port {self.port}:\n{log_text}")
             time.sleep(0.02)
         return self
+
+    def _answers(self) -> bool:
+        try:
+            self.states()
+        except OSError:
+            return False
+        return self.process.poll() is None
 
     def stop(self, timeout: float = 10) -> None:
         try:
