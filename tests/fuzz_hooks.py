@@ -102,6 +102,9 @@ def _no_person_change_after_the_first_link(body: Any) -> None:
         chain["order"] = {
             ("person/show" if PERSON_CHANGE_LINK.match(str(name)) else name): passes for name, passes in order.items()
         }
+    for link in order if isinstance(order, list) else ():  # the array form: [{"link": ..., "key": ...}]
+        if isinstance(link, dict) and PERSON_CHANGE_LINK.match(str(link.get("link"))):
+            link["link"] = "person/show"
 
 
 @schemathesis.auth(refresh_interval=None)

@@ -17,8 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from apid.declarations.actions import (
+    ACTION_MARK,
+    ROUTE_MARK,
+    ActionRules,
+    Answers,
+    Caller,
+    Page,
+    RecordCheck,
+    Validator,
+    action,
+    route,
+)
+from apid.declarations.actions import action_rules as action_rules  # read by plugins' own tests since 0.1
 from apid.config.account_policy import check_credentials
 from apid.config.plugin_settings import setting, settings
 from apid.problems import (
@@ -78,177 +91,7 @@ __all__ = [
     "settings",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-_ACTION_MARK = "__apid_action__"
-_ROUTE_MARK = "__apid_route__"
-
-Validator = Callable[[Mapping[str, Any]], Iterable[FieldError] | None]
-"""What `@action(validate=...)` takes: the admitted, typed fields to the field errors found."""
-
-Answers = Literal["record", "list", "nothing"]
-"""What `@action(answers=...)` declares an action answers: one record (a JSON object), a list
-of records, or nothing (`null`). The API documents type the action's answer from it."""
-
-
-@dataclass(frozen=True)
-class Page:
-    """How an action that lists records pages them, declared beside it with
-    `@action(page=Page(default=20, maximum=100))`: `max` records a page, 1 to `maximum`
-    (`default` when not sent), from `offset`, 0 or more. The daemon checks both fields with the
-    call's others (one 400), `call.page()` reads them, and the API documents state the same
-    ranges: one declaration for the three."""
-
-    default: int = 20
-    maximum: int = 100
-
-    def window(self, fields: Mapping[str, Any]) -> tuple[int, int]:
-        """(offset, limit) of the fields sent; an absent or null one is the first page, or `default` records."""
-        offset, limit = fields.get("offset"), fields.get("max")
-        return (0 if offset is None else offset, self.default if limit is None else limit)
-
-    def errors(self, fields: Mapping[str, Any]) -> list[FieldError]:
-        """What is out of range in the window of the fields sent."""
-        offset, limit = self.window(fields)
-        errors: list[FieldError] = []
-        if offset < 0:
-            errors.append({"field": "offset", "reason": "must be at least 0"})
-        if not 1 <= limit <= self.maximum:
-            errors.append({"field": "max", "reason": f"must be 1 to {self.maximum}"})
-        return errors
-
-
-@dataclass(frozen=True)
-class ActionRules:
-    """What an action declares, checked by the daemon with the IO State checks before it runs
-    (one 400 lists every bad field) and told in the API documents.
-
-    `requires`: fields that must be sent (not null). `validate(fields)`: the action's own field
-    rules; it receives the admitted, typed fields (any may be absent) and returns field errors,
-    or raises `InvalidFields` with them. `caller_independent`: the answer depends on nothing of
-    the caller but the roles the endpoint granted (no own-record check, no `call.caller`), so
-    an IO State `CACHE` may say `"shared": true`: a cached answer skips the action and its
-    checks of who calls, so the daemon refuses a shared cache unless the action says this.
-    `answers`: what it answers (`Answers`), or None, so the documents type its answer exactly.
-    `page`: how a list action pages (`Page`), or None. `upstream`: it calls a service of its
-    own, so it may answer 502, 503 (with Retry-After) and 504, which the documents list.
-
-    `may_see(caller, record)`: who may receive a copy of a record the action answers other than
-    its caller, such as a webhook's owner (`RecordCheck`): the action's own per-record check
-    (person: the owner and administrators), which every such copy passes. Without it, a
-    `caller_independent` action's records go to every holder of the roles IO State names, and
-    any other action's to administrators only: IO State may give such an action's HOOK no
-    other role."""
-
-    requires: tuple[str, ...] = ()
-    validate: Validator | None = None
-    caller_independent: bool = False
-    answers: Answers | None = None
-    page: Page | None = None
-    may_see: RecordCheck | None = None
-    upstream: bool = False
-
-
-@overload
-def action(method: F) -> F: ...
-
-
-@overload
-def action(
-    *,
-    requires: Iterable[str] = (),
-    validate: Validator | None = None,
-    caller_independent: bool = False,
-    answers: Answers | None = None,
-    page: Page | None = None,
-    may_see: RecordCheck | None = None,
-    upstream: bool = False,
-) -> Callable[[F], F]: ...
-
-
-def action(
-    method: Any = None,
-    *,
-    requires: Iterable[str] = (),
-    validate: Validator | None = None,
-    caller_independent: bool = False,
-    answers: Answers | None = None,
-    page: Page | None = None,
-    may_see: RecordCheck | None = None,
-    upstream: bool = False,
-) -> Any:
-    """Mark a controller method as an action that IO State may expose: `@action`, or
-    `@action(requires=("name",), answers="record", ...)` to declare its `ActionRules`."""
-    if answers not in (None, "record", "list", "nothing"):
-        raise ValueError(f'@action(answers=...) is "record", "list" or "nothing", not {answers!r}')
-    if page is not None and not 1 <= page.default <= page.maximum:
-        raise ValueError(f"@action(page=...): the default is 1 to the maximum, not {page}")
-    rules = ActionRules(
-        requires=tuple(requires),
-        validate=validate,
-        caller_independent=caller_independent,
-        answers=answers,
-        page=page,
-        may_see=may_see,
-        upstream=upstream,
-    )
-
-    def mark(handler: F) -> F:
-        setattr(handler, _ACTION_MARK, rules)
-        return handler
-
-    return mark if method is None else mark(method)
-
-
-def action_rules(handler: Callable[..., Any]) -> ActionRules:
-    """The rules an `@action` declared (none for a bare `@action`)."""
-    rules: ActionRules = getattr(handler, _ACTION_MARK)
-    return rules
-
-
-def route(path: str, method: str = "GET") -> Callable[[F], F]:
-    """Map a controller method to a fixed path and HTTP method, outside IO State.
-
-    The path answers without a token only when it is listed in `reservedUris` of
-    service_api.yml; otherwise it needs a token like any private endpoint. The method
-    receives a `RouteCall` and returns JSON data.
-    """
-    if not path.startswith("/"):
-        raise ValueError(f"a route path starts with /, not {path!r}")
-
-    def mark(handler: F) -> F:
-        setattr(handler, _ROUTE_MARK, (path.rstrip("/") or "/", method.upper()))
-        return handler
-
-    return mark
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who is calling: the account id and name, and the roles the endpoint granted."""
-
-    id: int
-    username: str
-    roles: frozenset[str]
-    is_superuser: bool
-    # The login this request belongs to: a password changed by its owner ends every other one.
-    session: str | None = None
-    # Every current role of the caller, whether this endpoint admits it or not (`apidoc`
-    # describes what all of them may call); `roles` is what decides this call.
-    all_roles: frozenset[str] = frozenset()
-    # The client's address, as the per-address abuse limits count it (`Accounts.update` counts
-    # an owner's wrong `currentPassword` there, as a failed login).
-    address: str = ""
-    # The API key the call is made with (its id), None for a login's access token: a key never
-    # changes a password or an e-mail address (`Accounts.update`), nor manages keys.
-    api_key: int | None = None
-
-
-RecordCheck = Callable[[Caller, Any], bool]
-"""What `@action(may_see=...)` takes: whether a principal (a `Caller`: the receiver of a copy,
-such as a webhook's owner) may see a record the action answered (as it answered it, before any
-field filtering). A plain function of its arguments: it runs inside the change's transaction,
-in a database thread, so it reads nothing and awaits nothing."""
 
 
 class Endpoint(Protocol):
@@ -587,13 +430,13 @@ class Controller:
 
     @classmethod
     def actions(cls) -> Mapping[str, Callable[..., Any]]:
-        return {attr: getattr(cls, attr) for attr in dir(cls) if getattr(getattr(cls, attr, None), _ACTION_MARK, False)}
+        return {attr: getattr(cls, attr) for attr in dir(cls) if getattr(getattr(cls, attr, None), ACTION_MARK, False)}
 
     @classmethod
     def routes(cls) -> Mapping[str, tuple[str, str]]:
         """Method name -> (path, HTTP method) of every `@route` method."""
         return {
-            attr: getattr(getattr(cls, attr), _ROUTE_MARK)
+            attr: getattr(getattr(cls, attr), ROUTE_MARK)
             for attr in dir(cls)
-            if getattr(getattr(cls, attr, None), _ROUTE_MARK, None)
+            if getattr(getattr(cls, attr, None), ROUTE_MARK, None)
         }

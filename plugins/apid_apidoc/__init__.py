@@ -11,7 +11,7 @@ from apid.plugin import Call, Controller, NotFound, action
 class ApidocController(Controller, stores=("controller", "version", "roles", "controllers")):
     name = "apidoc"
 
-    @action(answers="record")
+    @action(answers="record", carries=("version", "controllers"))
     def show(self, call: Call) -> dict[str, Any]:
         """Every controller and action the caller's roles may call, with the fields they send and
         receive; `controller` narrows it to one. Read from the rule set in force at each call,

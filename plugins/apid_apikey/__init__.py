@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from apid.plugin import Call, Caller, Controller, action
+from apid.plugin import Call, Caller, Controller, Page, action
+
+# What every key's record answered holds, never null (`KeyRecord.to_dict`)
+KEY = ("id", "userId", "name", "prefix", "roles", "dateCreated")
 
 
 def owner_or_administrator(caller: Caller, record: Mapping[str, Any]) -> bool:
@@ -41,7 +44,7 @@ class ApiKeyController(Controller, stores=STORED):
     name = "apikey"
 
     # currentPassword is not in `requires`: a provider account creates keys without one
-    @action(requires=("name", "roles"), answers="record", may_see=owner_or_administrator)
+    @action(requires=("name", "roles"), answers="record", carries=(*KEY, "key"), may_see=owner_or_administrator)
     async def create(self, call: Call) -> dict[str, Any]:
         """A new key, shown in this answer once: only its hash is kept."""
         fields = call.fields
@@ -55,12 +58,12 @@ class ApiKeyController(Controller, stores=STORED):
             current_password=fields.get("currentPassword"),
         )
 
-    @action(answers="list")
+    @action(answers="list", page=Page(default=20, maximum=100), carries=KEY)
     async def list(self, call: Call) -> list[dict[str, Any]]:
         """Your keys, every key for the superuser; never the keys themselves."""
         return await self.services.keys.list(call.caller, *call.page())
 
-    @action(requires=("id",), answers="record", may_see=owner_or_administrator)
+    @action(requires=("id",), answers="record", carries=KEY, may_see=owner_or_administrator)
     async def revoke(self, call: Call) -> dict[str, Any]:
         """Revoke one of your keys (the superuser: anyone's; a key: itself), everywhere within a second."""
         return await self.services.keys.revoke(call.caller, call.fields["id"])

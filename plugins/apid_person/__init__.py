@@ -28,6 +28,8 @@ from apid.plugin import (
 # Request field -> account attribute, for the fields an update may change.
 CHANGEABLE = ("username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired")
 BY_ID = ("id",)
+# What every account record answered holds, never null (`Account.to_dict`)
+ACCOUNT = ("id", "version", *CHANGEABLE, "roles", "dateCreated", "lastUpdated")
 
 
 def account_policy(fields: Mapping[str, Any]) -> None:
@@ -70,6 +72,7 @@ class PersonController(Controller, stores=STORED):
         requires=("username", "password", "email"),
         validate=account_policy,
         answers="record",
+        carries=ACCOUNT,
         may_see=owner_or_administrator,
     )
     async def create(self, call: Call) -> dict[str, Any]:
@@ -85,7 +88,7 @@ class PersonController(Controller, stores=STORED):
         )
         return account.to_dict()
 
-    @action(requires=BY_ID, answers="record")
+    @action(requires=BY_ID, answers="record", carries=ACCOUNT)
     async def show(self, call: Call) -> dict[str, Any]:
         person_id = self._own_or_superuser(call)
         account = await self.services.accounts.get(person_id)
@@ -93,11 +96,17 @@ class PersonController(Controller, stores=STORED):
             raise NotFound(f"no person with id {person_id}")
         return account.to_dict()
 
-    @action(answers="list", page=Page(default=20, maximum=100))
+    @action(answers="list", page=Page(default=20, maximum=100), carries=ACCOUNT)
     async def list(self, call: Call) -> list[dict[str, Any]]:
         return [account.to_dict() for account in await self.services.accounts.list(*call.page())]
 
-    @action(requires=BY_ID, validate=account_policy, answers="record", may_see=owner_or_administrator)
+    @action(
+        requires=BY_ID,
+        validate=account_policy,
+        answers="record",
+        carries=ACCOUNT,
+        may_see=owner_or_administrator,
+    )
     async def update(self, call: Call) -> dict[str, Any]:
         """Changing one's own password or e-mail address needs the current password, so a
         stolen token cannot take the account over (`Accounts.update` with `by`)."""
@@ -116,7 +125,7 @@ class PersonController(Controller, stores=STORED):
         )
         return account.to_dict()
 
-    @action(requires=("id", "currentPassword"), answers="record")
+    @action(requires=("id", "currentPassword"), answers="record", carries=("id", "cancelled"))
     async def cancelReverts(self, call: Call) -> dict[str, Any]:
         """The owner, who made a change of address, ends the links mailed to the old address
         that would put it back (`Accounts.cancel_reverts`)."""
@@ -126,7 +135,7 @@ class PersonController(Controller, stores=STORED):
         )
         return {"id": person_id, "cancelled": cancelled}
 
-    @action(requires=BY_ID, answers="record", may_see=owner_or_administrator)
+    @action(requires=BY_ID, answers="record", carries=BY_ID, may_see=owner_or_administrator)
     async def delete(self, call: Call) -> dict[str, Any]:
         person_id = self._own_or_superuser(call)
         if person_id == call.caller.id:

@@ -11,7 +11,7 @@ from apid.plugin import Call, Controller, action
 class ServerController(Controller, stores=("peers", "total", "up", "down")):
     name = "server"
 
-    @action(answers="record")
+    @action(answers="record", carries=("peers", "total", "up", "down"))
     async def pingServers(self, call: Call) -> dict[str, Any]:
         """Every peer of `servers` (service_server.yml) asked at once for its /health."""
         return await self.services.pinger.ping_all()

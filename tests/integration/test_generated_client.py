@@ -294,15 +294,15 @@ def test_chains_run_through_the_generated_client(clients, admin):
     )
     assert isinstance(blank[0], models.ChainOutput) and isinstance(blank[1], models.ChainOutput)
     assert (blank[0]["id"], blank[1]["id"], blank[1]["username"]) == (team.id, leader, "lead")
-    # postchain (GET > PUT): the team, then update its leader with the body's fields
+    # postchain (GET > PUT): the team, then update its leader with the body's fields, typed
     body = models.TeamShowChainPutBody(
         chain=models.PostChain(
             key="leaderId",
             type_=models.PostChainType.POSTCHAIN,
             order=[link(link=models.ChainLinkLink.PERSONUPDATE, key="return")],
-        )
+        ),
+        email="lead@example.com",
     )
-    body["email"] = "lead@example.com"
     updated = api.call("chain.team_show_chain_put", client=admin, id=team.id, body=body)
     assert updated["id"] == leader
     # prechain (POST > GET): create a team, then show its leader

@@ -264,19 +264,43 @@ def test_values_types_become_json_schema_with_their_mock_data_as_example():
     person = schemas["person.1.list.record"]["properties"]
     team = schemas["team.1.create.record"]["properties"]
     hook = schemas["hook.1.create.record"]["properties"]
-    assert person["id"]["type"] == ["integer", "null"] and person["id"]["format"] == "int64"
+    assert person["id"]["type"] == "integer" and person["id"]["format"] == "int64"
     assert (person["id"]["minimum"], person["id"]["maximum"]) == (-(2**63), 2**63 - 1)
-    assert hook["attempts"]["type"] == ["integer", "null"] and hook["attempts"]["format"] == "int32"
+    assert hook["attempts"]["type"] == "integer" and hook["attempts"]["format"] == "int32"
     assert (hook["attempts"]["minimum"], hook["attempts"]["maximum"]) == (-(2**31), 2**31 - 1)
     assert team["budget"]["type"] == ["number", "null"] and team["budget"]["examples"] == [1000.5]
-    assert person["enabled"]["type"] == ["boolean", "null"] and person["enabled"]["examples"] == [True]
+    assert person["enabled"]["type"] == "boolean" and person["enabled"]["examples"] == [True]
     assert person["email"]["format"] == "email" and person["email"]["examples"] == ["jdoe@example.com"]
     assert person["dateCreated"]["format"] == "date-time"
-    assert person["roles"]["type"] == ["array", "null"] and person["roles"]["examples"] == [["ROLE_USER"]]
+    assert person["roles"]["type"] == "array" and person["roles"]["examples"] == [["ROLE_USER"]]
     assert hook["url"]["format"] == "uri"
     assert team["leaderId"]["description"] == "The person leading the team. Refers to a person (its id)."
     assert "examples" not in hook["disabledReason"]  # mockData "null": no example
-    assert schemas["apidoc.1.show.record"]["properties"]["controllers"]["type"] == ["object", "null"]
+    assert schemas["apidoc.1.show.record"]["properties"]["controllers"]["type"] == "object"
+
+
+def test_the_fields_an_action_carries_are_required_and_never_null_where_the_roles_receive_them():
+    """`@action(carries=...)`: what a generated client may read without a null check; the rest
+    of a record stays optional and nullable."""
+    admin = document(ADMIN)["components"]["schemas"]
+    assert admin["person.1.create.ROLE_ADMIN.record"]["required"] == ["id", "version"]  # all it answers
+    listed = admin["person.1.list.record"]
+    assert listed["required"] == [
+        "id", "version", "username", "email", "enabled", "accountLocked", "accountExpired", "passwordExpired",
+        "roles", "dateCreated", "lastUpdated",
+    ]  # fmt: skip
+    assert all(not isinstance(listed["properties"][name]["type"], list) for name in listed["required"])
+    hook = admin["hook.1.create.record"]
+    assert {"id", "version", "secret"} <= set(hook["required"]) and "disabledReason" not in hook["required"]
+    assert hook["properties"]["disabledReason"]["type"] == ["string", "null"]
+    assert admin["team.1.create.record"]["required"] == ["id", "name", "leaderId"]
+    assert admin["team.1.create.record"]["properties"]["budget"]["type"] == ["number", "null"]
+    assert admin["apikey.1.create.ROLE_ADMIN.record"]["required"][-1] == "key"
+    assert admin["person.1.delete.record"]["required"] == ["id"]
+    # a role that does not receive a carried field is not promised it
+    user = document(USER)["components"]["schemas"]
+    shown = next(schema for name, schema in user.items() if name.startswith("person.1.show.") and name.endswith("record"))
+    assert set(shown["required"]) == set(shown["properties"]) == {"id", "version", "username", "email"}
 
 
 def test_api_versions_other_than_the_current_carry_their_name_in_the_path():
@@ -302,19 +326,28 @@ def test_batch_forms_post_a_batch_and_answer_207_with_the_errors():
 def test_chain_forms_start_a_blankchain_postchain_or_prechain():
     doc = document(ADMIN)
     starting_with_show = doc["paths"]["/c0.1/team/show/{id}"]
-    assert set(starting_with_show) == {"get", "put", "post", "delete"}
-    blank = starting_with_show["get"]["requestBody"]["content"]["application/json"]["schema"]
-    assert blank["required"] == ["chain"]
-    assert blank["properties"]["chain"] == {"$ref": "#/components/schemas/BlankChain"}
+    # no GET with a body: a blankchain is published POSTed (its GET form is told in prose)
+    assert set(starting_with_show) == {"put", "post", "delete"}
+    assert "served with GET and the same body too" in starting_with_show["post"]["description"]
     post = starting_with_show["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert post["properties"]["chain"]["anyOf"] == [
         {"$ref": "#/components/schemas/BlankChain"},
         {"$ref": "#/components/schemas/PostChain"},
     ]
-    assert starting_with_show["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
+    assert starting_with_show["post"]["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ChainAnswer"
     }
     assert "422" in starting_with_show["put"]["responses"]
+    # a postchain's other members are the fields of the calls it may end with, typed
+    put = starting_with_show["put"]["requestBody"]["content"]["application/json"]["schema"]
+    assert put["additionalProperties"] is False and put["required"] == ["chain"]
+    assert put["properties"]["chain"] == {"$ref": "#/components/schemas/PostChain"}
+    assert put["properties"]["username"]["type"] == ["string", "null"]  # person/update's
+    assert put["properties"]["url"]["format"] == "uri"  # hook/update's
+    # where no call of a method but POST is written, a blankchain alone
+    user = document(USER)["paths"]
+    only_blank = [p for p, item in user.items() if p.startswith("/c") and set(item) == {"post"}]
+    assert only_blank
     prechain = doc["paths"]["/c0.1/team/create"]
     assert set(prechain) == {"post"}
     body = prechain["post"]["requestBody"]["content"]["application/json"]["schema"]
@@ -325,6 +358,30 @@ def test_chain_forms_start_a_blankchain_postchain_or_prechain():
         assert chain["required"] == ["key", "type", "order"]
         assert chain["properties"]["type"] == {"type": "string", "enum": [kind]}
         assert chain["properties"]["order"]["anyOf"][0]["items"] == {"$ref": "#/components/schemas/ChainLink"}
+
+
+def test_no_operation_is_a_get_with_a_body():
+    for roles in ((), (USER,), (ADMIN,)):
+        gets = [key for key, op in operations(document(*roles)).items() if key[1] == "get" and "requestBody" in op]
+        assert gets == [], gets
+
+
+def test_each_chain_body_has_an_example_of_two_links_the_roles_may_call():
+    doc = document(ADMIN)
+    chains = {key: op for key, op in api_operation_map(doc).items() if key[0].startswith("/c")}
+    example = chains[("/c0.1/person/show/{id}", "post")]["requestBody"]["content"]["application/json"]["example"]
+    assert example == {"chain": {"key": "id", "type": "blankchain", "order": [{"link": "person/show", "key": "return"}]}}
+    put = chains[("/c0.1/person/show/{id}", "put")]["requestBody"]["content"]["application/json"]["example"]
+    assert put == {"chain": {"key": "id", "type": "postchain", "order": [{"link": "person/update", "key": "return"}]}}
+    created = chains[("/c0.1/person/create", "post")]["requestBody"]["content"]["application/json"]["example"]
+    assert created["chain"] == {"key": "id", "type": "prechain", "order": [{"link": "person/show", "key": "return"}]}
+    assert (created["username"], created["email"]) == ("jdoe", "jdoe@example.com")
+    for (path, method), operation in chains.items():
+        example = operation["requestBody"]["content"]["application/json"].get("example")
+        if example is not None:
+            (link,) = example["chain"]["order"]
+            controller, action = link["link"].split("/")
+            assert any(p.startswith(f"/v0.1/{controller}/{action}") for p in doc["paths"]), (path, method, link)
 
 
 def test_a_postchain_or_prechain_names_its_type_and_links_are_those_the_roles_may_call():
@@ -513,3 +570,25 @@ def test_the_webhooks_are_the_events_a_hook_of_the_roles_hears_each_with_its_pay
 
 def test_a_caller_without_a_token_reads_no_webhooks():
     assert "webhooks" not in document()
+
+
+def test_writes_that_compare_if_match_take_it_and_may_answer_412_and_no_other_operation_does():
+    doc = document(ADMIN)
+    if_match = {"$ref": "#/components/parameters/IfMatch"}
+    taking = {key for key, op in api_operation_map(doc).items() if if_match in op.get("parameters", ())}
+    answering = {key for key, op in api_operation_map(doc).items() if "412" in op["responses"]}
+    assert taking == answering
+    assert {
+        ("/v0.1/person/update/{id}", "put"),
+        ("/v0.1/person/update", "put"),
+        ("/v0.1/person/delete/{id}", "delete"),
+        ("/v0.1/hook/update/{id}", "put"),
+    } <= taking
+    # reads, creates (no record named yet), batches and chains do not
+    assert all(method != "get" and path.startswith("/v") for path, method in taking), taking
+    assert ("/v0.1/person/create", "post") not in taking and ("/v0.1/hook/create", "post") not in taking
+    assert doc["paths"]["/v0.1/person/update/{id}"]["put"]["responses"]["412"] == {
+        "$ref": "#/components/responses/PreconditionFailed"
+    }
+    answer = doc["components"]["responses"]["PreconditionFailed"]["content"]["application/problem+json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/PreconditionFailedProblem"}

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet import reactor, task
 from twisted.internet.defer import succeed
-from twisted.logger import LogLevel, globalLogPublisher
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from apid.auth.tokens import Principal, anonymous_caller
 from apid.calls.pipeline import CallRequest, Pipeline, Purpose, filter_output
@@ -561,3 +561,41 @@ def test_a_call_made_outside_the_daemon_has_no_unit_of_work():
     call = Call(endpoint=PERSON.versions[PERSON.current_stable].endpoints["show"], fields={}, caller=None)
     with pytest.raises(RuntimeError, match="no unit of work"):
         call.write(lambda connection: None)
+
+
+class Carrying(People):
+    """An action that declares the fields every record it answers holds."""
+
+    @action(answers="record", carries=("id", "version", "enabled"))
+    def show(self, call: Call):
+        return self._run(call)
+
+    list = show
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_answer_with_every_field_it_carries_passes_and_one_missing_the_roles_see_is_a_500_logged():
+    assert (await run(ADMIN, people=Carrying())).data["enabled"] is True
+    # the user does not receive `enabled`: nothing is promised to them, so its absence is fine
+    assert (await run(USER, people=Carrying(lambda call: {**RECORD, "enabled": None}))).data["id"] == 1
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        for broken in ({**RECORD, "version": None}, {k: v for k, v in RECORD.items() if k != "version"}):
+            with pytest.raises(InternalError, match="person/show failed; the error was logged"):
+                await run(USER, people=Carrying(lambda call, broken=broken: broken))
+        with pytest.raises(InternalError):  # in a list, any record
+            await run(ADMIN, action="list", people=Carrying(lambda call: [RECORD, {**RECORD, "enabled": None}]))
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    said = [formatEvent(event) for event in logged if event.get("log_namespace") == "apid.pipeline"]
+    assert len(said) == 3 and all("which it declares it carries" in line for line in said), said
+    assert "['version']" in said[0] and "['enabled']" in said[2]
+
+
+def test_carries_names_fields_of_a_record():
+    with pytest.raises(ValueError, match=r"\('id',\), not 'id'"):
+        action(answers="record", carries="id")
+    with pytest.raises(ValueError, match='answers "nothing"'):
+        action(answers="nothing", carries=("id",))
+    assert action_rules(Carrying.show).carries == ("id", "version", "enabled")

@@ -19,6 +19,7 @@ import apid.config.account_policy
 import apid.config.nodes
 import apid.config.plugin_settings
 import apid.config.settings
+import apid.declarations.actions
 import apid.plugin
 import apid.problems
 
@@ -33,6 +34,8 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
         "apid.config.nodes",
         "apid.config.plugin_settings",
         "apid.config.settings",
+        "apid.declarations",
+        "apid.declarations.actions",
         "apid.plugin",
         "apid.problems",
     ]
@@ -41,14 +44,18 @@ def test_importing_the_plugin_api_imports_nothing_of_the_daemon_but_its_problems
 @pytest.mark.parametrize(
     "module, allowed",
     [
-        (apid.plugin, {"apid.problems", "apid.config.plugin_settings", "apid.config.account_policy"}),
+        (
+            apid.plugin,
+            {"apid.problems", "apid.config.plugin_settings", "apid.config.account_policy", "apid.declarations.actions"},
+        ),
+        (apid.declarations.actions, {"apid.problems"}),
         (apid.problems, set()),
         (apid.config.account_policy, {"apid.problems"}),
         (apid.config.plugin_settings, {"apid.config.nodes", "apid.config.settings"}),
         (apid.config.settings, {"apid.config.nodes"}),
         (apid.config.nodes, set()),
     ],
-    ids=["plugin", "problems", "account_policy", "plugin_settings", "settings", "nodes"],
+    ids=["plugin", "actions", "problems", "account_policy", "plugin_settings", "settings", "nodes"],
 )
 def test_the_plugin_api_names_no_module_of_the_daemon_even_for_types(module: Any, allowed: set[str]):
     tree = ast.parse(inspect.getsource(module))

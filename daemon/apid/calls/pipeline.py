@@ -22,12 +22,13 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from apid.declarations.actions import action_rules
 from apid.auth.apikeys import OUT_OF_SCOPE
 from apid.auth.tokens import NEEDS_TOKEN, Principal
 from apid.http.current_request import REQUEST_ID
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.iostate.types import Conversion
-from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator, action_rules
+from apid.plugin import ActionRules, Call, Caller, Controller, FieldError, Validator
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Problem, Unauthorized
 from apid.runtime.coroutines import asyncio_required, needs_asyncio, started
 
@@ -283,6 +284,25 @@ def filter_output(data: Any, allowed: frozenset[str], conversions: Mapping[str, 
     return data
 
 
+def kept_promise(data: Any, carried: frozenset[str], endpoint: Endpoint) -> None:
+    """A 500 for an answer without a field its action declares it carries (`@action(carries=)`),
+    which the documents promise clients is always there and never null: a plugin's bug,
+    logged with the record, not a break in every generated client that reads it."""
+    records = data if isinstance(data, list) else (data,)
+    for record in records:
+        if isinstance(record, Mapping):
+            missing = sorted(name for name in carried if record.get(name) is None)
+            if missing:
+                log.error(
+                    "{endpoint} answered a record without {missing}, which it declares it carries: {record!r}",
+                    endpoint=endpoint.path,
+                    missing=missing,
+                    record=record,
+                    requestId=REQUEST_ID.get(),
+                )
+                raise InternalError(f"{endpoint.path} failed; the error was logged")
+
+
 class Pipeline:
     """Runs calls against the current rule set; `rules` is re-read per call so a reload swaps it."""
 
@@ -387,12 +407,11 @@ class Pipeline:
         self, output: Any, admitted: Admission, call: Call, unit: CallUnit
     ) -> CallResult | Deferred[CallResult]:
         endpoint, granted = admitted.endpoint, admitted.granted
-        result = CallResult(
-            endpoint=endpoint,
-            granted=granted,
-            page=call.paged,
-            data=filter_output(output, endpoint.response_fields(granted), endpoint.conversions),
-        )
+        allowed = endpoint.response_fields(granted)
+        data = filter_output(output, allowed, endpoint.conversions)
+        if admitted.action_rules.carries:
+            kept_promise(data, allowed.intersection(admitted.action_rules.carries), endpoint)
+        result = CallResult(endpoint=endpoint, granted=granted, page=call.paged, data=data)
         events = self._events is not None and endpoint.emits_events and not unit.recorded
         changed = self._changed is not None and not endpoint.is_safe and admitted.state.caches
         if events or changed:

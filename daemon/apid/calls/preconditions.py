@@ -14,8 +14,9 @@ then makes the check and the change one atomic step. A `version` sent as well wi
 stale one answers 409 as it always does. Without a version the check and the write are two
 steps, and a change landing between them is not seen.
 
-What the GET would answer instead of the record, the write would answer too, before its
-condition counts (RFC 9110 section 13.2.1): a missing record is the show's 404, a record the
+What the write would answer without its condition, before running, comes first (RFC 9110
+section 13.2.1): a write its fields refuse is the 400 it would be anyway. What the GET would
+answer instead of the record, the write would answer too, before its condition counts: a missing record is the show's 404, a record the
 caller may not reach its 403. A write that names no record, or whose controller has no show
 action the caller may call, has no current ETag to compare: If-Match on it answers 412.
 Batches and chains refuse If-Match (400): one header cannot name the records of many calls.
@@ -31,7 +32,7 @@ from typing import Any
 from apid.auth.tokens import Principal
 from apid.calls.caching import entity_tag
 from apid.calls.paths import CallKind
-from apid.calls.pipeline import Admission, CallRequest, Pipeline
+from apid.calls.pipeline import Admission, CallRequest, Pipeline, admit_fields
 from apid.http.answers import dumps
 from apid.http.conditions import matches
 from apid.problems import BadRequest, PreconditionFailed, Problem
@@ -66,6 +67,8 @@ async def checked_write(
     """The write `call` once If-Match `condition` holds for its record (a 412 when not), with the
     record's `version` added when that makes the change conditional on the same state."""
     endpoint = admitted.endpoint
+    # A write its fields refuse answers that 400 whatever its condition (RFC 9110 section 13.2.1)
+    admit_fields(admitted.state, endpoint, admitted.granted, call, admitted.action_rules)
     key = admitted.state.primary_key or "id"
     show = show_call(call, key, endpoint.controller, endpoint.api_version)
     if show is None:

@@ -79,6 +79,14 @@ PROBLEM_RESPONSES: Mapping[str, tuple[str, dict[str, Any]]] = {
             410, "This API version is past its sunset: `currentApiVersion` names the one to call, `successor` its path"
         ),
     ),
+    "412": (
+        "PreconditionFailed",
+        _status_answer(
+            412,
+            "If-Match names no current ETag of the record: it changed since you read it (GET it again), or "
+            "the call names no record whose ETag could be compared; nothing was changed",
+        ),
+    ),
     "413": ("PayloadTooLarge", _status_answer(413, "The body is over maxBodyBytes, or a batch over batchLimit")),
     "415": ("UnsupportedMediaType", _status_answer(415, "A body that is not application/json")),
     "422": (

@@ -5,13 +5,15 @@ a deprecated API version. Chains starting at an action are in `apid.openapi.chai
 What an action requires, answers and pages comes from its `@action` declaration
 (`ActionRules`): its required fields are required (and never null) in its request, its paging
 fields within its `Page`, and its answer is one record, a list of them or null; an action that
-does not say answers either a record or a list.
+does not say answers either a record or a list. The fields it carries (`carries=`) are required
+and never null in its record.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from apid.calls.preconditions import SHOW
 from apid.http.operations import (
     API_ERRORS,
     BATCH_TAG,
@@ -61,6 +63,13 @@ def required_fields(action: ActionDoc, rules: ActionRules) -> list[str]:
     return [name for name in rules.requires if name in sendable]
 
 
+def carried_fields(action: ActionDoc, rules: ActionRules) -> list[str]:
+    """The response fields every record of the action holds (`@action(carries=...)`) that the
+    roles receive: required and never null in its record."""
+    received = {field.name for field in action.response}
+    return [name for name in rules.carries if name in received]
+
+
 def action_schemas(action: ActionDoc, rules: ActionRules) -> dict[str, Any]:
     names = ActionNames(action)
     description, output = ANSWERS[rules.answers]
@@ -71,7 +80,11 @@ def action_schemas(action: ActionDoc, rules: ActionRules) -> dict[str, Any]:
             page_bounds(rules.page),
             description=f"The fields your roles may send to {action.name}",
         ),
-        names.record: object_schema(action.response, description=f"The fields your roles receive from {action.name}"),
+        names.record: object_schema(
+            action.response,
+            carried_fields(action, rules),
+            description=f"The fields your roles receive from {action.name}",
+        ),
         names.output: {"description": description, **output(ref("schemas", names.record))},
     }
 
@@ -97,17 +110,38 @@ def ok_answer(schema: dict[str, Any], description: str, *headers: str) -> dict[s
     }
 
 
+def honours_if_match(action: ActionDoc, actions: list[ActionDoc]) -> bool:
+    """Whether a write compares If-Match (`apid.calls.preconditions`): it names its record by
+    the controller's key, whose ETag is that of the controller's `show` in the same API
+    version, which the roles may call."""
+    return (
+        not action.is_safe
+        and any(field.key == "PKEY" for field in action.request)
+        and any(
+            (other.controller, other.api_version, other.action) == (action.controller, action.api_version, SHOW)
+            for other in actions
+        )
+    )
+
+
 def plain_operation(
-    action: ActionDoc, with_id: bool, rules: ActionRules = NO_RULES, links: dict[str, Any] | None = None
+    action: ActionDoc,
+    with_id: bool,
+    rules: ActionRules = NO_RULES,
+    links: dict[str, Any] | None = None,
+    *,
+    conditional: bool = False,
 ) -> dict[str, Any]:
     """A plain call; `links` are the OpenAPI links of its 200 (a create's to the calls of the
-    record it made)."""
+    record it made); a `conditional` write takes If-Match and may answer 412."""
     names = ActionNames(action)
     required = required_fields(action, rules)
     bounds = page_bounds(rules.page)
     parameters: list[dict[str, Any]] = [ref("parameters", "LinkRelations"), ref("parameters", "RequestId")]
     if action.is_safe:
         parameters.append(ref("parameters", "IfNoneMatch"))
+    if conditional:
+        parameters.append(ref("parameters", "IfMatch"))
     if with_id:
         id_field = next(f for f in action.request if f.name == ID)
         parameters.append(
@@ -163,6 +197,8 @@ def plain_operation(
     if links:
         ok["links"] = links
     operation["responses"] = {"200": ok, **call_errors(rules.upstream)}
+    if conditional:
+        operation["responses"].update(problem_answers("412"))
     if action.is_safe:
         operation["responses"]["304"] = ref("responses", NOT_MODIFIED)
     return operation

@@ -1,6 +1,7 @@
-"""The chains starting at an action: a blankchain of GET calls (called with GET, or POST, which
-browsers' `fetch` can send a body with), a postchain ending in a PUT, POST or DELETE, or a
-prechain starting with one, each with its chain object and answers.
+"""The chains starting at an action: a blankchain of GET calls (POSTed, which every client can
+send a body with; the GET with a body the daemon serves as well is told in prose only), a
+postchain ending in a PUT, POST or DELETE, whose body holds that call's fields, typed, or a
+prechain starting with one, each with its chain object, an example that runs, and its answers.
 
 Each chain type has one plain schema (`BlankChain`, `PostChain`, `PreChain`) that client
 generators can turn into one class, with `order` in both forms: the array of `ChainLink`s,
@@ -16,7 +17,8 @@ the union's first record type and drops the members that type lacks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from apid.http.operations import (
@@ -25,13 +27,12 @@ from apid.http.operations import (
     JSON,
     call_errors,
     header_refs,
-    object_body,
     ref,
     schema_body,
 )
 from apid.openapi.calls import NO_RULES, ActionNames, description_of, required_fields, summary_of
 from apid.openapi.fields import field_schema, object_schema, page_bounds
-from apid.openapi.view import ActionDoc
+from apid.openapi.view import ID, ActionDoc
 from apid.plugin import ActionRules
 
 LINK_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*/[A-Za-z_][A-Za-z0-9_]*$"
@@ -113,11 +114,13 @@ def chain_schemas(links: Iterable[str]) -> dict[str, Any]:
 
 
 def chain_operations(
-    action: ActionDoc, non_safe_methods: Iterable[str], limit: int, rules: ActionRules = NO_RULES
+    action: ActionDoc, actions: Sequence[ActionDoc], limit: int, rules: ActionRules = NO_RULES
 ) -> dict[str, Any]:
-    """A chain starting at `action`: a GET starts a blankchain (GET or POST) or a postchain
-    (called with the method of its last, non-safe call); a PUT, POST or DELETE starts a
-    prechain, whose body requires what `action` requires (`rules`) but an id in the path."""
+    """A chain starting at `action`, among the `actions` the roles may call: a GET starts a
+    blankchain (POSTed: a GET with a body is served too, but no client generated from the
+    document could send one) or a postchain (called with the method of its last, non-safe
+    call); a PUT, POST or DELETE starts a prechain, whose body requires what `action` requires
+    (`rules`) but an id in the path. Each body has an example that runs as shown."""
     names = ActionNames(action)
     answer = {
         "description": "The last link's output, or every link's output in order (combine true)",
@@ -128,7 +131,7 @@ def chain_operations(
     common = {"tags": [CHAIN_TAG], "security": BEARER}
     parameters: list[dict[str, Any]] = [ref("parameters", "RequestId")]
     if action.takes_id:
-        id_field = next(f for f in action.request if f.name == "id")
+        id_field = next(f for f in action.request if f.name == ID)
         parameters.append(
             {
                 "name": "id",
@@ -138,24 +141,26 @@ def chain_operations(
                 "description": "The first link's id",
             }
         )
+    # every link is called in the path's API version
+    peers = [other for other in actions if other.api_version == action.api_version]
+    reads = [other for other in peers if other.is_safe]
     forms: dict[str, dict[str, Any]] = {}
     if action.is_safe:
+        writes: dict[str, list[ActionDoc]] = {}
+        for other in actions:
+            if not other.is_safe:
+                writes.setdefault(other.method, []).append(other)
+        for method in sorted(set(writes) - {"POST"}):
+            forms[method.lower()] = _postchain(action, names, method, limit, _ending(action, peers, method))
         blank = {
-            "summary": f"Chain (blankchain): {summary_of(action)}, then more GET calls",
-            "description": description_of(
-                action,
-                f"A chain of GET calls only, at most {limit} links, starting with {action.name}. "
-                "GET and POST alike: POST for clients that cannot send a GET with a body (fetch).",
-            ),
-            "requestBody": object_body({"chain": ref("schemas", "BlankChain")}, ["chain"]),
+            "type": "object",
+            "required": ["chain"],
+            "additionalProperties": False,
+            "properties": {"chain": ref("schemas", "BlankChain")},
         }
-        forms["get"] = {"operationId": names.operation + ".chain", **blank}
-        methods = sorted(set(non_safe_methods) - {"POST"})
-        post_ends = "POST" in set(non_safe_methods)
-        for method in methods:
-            forms[method.lower()] = _postchain(action, names, method, limit)
-        if post_ends:
+        if "POST" in writes:
             # one POST operation: a blankchain, or a postchain ending with a POST, told apart by chain.type
+            ending = _ending(action, peers, "POST")
             forms["post"] = {
                 "operationId": f"{names.operation}.chain.post",
                 "summary": f"Chain (blankchain, or postchain ending with a POST): {summary_of(action)}, ...",
@@ -163,26 +168,40 @@ def chain_operations(
                     action,
                     f"A blankchain (GET calls only), or a postchain whose last of at most {limit} links is the "
                     "chain's one non-safe call, a POST, which gets the body's other members as its fields; "
-                    "`chain.type` says which.",
+                    f"`chain.type` says which. {BLANK_BY_GET}",
                 ),
-                "requestBody": schema_body(
+                "requestBody": _with_example(
                     {
-                        "type": "object",
-                        "required": ["chain"],
-                        "additionalProperties": True,
-                        "properties": {"chain": {"anyOf": [ref("schemas", "BlankChain"), ref("schemas", "PostChain")]}},
-                    }
+                        **ending.body,
+                        "properties": {
+                            **ending.body["properties"],
+                            "chain": {"anyOf": [ref("schemas", "BlankChain"), ref("schemas", "PostChain")]},
+                        },
+                    },
+                    _chain_example(action, reads, "blankchain") or ending.example,
                 ),
             }
         else:
-            forms["post"] = {"operationId": f"{names.operation}.chain.blank", **blank}
+            forms["post"] = {
+                "operationId": f"{names.operation}.chain.blank",
+                "summary": f"Chain (blankchain): {summary_of(action)}, then more GET calls",
+                "description": description_of(
+                    action,
+                    f"A chain of GET calls only, at most {limit} links, starting with {action.name}. {BLANK_BY_GET}",
+                ),
+                "requestBody": _with_example(blank, _chain_example(action, reads, "blankchain")),
+            }
     else:
-        required = [name for name in required_fields(action, rules) if not (action.takes_id and name == "id")]
+        required = [name for name in required_fields(action, rules) if not (action.takes_id and name == ID)]
         schema = object_schema(
             action.request, required, page_bounds(rules.page), description=f"{action.name}'s fields, and the chain"
         )
         schema["properties"]["chain"] = ref("schemas", "PreChain")
         schema["required"] = [*required, "chain"]
+        example = _chain_example(action, reads, "prechain")
+        if example is not None:
+            fields = {f.name: f.mock for f in action.request if f.name in required and f.mock is not None}
+            example = {**fields, **example}
         forms[action.method.lower()] = {
             "operationId": names.operation + ".chain",
             "summary": f"Chain (prechain): {summary_of(action)}, then GET calls",
@@ -193,7 +212,7 @@ def chain_operations(
                     f"feeds the GET calls that follow (at most {limit} links)."
                 ),
             ),
-            "requestBody": schema_body(schema),
+            "requestBody": _with_example(schema, example),
         }
     for operation in forms.values():
         operation.update(common)
@@ -202,7 +221,61 @@ def chain_operations(
     return forms
 
 
-def _postchain(action: ActionDoc, names: ActionNames, method: str, limit: int) -> dict[str, Any]:
+BLANK_BY_GET = (
+    "A blankchain is served with GET and the same body too, for clients that can send a GET with a body; "
+    "the document shows the POST, which every client can send."
+)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The body of a postchain ending with one method: the chain, and the fields of the calls
+    it may end with, typed; with an example that runs, when one can be made."""
+
+    body: dict[str, Any]
+    example: dict[str, Any] | None
+
+
+def _ending(first: ActionDoc, peers: Sequence[ActionDoc], method: str) -> Ending:
+    """The members of a postchain's body: the chain, and the fields of whichever call of
+    `method` ends it (the last link gets them), each typed as that call's field is."""
+    enders = [other for other in peers if other.method == method]
+    properties: dict[str, Any] = {}
+    for ender in enders:
+        for field in ender.request:
+            schema = field_schema(field)
+            known = properties.get(field.name)
+            if known is None:
+                properties[field.name] = schema
+            elif known != schema:
+                properties[field.name] = {"anyOf": [*known.get("anyOf", [known]), schema]}
+    properties["chain"] = ref("schemas", "PostChain")
+    body = {"type": "object", "required": ["chain"], "additionalProperties": False, "properties": properties}
+    return Ending(body, _chain_example(first, enders, "postchain"))
+
+
+def _chain_example(first: ActionDoc, nexts: Sequence[ActionDoc], kind: str) -> dict[str, Any] | None:
+    """A two-link chain of `kind` from `first` to one of `nexts` that takes a field of its
+    answer (its key first, and the same controller's calls first), or None when none does."""
+    answered = [field.name for field in first.response]
+    answered.sort(key=lambda name: name != ID)
+    ordered = sorted(nexts, key=lambda other: other.controller != first.controller)
+    for name in answered:
+        for other in ordered:
+            if any(field.name == name for field in other.request):
+                order = [{"link": other.name, "key": "return"}]
+                return {"chain": {"key": name, "type": kind, "order": order}}
+    return None
+
+
+def _with_example(schema: dict[str, Any], example: dict[str, Any] | None) -> dict[str, Any]:
+    body = schema_body(schema)
+    if example is not None:
+        body["content"][JSON]["example"] = example
+    return body
+
+
+def _postchain(action: ActionDoc, names: ActionNames, method: str, limit: int, ending: Ending) -> dict[str, Any]:
     return {
         "operationId": f"{names.operation}.chain.{method.lower()}",
         "summary": f"Chain (postchain): {summary_of(action)}, GET calls, then a {method} call",
@@ -213,5 +286,5 @@ def _postchain(action: ActionDoc, names: ActionNames, method: str, limit: int) -
                 f"non-safe call, a {method}, which gets the body's other members as its fields."
             ),
         ),
-        "requestBody": object_body({"chain": ref("schemas", "PostChain")}, ["chain"], others=True),
+        "requestBody": _with_example(ending.body, ending.example),
     }

@@ -112,6 +112,15 @@ def shared_components(links: Iterable[str] = ()) -> dict[str, Any]:
                 "description": "Your id for the request, answered back and logged when it is 1 to 128 visible "
                 "ASCII characters; otherwise (or without it) the daemon makes one",
             },
+            "IfMatch": {
+                "name": "If-Match",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": "The ETag of the record as you last read it (its show's answer), or `*`: the "
+                "change is made only to that record as it was, else 412 and nothing changes. The record's "
+                "version is then checked in the same step as the change",
+            },
             "IfNoneMatch": {
                 "name": "If-None-Match",
                 "in": "header",

@@ -21,12 +21,14 @@ from apid.auth.issuers import PASSWORD_PATHS
 from apid.auth.jwks import discovery_url
 from apid.auth.login import LOGOUT, REFRESH_TOKEN
 from apid.config.files import Config
+from apid.declarations.actions import action_rules
 from apid.http.operations import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
 from apid.iostate.model import RuleSet
 from apid.openapi.calls import (
     NO_RULES,
     action_schemas,
     batch_operation,
+    honours_if_match,
     plain_operation,
     record_links,
     with_deprecation,
@@ -36,7 +38,7 @@ from apid.openapi.components import shared_components
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
 from apid.openapi.view import ApiView, api_view
 from apid.openapi.webhooks import webhook_messages
-from apid.plugin import ActionRules, action_rules
+from apid.plugin import ActionRules
 
 if TYPE_CHECKING:
     from apid.plugin_host.discovery import LoadedController
@@ -103,19 +105,19 @@ def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any
     paths: dict[str, dict[str, Any]] = {}
     schemas: dict[str, Any] = {}
     actions = list(view.actions())
-    non_safe = {action.method for action in actions if not action.is_safe}
     app = settings.version
     for action in actions:
         rules = settings.declared.get(action.name, NO_RULES)
         links = record_links(action, actions)
+        conditional = honours_if_match(action, actions)
         schemas.update(action_schemas(action, rules))
         method = action.method.lower()
         paths.setdefault(action.path("v", app), {})[method] = with_deprecation(
-            action, plain_operation(action, False, rules, links)
+            action, plain_operation(action, False, rules, links, conditional=conditional)
         )
         if action.takes_id:
             paths.setdefault(action.path("v", app, with_id=True), {})[method] = with_deprecation(
-                action, plain_operation(action, True, rules, links)
+                action, plain_operation(action, True, rules, links, conditional=conditional)
             )
         if action.batch:
             paths.setdefault(action.path("b", app), {})["post"] = with_deprecation(
@@ -125,7 +127,7 @@ def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any
         paths.setdefault(chain_path, {}).update(
             {
                 form: with_deprecation(action, operation)
-                for form, operation in chain_operations(action, non_safe, settings.chain_limit, rules).items()
+                for form, operation in chain_operations(action, actions, settings.chain_limit, rules).items()
             }
         )
     return paths, schemas

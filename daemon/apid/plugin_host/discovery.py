@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
+from apid.declarations.actions import action_rules
 from apid.config.api import SecurityConfig
 from apid.iostate import (
     Audience,
@@ -38,7 +39,7 @@ from apid.iostate import (
     parse_text,
     read_dir,
 )
-from apid.plugin import Controller, action_rules
+from apid.plugin import Controller
 from apid.plugin_host.field_declarations import (
     DeclarationError,
     check_declared,

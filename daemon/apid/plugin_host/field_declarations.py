@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from sqlalchemy import Table
 from twisted.logger import Logger
 
+from apid.declarations.actions import action_rules
 from apid.iostate import ControllerState, IOStateError, check_fields
-from apid.plugin import Controller, action_rules
+from apid.plugin import Controller
 
 log = Logger(namespace="apid.plugins")
 

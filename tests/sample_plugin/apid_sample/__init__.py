@@ -27,6 +27,9 @@ class TeamSettings:
     default_budget: int = setting("defaultBudget", default=0, doc="The budget of a team created without one.")
 
 
+TEAM = ("id", "name", "leaderId")  # what every team answered holds, never null
+
+
 # What a team holds and `summary` computes (`led`): IO State may name no other field (and the
 # page `list` reads, declared by its `page=`)
 class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "led")):
@@ -47,7 +50,7 @@ class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "le
     async def stopping(self) -> None:
         log.info("team plugin stopping")
 
-    @action(requires=("name", "leaderId"), answers="record")
+    @action(requires=("name", "leaderId"), answers="record", carries=TEAM)
     def create(self, call: Call) -> dict[str, Any]:
         team_id = next(self._ids)
         self._teams[team_id] = {
@@ -62,7 +65,7 @@ class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "le
 
     # A team is the same for every caller (the roles decide its fields): IO State may share its
     # cached answers (CACHE "shared": true), as it may the list's.
-    @action(requires=("id",), caller_independent=True, answers="record")
+    @action(requires=("id",), caller_independent=True, answers="record", carries=TEAM)
     def show(self, call: Call) -> dict[str, Any]:
         self.shown += 1
         team = self._teams.get(call.fields["id"])
@@ -70,21 +73,21 @@ class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "le
             raise NotFound(f"no team with id {call.fields['id']}")
         return team
 
-    @action(caller_independent=True, answers="list", page=Page(default=100, maximum=1000))
+    @action(caller_independent=True, answers="list", page=Page(default=100, maximum=1000), carries=TEAM)
     async def list(self, call: Call) -> list[dict[str, Any]]:
         leader = call.fields.get("leaderId")
         offset, limit = call.page()
         teams = [team for team in self._teams.values() if leader is None or team["leaderId"] == leader]
         return teams[offset : offset + limit]
 
-    @action(requires=("leaderId",), answers="record")
+    @action(requires=("leaderId",), answers="record", carries=TEAM)
     def byLeader(self, call: Call) -> dict[str, Any]:
         for team in self._teams.values():
             if team["leaderId"] == call.fields["leaderId"]:
                 return team
         raise NotFound(f"person {call.fields['leaderId']} leads no team")
 
-    @action(requires=("id",), answers="record")
+    @action(requires=("id",), answers="record", carries=(*TEAM, "led"))
     def summary(self, call: Call) -> dict[str, Any]:
         team = self.show(call)
         return {
