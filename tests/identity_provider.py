@@ -12,9 +12,7 @@ credentials grant, as JWT access tokens of a resource server.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
-import shutil
 import signal
 import subprocess
 import urllib.parse
@@ -26,6 +24,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
+import npm_packages
 from harness import REPO, free_port, wait_for
 
 SOURCE = REPO / "tests" / "oidc_provider"
@@ -34,28 +33,8 @@ SECRET = "client-secret-of-the-tests-0123456789"
 
 
 def installed() -> Path:
-    """The provider's folder, its packages installed by `npm ci` unless the lock file is unchanged
-    since they were (a file lock keeps parallel test workers to one install)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        raise RuntimeError("the OpenID provider tests need node and npm: run scripts/system-deps")
-    HOME.mkdir(parents=True, exist_ok=True)
-    with open(HOME / ".install-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        wanted = (SOURCE / "package-lock.json").read_bytes()
-        stamp = HOME / "node_modules" / ".installed-from"
-        if not stamp.exists() or stamp.read_bytes() != wanted:
-            for name in ("package.json", "package-lock.json"):
-                shutil.copy(SOURCE / name, HOME / name)
-            subprocess.run(
-                ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                cwd=HOME,
-                check=True,
-                timeout=600,
-                capture_output=True,
-            )
-            stamp.write_bytes(wanted)
-        shutil.copy(SOURCE / "server.mjs", HOME / "server.mjs")
-    return HOME
+    """The provider's folder, its packages installed (`npm_packages.installed`)."""
+    return npm_packages.installed(SOURCE, HOME, "server.mjs")
 
 
 def signing_key(kind: str, kid: str) -> dict[str, Any]:

@@ -3,7 +3,10 @@ from the administrator's and from the user's `/openapi.json`, every operation of
 warning, and the README's tour runs through them against the real daemon: log in, create,
 show, list, update, a stale update's 409 read as the typed problem with `currentVersion`, a
 user's own view and 403, an invalid-fields problem, sign-up and sessions, a batch (200 and
-207), and chains (a blankchain sent with POST, a postchain and a prechain).
+207), and chains (a blankchain sent with POST, a postchain and a prechain). The tour as a
+client team writes it, in Python (tests/data/python/tour.py) and in TypeScript through
+openapi-fetch (tests/data/typescript/tour.ts), type-checks under `mypy --strict` and `tsc
+--strict` with no cast and no null check on a field the daemon always sends, and runs.
 
 Generating takes seconds per document: each is generated once per module into a temporary
 folder, imported from there (docs/api-docs.md#generated-clients).
@@ -14,6 +17,7 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,12 +28,14 @@ from typing import Any
 
 import pytest
 
-from harness import ADMIN, Daemon
+import npm_packages
+from harness import ADMIN, REPO, Daemon
 from outbox import LINK, Outbox, id_of
 
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")
 # What the generator prints when it leaves out an operation or a schema, or cannot type one.
 WARNINGS = ("Warning", "Skipping", "Unable to")
+TYPESCRIPT = REPO / "tests" / "data" / "typescript"  # the tour in TypeScript, its packages locked
 CONFIG = "post_hooks: []\n"  # the generated code is imported, not read: no formatting pass
 
 
@@ -320,3 +326,62 @@ def test_chains_run_through_the_generated_client(clients, admin):
         ),
     )
     assert created["email"] == "lead@example.com"
+
+
+MYPY_CONFIG = """[mypy]
+strict = True
+# the generated package's own code is the generator's, not the client team's
+[mypy-admin_client.*]
+ignore_errors = True
+"""
+
+
+def test_the_tour_type_checks_under_mypy_strict_and_runs_against_the_daemon(clients, daemon):
+    """tests/data/python/tour.py: `id`, `version`, `username`, a key's `key` and a hook's `secret`
+    read plainly, If-Match and its 412 typed; no cast, no null check (Done when of issue 36)."""
+    root = Path(clients["admin"].module("client").__file__).parents[1]
+    tour = REPO / "tests" / "data" / "python" / "tour.py"
+    (root / "mypy.ini").write_text(MYPY_CONFIG)
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(root / "mypy.ini"),
+            "--cache-dir",
+            str(root / ".mypy"),
+            str(tour),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MYPYPATH": str(root)},
+        timeout=600,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    ran = subprocess.run(
+        [sys.executable, str(tour), f"http://127.0.0.1:{daemon.port}", *ADMIN[:2]],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
+    assert ran.returncode == 0 and "tour done" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_the_tour_compiles_under_tsc_strict_and_runs_against_the_daemon(daemon, admin_token):
+    """tests/data/typescript/tour.ts, through openapi-fetch with the types openapi-typescript
+    makes of the administrator's document: `number` ids and versions, a key's `string`, an
+    If-Match header and its 412, a chain POSTed (Done when of issue 36)."""
+    home = npm_packages.installed(TYPESCRIPT, REPO / "tests" / "output" / "sdk-tour", "tour.ts", "tsconfig.json")
+    reply = daemon.request("GET", "/openapi.json", token=admin_token)
+    (home / "openapi.json").write_text(json.dumps(reply.json))
+    tools = home / "node_modules" / ".bin"
+    for step in (
+        [str(tools / "openapi-typescript"), "openapi.json", "-o", "admin.d.ts"],
+        [str(tools / "tsc"), "-p", "tsconfig.json"],
+        ["node", "out/tour.js", f"http://127.0.0.1:{daemon.port}", *ADMIN[:2]],
+    ):
+        done = subprocess.run(step, cwd=home, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{step[0]}:\n{done.stdout}{done.stderr}"
+    assert "tour done" in done.stdout

@@ -299,7 +299,9 @@ def test_the_fields_an_action_carries_are_required_and_never_null_where_the_role
     assert admin["person.1.delete.record"]["required"] == ["id"]
     # a role that does not receive a carried field is not promised it
     user = document(USER)["components"]["schemas"]
-    shown = next(schema for name, schema in user.items() if name.startswith("person.1.show.") and name.endswith("record"))
+    shown = next(
+        schema for name, schema in user.items() if name.startswith("person.1.show.") and name.endswith("record")
+    )
     assert set(shown["required"]) == set(shown["properties"]) == {"id", "version", "username", "email"}
 
 
@@ -370,7 +372,9 @@ def test_each_chain_body_has_an_example_of_two_links_the_roles_may_call():
     doc = document(ADMIN)
     chains = {key: op for key, op in api_operation_map(doc).items() if key[0].startswith("/c")}
     example = chains[("/c0.1/person/show/{id}", "post")]["requestBody"]["content"]["application/json"]["example"]
-    assert example == {"chain": {"key": "id", "type": "blankchain", "order": [{"link": "person/show", "key": "return"}]}}
+    assert example == {
+        "chain": {"key": "id", "type": "blankchain", "order": [{"link": "person/show", "key": "return"}]}
+    }
     put = chains[("/c0.1/person/show/{id}", "put")]["requestBody"]["content"]["application/json"]["example"]
     assert put == {"chain": {"key": "id", "type": "postchain", "order": [{"link": "person/update", "key": "return"}]}}
     created = chains[("/c0.1/person/create", "post")]["requestBody"]["content"]["application/json"]["example"]
