@@ -37,11 +37,19 @@ INVALID_FIELDS = "urn:apid:problem:invalid-fields"
 DOCUMENTED_REFUSALS = tuple(
     (re.compile(path), field, re.compile(reason))
     for path, field, reason in (
+        # a List or Map holding a whole number past 64 bits: JSON Schema cannot tell one written
+        # 100000000000000000000 (refused) from 1e20, a double, which is taken (IO State's types);
+        # or a NUL in a member's name deep inside one, which only a recursive schema could say,
+        # and the client generators tried (docs/api-docs.md#generated-clients) cannot read one
+        (r"", "", r"holds a whole number outside the 64-bit range"),
+        (r"", "", r"^its name holds a NUL character$"),
         # the person plugin's account policy, its own `validate`, which no document reads
         (r"/person/(create|update)", "username", r"^must be 3 to 64 "),
         (r"/person/(create|update)", "password", r"^must be 8 to 128 "),
-        # an API key's own rules (apid.auth.apikeys): a role or more, scopes naming endpoints,
-        # an expiry in the future; IO State's List and Date types cannot say them
+        (r"/person/(create|update)", "password", r"^must not be the username$"),
+        # an API key's own rules (apid.auth.apikeys): scopes naming endpoints, an expiry in the
+        # future, role names for roles; IO State's List and Date types cannot say them (its
+        # name's length and its roles' count are `Limits` the document states)
         (r"/apikey/create", "roles", r"^must list at least one role"),
         (r"/apikey/create", "scopes", r"^must list controllers or controller/action endpoints"),
         (r"/apikey/create", "expiresAt", r"^must be in the future"),
@@ -49,6 +57,9 @@ DOCUMENTED_REFUSALS = tuple(
         # password account gives their own password: neither is a schema's to say
         (r"/apikey/create", "name", r"^must not hold control or format characters$"),
         (r"/apikey/create", "currentPassword", r"^is required "),
+        # the roles given to an account are roles the deployment configures
+        # (security.allRoles): a deployment's setting, not IO State's List type
+        (r"/person/(create|update)", "roles", r"^unknown roles: "),
         # asked only of a user changing their own password or e-mail address
         (r"/person/update", "currentPassword", r"^is required "),
         # a hook's URL must be in cors.allowedOrigins, a deployment's setting

@@ -160,10 +160,12 @@ def run(
     max_time: int | None = None,
     workers: int = 1,
     timeout: float | None = None,
+    spare: bool = True,
 ) -> FuzzRun:
     """`st run` with every check over the role's document; the output is Schemathesis's report.
     `phases` (examples, coverage, fuzzing, stateful; all by default) and `max_time` (seconds,
-    repeating the fuzzing phase until spent) are `st run`'s options of those names."""
+    repeating the fuzzing phase until spent) are `st run`'s options of those names. Without
+    `spare`, the administrator's run changes whichever account it reaches, its own included."""
     command = [
         str(ST),
         "--config-file",
@@ -198,7 +200,7 @@ def run(
         "APID_FUZZ_BASE_URL": world.base_url,
         "APID_FUZZ_TOKEN": token or "",
         "APID_FUZZ_LEAVER": f"{LEAVER[0]}:{LEAVER[1]}" if token else "",
-        "APID_FUZZ_PROTECTED": ",".join(map(str, world.protected)) if role == "admin" else "",
+        "APID_FUZZ_PROTECTED": ",".join(map(str, world.protected)) if role == "admin" and spare else "",
         "APID_FUZZ_VICTIMS": ",".join(map(str, world.victims)),
     }
     done = subprocess.run(command, cwd=world.out, env=env, capture_output=True, text=True, timeout=timeout)

@@ -19,12 +19,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from apid.config.account_policy import check_credentials
+from apid.config.plugin_settings import setting, settings
 from apid.declarations.actions import (
     ACTION_MARK,
     ROUTE_MARK,
     ActionRules,
     Answers,
     Caller,
+    Limits,
     Page,
     RecordCheck,
     Validator,
@@ -32,8 +35,6 @@ from apid.declarations.actions import (
     route,
 )
 from apid.declarations.actions import action_rules as action_rules  # read by plugins' own tests since 0.1
-from apid.config.account_policy import check_credentials
-from apid.config.plugin_settings import setting, settings
 from apid.problems import (
     BadGateway,
     BadRequest,
@@ -71,6 +72,7 @@ __all__ = [
     "Hooks",
     "InvalidFields",
     "Keys",
+    "Limits",
     "NotFound",
     "Page",
     "PeerPinger",

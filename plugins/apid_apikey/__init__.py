@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from apid.plugin import Call, Caller, Controller, Page, action
+from apid.plugin import Call, Caller, Controller, Limits, Page, action
 
 # What every key's record answered holds, never null (`KeyRecord.to_dict`)
 KEY = ("id", "userId", "name", "prefix", "roles", "dateCreated")
@@ -44,7 +44,13 @@ class ApiKeyController(Controller, stores=STORED):
     name = "apikey"
 
     # currentPassword is not in `requires`: a provider account creates keys without one
-    @action(requires=("name", "roles"), answers="record", carries=(*KEY, "key"), may_see=owner_or_administrator)
+    @action(
+        requires=("name", "roles"),
+        limits={"name": Limits(min_length=1, max_length=100, pattern=r"\S"), "roles": Limits(min_items=1)},
+        answers="record",
+        carries=(*KEY, "key"),
+        may_see=owner_or_administrator,
+    )
     async def create(self, call: Call) -> dict[str, Any]:
         """A new key, shown in this answer once: only its hash is kept."""
         fields = call.fields

@@ -16,11 +16,15 @@ from __future__ import annotations
 import pytest
 
 from fuzzing import ROLES, FuzzWorld, fuzz_deployment, intact, log_alarms, prepare, run
-from harness import running_daemon
+from harness import V, running_daemon
 
 SEED = 20261123
 EXAMPLES = 3  # per operation in the fuzzing phase; the examples and coverage phases add theirs
-PHASES = {"anonymous": "examples,coverage,fuzzing", "user": "examples,fuzzing", "admin": "examples,fuzzing"}
+PHASES = {
+    "anonymous": "examples,coverage,fuzzing",
+    "user": "examples,fuzzing,stateful",
+    "admin": "examples,fuzzing,stateful",
+}
 MINIMUM = {"anonymous": 200, "user": 300, "admin": 400}  # requests each run generates at least
 
 
@@ -46,3 +50,25 @@ def test_the_calling_accounts_come_through_the_runs_intact(world):
 def test_the_log_holds_no_traceback_after_the_runs(world):
     alarms = log_alarms(world.daemon)
     assert not alarms, "\n---\n".join(alarms)
+
+
+@pytest.fixture(scope="module")
+def unspared(tmp_path_factory) -> FuzzWorld:
+    root = tmp_path_factory.mktemp("apid-fuzz-unspared")
+    with running_daemon(fuzz_deployment(root)) as daemon:
+        yield prepare(daemon, root / "fuzz")
+
+
+def test_an_unspared_run_cannot_lock_the_administrator_out(unspared):
+    """The stateful phase too, and no case pointed away from the calling administrator: the
+    daemon itself refuses an administrator's demotion, disabling, locking, expiry or deletion
+    of their own account, and a change of their password or address without the current one."""
+    outcome = run(
+        unspared, "admin", max_examples=EXAMPLES, seed=SEED, phases="fuzzing,stateful", timeout=300, spare=False
+    )
+    assert outcome.passed, f"st run exited {outcome.returncode}:\n{outcome.output[-30000:]}"
+    assert outcome.generated >= MINIMUM["admin"], outcome.output[-3000:]
+    admin = unspared.accounts["admin"]
+    reply = unspared.daemon.request("GET", f"{V}/person/show/{admin['id']}", token=unspared.tokens["admin"])
+    assert reply.status == 200, reply.body
+    assert (reply.json["roles"], reply.json["enabled"], reply.json["accountLocked"]) == (["ROLE_ADMIN"], True, False)

@@ -416,14 +416,15 @@ def test_public_endpoints_refuse_empty_strings_and_say_the_account_policy():
     def body(path: str) -> dict:
         return doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
 
-    assert body("/authenticate")["username"] == {"type": "string", "minLength": 1}
+    text = {"type": "string", "minLength": 1, "pattern": "^[^\\u0000]*$"}  # no NUL: never read
+    assert body("/authenticate")["username"] == text
     register = body("/register")
     assert re.fullmatch(register["username"]["pattern"].strip("^$"), "jdoe.2")
     assert not re.fullmatch(register["username"]["pattern"].strip("^$"), "-x")
     assert (register["password"]["minLength"], register["password"]["maxLength"]) == (8, 128)
     assert register["email"]["format"] == "email"
     assert body("/resetPassword")["id"]["minLength"] == 1
-    assert doc["paths"]["/validate"]["get"]["parameters"][0]["schema"] == {"type": "string", "minLength": 1}
+    assert doc["paths"]["/validate"]["get"]["parameters"][0]["schema"] == text
 
 
 def test_errors_are_rfc_9457_problems_and_calls_say_their_headers():
@@ -596,3 +597,28 @@ def test_writes_that_compare_if_match_take_it_and_may_answer_412_and_no_other_op
     }
     answer = doc["components"]["responses"]["PreconditionFailed"]["content"]["application/problem+json"]["schema"]
     assert answer == {"$ref": "#/components/schemas/PreconditionFailedProblem"}
+
+
+def test_the_limits_an_action_declares_are_in_its_request_schema():
+    schemas = document(ADMIN)["components"]["schemas"]
+    created = schemas["apikey.1.create.ROLE_ADMIN.request"]["properties"]
+    assert (created["name"]["minLength"], created["name"]["maxLength"], created["name"]["pattern"]) == (1, 100, r"\S")
+    assert created["roles"]["minItems"] == 1
+    listed = schemas["apikey.1.list.request"]["properties"]
+    assert (listed["max"]["minimum"], listed["max"]["maximum"], listed["offset"]["minimum"]) == (1, 100, 0)
+
+
+def test_every_string_a_caller_sends_says_it_holds_no_nul_as_the_daemon_enforces():
+    doc = document(ADMIN)
+    create = doc["components"]["schemas"]["person.1.create.ROLE_ADMIN.request"]["properties"]
+    assert create["username"]["pattern"] == "^[^\\u0000]*$" and create["email"]["pattern"] == "^[^\\u0000]*$"
+    query = {p["name"]: p["schema"] for p in doc["paths"]["/v0.1/hook/list"]["get"]["parameters"] if "name" in p}
+    assert all(schema.get("pattern") for schema in query.values() if schema.get("type") == "string")
+    assert create["password"]["pattern"] == "^[^\\u0000]*$"
+    # a pattern of its own, or fixed values, are left as they are
+    url = doc["components"]["schemas"]["hook.1.create.request"]["properties"]["url"]
+    assert url["pattern"] == "^[hH][tT][tT][pP][sS]?://"
+    assert "pattern" not in doc["components"]["schemas"]["BlankChain"]["properties"]["type"]
+    # answers are not read: a problem may quote the NUL it refused
+    assert "pattern" not in doc["components"]["schemas"]["BadRequestProblem"]["properties"]["detail"]
+    assert "pattern" not in doc["components"]["schemas"]["person.1.create.ROLE_ADMIN.record"]["properties"]["id"]

@@ -18,7 +18,7 @@ from apid.auth.tokens import Principal, anonymous_caller
 from apid.calls.pipeline import CallRequest, Pipeline, Purpose, filter_output
 from apid.config.files import load_api
 from apid.iostate import RuleSet, parse_text
-from apid.plugin import ActionRules, Call, Controller, action, action_rules
+from apid.plugin import ActionRules, Call, Controller, Limits, action, action_rules
 from apid.problems import Forbidden, InternalError, InvalidFields, MethodNotAllowed, NotFound, Unauthorized
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -599,3 +599,24 @@ def test_carries_names_fields_of_a_record():
     with pytest.raises(ValueError, match='answers "nothing"'):
         action(answers="nothing", carries=("id",))
     assert action_rules(Carrying.show).carries == ("id", "version", "enabled")
+
+
+class Limited(People):
+    @action(answers="record", limits={"username": Limits(min_length=3, max_length=8), "roles": Limits(min_items=1)})
+    def update(self, call: Call):
+        return self._run(call)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_field_past_its_limits_is_one_more_bad_field_of_the_one_400():
+    errors = await invalid(
+        who=ADMIN, action="update", method="PUT", body={"id": 1, "username": "jo", "roles": [], "nope": 1},
+        people=Limited(),
+    )  # fmt: skip
+    assert sorted((e["field"], e["reason"]) for e in errors) == [
+        ("nope", "is not a field of person"),
+        ("roles", "must list at least one item"),
+        ("username", "must be 3 to 8 characters"),
+    ]
+    # within its limits, or absent (null is absent), a field passes
+    await run(ADMIN, action="update", method="PUT", body={"id": 1, "username": "jdoe", "roles": None}, people=Limited())

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import ast
 import collections.abc
+import dataclasses
 import inspect
 import re
 import textwrap
 import typing
+from dataclasses import MISSING
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +101,13 @@ def documented(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[tuple[str, 
 
 
 def declared(function: Any) -> list[tuple[str, str, str | None, Any]]:
+    """A dataclass field's default factory counts as what it makes (`{}`), as the reference writes it."""
+    made = {}
+    if dataclasses.is_dataclass(function):
+        made = {f.name: f.default_factory() for f in dataclasses.fields(function) if f.default_factory is not MISSING}
     return [
-        (p.name, p.kind.name, normal(p.annotation), p.default) for p in inspect.signature(function).parameters.values()
+        (p.name, p.kind.name, normal(p.annotation), made.get(p.name, p.default))
+        for p in inspect.signature(function).parameters.values()
     ]
 
 

@@ -22,9 +22,9 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from apid.declarations.actions import action_rules
 from apid.auth.apikeys import OUT_OF_SCOPE
 from apid.auth.tokens import NEEDS_TOKEN, Principal
+from apid.declarations.actions import action_rules
 from apid.http.current_request import REQUEST_ID
 from apid.iostate import ControllerState, Endpoint, RuleSet
 from apid.iostate.types import Conversion
@@ -165,7 +165,8 @@ def admit_fields(
 ) -> dict[str, Any]:
     """The request fields, typed. One 400 lists every field the role may not send, every bad
     value, every field the action requires that is missing, a paging field out of the action's
-    `Page`, and what the action's own `validate` says of the fields admitted."""
+    `Page`, a field past its `Limits`, and what the action's own `validate` says of the fields
+    admitted."""
     fields, errors = typed_fields(state, endpoint, granted, request)
     missing = [name for name in declared.requires if fields.get(name) is None]
     if missing:
@@ -174,6 +175,9 @@ def admit_fields(
     if declared.page is not None:
         flagged = {error["field"] for error in errors}
         errors += [error for error in declared.page.errors(fields) if error["field"] not in flagged]
+    for name, limits in declared.limits.items():
+        if name in fields and not any(error["field"] == name for error in errors):
+            errors += limits.errors(name, fields[name])
     if declared.validate is not None:
         errors += _validated(declared.validate, fields, endpoint)
     if errors:

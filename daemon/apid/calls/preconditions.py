@@ -16,9 +16,10 @@ steps, and a change landing between them is not seen.
 
 What the write would answer without its condition, before running, comes first (RFC 9110
 section 13.2.1): a write its fields refuse is the 400 it would be anyway. What the GET would
-answer instead of the record, the write would answer too, before its condition counts: a missing record is the show's 404, a record the
-caller may not reach its 403. A write that names no record, or whose controller has no show
-action the caller may call, has no current ETag to compare: If-Match on it answers 412.
+answer instead of the record, the write would answer too, before its condition counts: a
+missing record is the show's 404, a record the caller may not reach its 403. A write that
+names no record, or whose controller has no show action the caller may call, has no current
+ETag to compare: If-Match on it answers 412.
 Batches and chains refuse If-Match (400): one header cannot name the records of many calls.
 A GET's If-Match is compared with the ETag of its own answer (`unchanged_since`).
 """

@@ -6,8 +6,10 @@ import all of it from `apid.plugin`, the public face, which re-exports it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar, overload
 
 from apid.problems import FieldError
@@ -81,6 +83,60 @@ class Page:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one field's values keep besides their VALUES type, declared beside the action with
+    `@action(limits={"name": Limits(min_length=1, max_length=100)})`: a text's length in
+    characters and a `pattern` it holds (searched, as JSON Schema does), a list's length. The
+    daemon checks them with the call's other fields (one 400), and the API documents state
+    them in the field's schema: one declaration for both, as `Page` is for paging."""
+
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pattern is not None:
+            re.compile(self.pattern)  # a bad pattern is an error at import, not at the first call
+
+    def errors(self, name: str, value: Any) -> list[FieldError]:
+        """What `value` of field `name` breaks (nothing for null: absent)."""
+        reasons = []
+        if isinstance(value, str):
+            if not _within(len(value), self.min_length, self.max_length):
+                reasons.append(f"must be {_span(self.min_length, self.max_length)} characters")
+            if self.pattern is not None and re.search(self.pattern, value) is None:
+                reasons.append(f"must match {self.pattern}")
+        elif isinstance(value, list) and not _within(len(value), self.min_items, self.max_items):
+            reasons.append(
+                f"must list {_span(self.min_items, self.max_items)} items".replace("at least 1 items", "at least one item")
+            )
+        return [{"field": name, "reason": reason} for reason in reasons]
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON Schema keywords saying the same."""
+        keywords = {
+            "minLength": self.min_length,
+            "maxLength": self.max_length,
+            "pattern": self.pattern,
+            "minItems": self.min_items,
+            "maxItems": self.max_items,
+        }
+        return {keyword: value for keyword, value in keywords.items() if value is not None}
+
+
+def _within(length: int, least: int | None, most: int | None) -> bool:
+    return (least is None or length >= least) and (most is None or length <= most)
+
+
+def _span(least: int | None, most: int | None) -> str:
+    if most is None:
+        return f"at least {least}"
+    return f"at most {most}" if least is None else f"{least} to {most}"
+
+
+@dataclass(frozen=True)
 class ActionRules:
     """What an action declares, checked by the daemon with the IO State checks before it runs
     (one 400 lists every bad field) and told in the API documents.
@@ -97,7 +153,8 @@ class ActionRules:
     `carries`: the fields every record it answers holds, never null (its key, `version`...):
     the documents make them required and non-null where the caller's role sees them, so a
     generated client types them plainly, and the daemon answers 500 rather than break that
-    promise (the record is logged).
+    promise (the record is logged). `limits`: what fields keep besides their VALUES type
+    (`Limits`), checked with the others and stated in the documents.
 
     `may_see(caller, record)`: who may receive a copy of a record the action answers other than
     its caller, such as a webhook's owner (`RecordCheck`): the action's own per-record check
@@ -114,6 +171,7 @@ class ActionRules:
     may_see: RecordCheck | None = None
     upstream: bool = False
     carries: tuple[str, ...] = ()
+    limits: Mapping[str, Limits] = field(default_factory=dict)
 
 
 @overload
@@ -131,6 +189,7 @@ def action(
     may_see: RecordCheck | None = None,
     upstream: bool = False,
     carries: Iterable[str] = (),
+    limits: Mapping[str, Limits] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -145,6 +204,7 @@ def action(
     may_see: RecordCheck | None = None,
     upstream: bool = False,
     carries: Iterable[str] = (),
+    limits: Mapping[str, Limits] | None = None,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
     `@action(requires=("name",), answers="record", ...)` to declare its `ActionRules`."""
@@ -166,6 +226,7 @@ def action(
         may_see=may_see,
         upstream=upstream,
         carries=carried,
+        limits=MappingProxyType(dict(limits or {})),
     )
 
     def mark(handler: F) -> F:

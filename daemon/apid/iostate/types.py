@@ -29,7 +29,7 @@ HOSTNAME = re.compile(rf"{LABEL}(?:\.{LABEL})*")
 EMAIL = re.compile(rf"[^@\s\x00-\x1f\x7f<>(),;:\"\[\]\\]{{1,64}}@{LABEL}(?:\.{LABEL})+")
 # Numbers as text take ASCII digits only ([0-9], never \d: Unicode digits are not numbers here),
 # in patterns with one way to match each character, so a refused one costs its length, not its square.
-WHOLE_TEXT = re.compile(r"-?[0-9]+")
+WHOLE_TEXT = re.compile(r"-?[0-9]+(?:\.0+)?")  # `7.0` too: a whole number, as in a JSON body
 FLOAT_TEXT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 FLOAT_TEXT_LIMIT = 64  # characters: a double's shortest form needs 24; more is a mistake or an attack
 CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
@@ -69,7 +69,7 @@ def _parse_integer(check: Callable[[Any], int]) -> Callable[[str], int]:
     def parse(text: str) -> int:
         if not WHOLE_TEXT.fullmatch(text):
             raise ValueError("expected a whole number")
-        significant = text.lstrip("-").lstrip("0")
+        significant = text.partition(".")[0].lstrip("-").lstrip("0")
         if len(significant) > 19:  # past 64 bits, however long (int() would refuse 4300 digits)
             raise ValueError("number out of range")
         value = int(significant or "0")

@@ -26,7 +26,7 @@ from apid.http.operations import (
     problem_answers,
     ref,
 )
-from apid.openapi.fields import field_schema, object_schema, page_bounds
+from apid.openapi.fields import field_bounds, field_schema, object_schema
 from apid.openapi.view import ID, ActionDoc, iso_time
 from apid.plugin import ActionRules
 
@@ -77,7 +77,7 @@ def action_schemas(action: ActionDoc, rules: ActionRules) -> dict[str, Any]:
         names.request: object_schema(
             action.request,
             required_fields(action, rules),
-            page_bounds(rules.page),
+            field_bounds(rules),
             description=f"The fields your roles may send to {action.name}",
         ),
         names.record: object_schema(
@@ -136,7 +136,7 @@ def plain_operation(
     record it made); a `conditional` write takes If-Match and may answer 412."""
     names = ActionNames(action)
     required = required_fields(action, rules)
-    bounds = page_bounds(rules.page)
+    bounds = field_bounds(rules)
     parameters: list[dict[str, Any]] = [ref("parameters", "LinkRelations"), ref("parameters", "RequestId")]
     if action.is_safe:
         parameters.append(ref("parameters", "IfNoneMatch"))

@@ -31,7 +31,7 @@ from apid.http.operations import (
     schema_body,
 )
 from apid.openapi.calls import NO_RULES, ActionNames, description_of, required_fields, summary_of
-from apid.openapi.fields import field_schema, object_schema, page_bounds
+from apid.openapi.fields import field_bounds, field_schema, object_schema
 from apid.openapi.view import ID, ActionDoc
 from apid.plugin import ActionRules
 
@@ -194,7 +194,7 @@ def chain_operations(
     else:
         required = [name for name in required_fields(action, rules) if not (action.takes_id and name == ID)]
         schema = object_schema(
-            action.request, required, page_bounds(rules.page), description=f"{action.name}'s fields, and the chain"
+            action.request, required, field_bounds(rules), description=f"{action.name}'s fields, and the chain"
         )
         schema["properties"]["chain"] = ref("schemas", "PreChain")
         schema["required"] = [*required, "chain"]

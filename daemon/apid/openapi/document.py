@@ -35,6 +35,7 @@ from apid.openapi.calls import (
 )
 from apid.openapi.chains import chain_operations
 from apid.openapi.components import shared_components
+from apid.openapi.fields import components_read_without_nul, read_without_nul
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
 from apid.openapi.view import ApiView, api_view
 from apid.openapi.webhooks import webhook_messages
@@ -187,7 +188,14 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
         for path in PASSWORD_PATHS:
             paths.pop(path, None)
     security = [*with_providers(settings.issuers, paths, components), *with_api_keys(paths, components)]
-    document.update({"security": security, "tags": tags, "paths": paths, "components": components})
+    document.update(
+        {
+            "security": security,
+            "tags": tags,
+            "paths": read_without_nul(paths),
+            "components": components_read_without_nul(components),
+        }
+    )
     messages = webhook_messages(actions) if not without_token else {}
     if messages:
         document["webhooks"] = messages

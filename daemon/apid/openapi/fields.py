@@ -1,6 +1,6 @@
 """The JSON Schema of IO State fields: each field's VALUES type (`ValueType.json_schema`), with
-null admitted in JSON, the field's description, key and mock data said, and the ranges an
-action declares for its paging fields (`Page`), which the daemon enforces."""
+null admitted in JSON, the field's description, key and mock data said, and what an action
+declares its fields keep (its `Page`, its `Limits`), which the daemon enforces."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from apid.openapi.view import FieldDoc
-from apid.plugin import Page
+from apid.plugin import ActionRules
 
 Bounds = Mapping[str, Mapping[str, Any]]  # field name -> JSON Schema keywords narrowing its type
 NO_BOUNDS: Bounds = {}
 
 
-def page_bounds(page: Page | None) -> Bounds:
-    """The ranges of `offset` and `max` an action's `Page` sets, as the daemon checks them."""
-    if page is None:
-        return NO_BOUNDS
-    return {
-        "offset": {"minimum": 0, "default": 0},
-        "max": {"minimum": 1, "maximum": page.maximum, "default": page.default},
-    }
+def field_bounds(rules: ActionRules) -> Bounds:
+    """What an action declares its fields keep, as the daemon checks it: the ranges of `offset`
+    and `max` its `Page` sets, and each field's `Limits`."""
+    bounds: dict[str, Mapping[str, Any]] = {name: limits.json_schema() for name, limits in rules.limits.items()}
+    if rules.page is not None:
+        bounds["offset"] = {"minimum": 0, "default": 0}
+        bounds["max"] = {"minimum": 1, "maximum": rules.page.maximum, "default": rules.page.default}
+    return bounds
 
 
 def field_schema(field: FieldDoc, *, nullable: bool = True, bounds: Bounds = NO_BOUNDS) -> dict[str, Any]:
@@ -77,3 +77,52 @@ def _fits(field: FieldDoc, value: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+# Every string apid reads refuses U+0000 (apid.http.jsonbody, apid.http.requests): PostgreSQL
+# stores no NUL in text or jsonb.
+NO_NUL = {"pattern": "^[^\\u0000]*$"}
+
+
+def strings_without_nul(node: Any) -> Any:
+    """`node` with every string schema under it that has no pattern or fixed values of its own
+    saying it holds no U+0000, as the daemon enforces for every string it reads. A copy: the
+    shared components are module constants."""
+    if isinstance(node, list):
+        return [strings_without_nul(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    copy = {key: strings_without_nul(value) for key, value in node.items()}
+    kind = node.get("type")
+    if (kind == "string" or (isinstance(kind, list) and "string" in kind)) and not node.keys() & FIXED:
+        copy.update(NO_NUL)
+    return copy
+
+
+FIXED = frozenset({"pattern", "enum", "const"})
+
+
+def read_without_nul(paths: Mapping[str, Any]) -> dict[str, Any]:
+    """`paths` with what the daemon reads (each operation's parameters and request body) saying
+    it holds no U+0000; the answers as they are (a problem may quote the NUL it refused)."""
+    return {
+        path: {
+            method: {key: strings_without_nul(value) if key in READ else value for key, value in operation.items()}
+            for method, operation in item.items()
+        }
+        for path, item in paths.items()
+    }
+
+
+def components_read_without_nul(components: Mapping[str, Any]) -> dict[str, Any]:
+    """`components` with the shared parameters, the request schemas and the chains' saying they
+    hold no U+0000."""
+    schemas = {
+        name: strings_without_nul(schema) if name.endswith(".request") or name in SENT else schema
+        for name, schema in components["schemas"].items()
+    }
+    return {**components, "schemas": schemas, "parameters": strings_without_nul(components["parameters"])}
+
+
+READ = frozenset({"parameters", "requestBody"})
+SENT = frozenset({"BlankChain", "PostChain", "PreChain", "ChainLink", "Combine"})  # parts of request bodies

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from twisted.logger import Logger
 
-from apid.declarations.actions import action_rules
 from apid.config.api import SecurityConfig
+from apid.declarations.actions import action_rules
 from apid.iostate import (
     Audience,
     ControllerState,
