@@ -6,7 +6,10 @@ from __future__ import annotations
 from assertions import assert_problem
 from harness import ADMIN, V, new_person
 
-EXPOSED = {"Deprecation", "ETag", "Link", "RateLimit", "RateLimit-Policy", "Retry-After", "Sunset", "X-Request-ID"}
+EXPOSED = {
+    *("Deprecation", "ETag", "Idempotent-Replayed", "Link", "RateLimit", "RateLimit-Policy", "Retry-After"),
+    *("Sunset", "X-Request-ID"),
+}
 
 ALLOWED = "http://localhost:3000"  # listed in etc/service_api.yml cors.allowedOrigins
 OTHER = "http://evil.example"

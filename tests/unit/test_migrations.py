@@ -43,6 +43,7 @@ def test_migrations_match_the_tables(tmp_path):
         "iostate_change",
         "iostate_report",
         "api_key",
+        "idempotency_key",
         "external_identity",
     }
 

@@ -622,3 +622,18 @@ def test_every_string_a_caller_sends_says_it_holds_no_nul_as_the_daemon_enforces
     # answers are not read: a problem may quote the NUL it refused
     assert "pattern" not in doc["components"]["schemas"]["BadRequestProblem"]["properties"]["detail"]
     assert "pattern" not in doc["components"]["schemas"]["person.1.create.ROLE_ADMIN.record"]["properties"]["id"]
+
+
+def test_every_writing_operation_takes_an_idempotency_key_and_no_read_does():
+    doc = document(ADMIN)
+    key = {"$ref": "#/components/parameters/IdempotencyKey"}
+    for (path, method), operation in api_operation_map(doc).items():
+        assert (key in operation["parameters"]) is (method != "get"), (path, method)
+    created = doc["paths"]["/v0.1/person/create"]["post"]["responses"]["200"]["headers"]
+    assert created["Idempotent-Replayed"] == {"$ref": "#/components/headers/Idempotent-Replayed"}
+    parameter = doc["components"]["parameters"]["IdempotencyKey"]
+    assert (parameter["name"], parameter["schema"]["maxLength"], parameter["schema"]["pattern"]) == (
+        "Idempotency-Key",
+        255,
+        "^[!-~]+$",
+    )

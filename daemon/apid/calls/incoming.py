@@ -25,3 +25,4 @@ class Incoming:
     text: dict[str, list[str]]  # the query's fields, and the path's id as `id`
     uri: str
     wants_links: bool  # the request asked for the related calls (X-LINK-RELATIONS)
+    idempotency_key: bytes | None  # as sent (apid.calls.idempotency checks it), None when not

@@ -109,9 +109,8 @@ class Limits:
             if self.pattern is not None and re.search(self.pattern, value) is None:
                 reasons.append(f"must match {self.pattern}")
         elif isinstance(value, list) and not _within(len(value), self.min_items, self.max_items):
-            reasons.append(
-                f"must list {_span(self.min_items, self.max_items)} items".replace("at least 1 items", "at least one item")
-            )
+            span = _span(self.min_items, self.max_items)
+            reasons.append("must list at least one item" if span == "at least 1" else f"must list {span} items")
         return [{"field": name, "reason": reason} for reason in reasons]
 
     def json_schema(self) -> dict[str, Any]:

@@ -24,9 +24,12 @@ from apid.http.methods import ENDPOINT_METHODS
 
 ALLOWED_METHODS = ", ".join(ENDPOINT_METHODS).encode("ascii")
 ALLOWED_HEADERS = (
-    b"Authorization, Content-Type, If-Match, If-None-Match, X-LINK_RELATIONS, X-LINK-RELATIONS, X-Request-ID"
+    b"Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, X-LINK_RELATIONS, X-LINK-RELATIONS, "
+    b"X-Request-ID"
 )
-EXPOSED_HEADERS = b"Deprecation, ETag, Link, RateLimit, RateLimit-Policy, Retry-After, Sunset, X-Request-ID"
+EXPOSED_HEADERS = (
+    b"Deprecation, ETag, Idempotent-Replayed, Link, RateLimit, RateLimit-Policy, Retry-After, Sunset, X-Request-ID"
+)
 PREFLIGHT_MAX_AGE = b"600"
 
 

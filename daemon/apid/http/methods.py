@@ -6,3 +6,4 @@ from __future__ import annotations
 
 ENDPOINT_METHODS = ("GET", "POST", "PUT", "DELETE")  # what IO State may declare, and CORS allows
 KNOWN_METHODS = (*ENDPOINT_METHODS, "PATCH", "HEAD", "OPTIONS")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # RFC 9110 section 9.2.1: nothing to repeat or to keep

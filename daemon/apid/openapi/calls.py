@@ -140,6 +140,8 @@ def plain_operation(
     parameters: list[dict[str, Any]] = [ref("parameters", "LinkRelations"), ref("parameters", "RequestId")]
     if action.is_safe:
         parameters.append(ref("parameters", "IfNoneMatch"))
+    else:
+        parameters.append(ref("parameters", "IdempotencyKey"))
     if conditional:
         parameters.append(ref("parameters", "IfMatch"))
     if with_id:
@@ -192,7 +194,7 @@ def plain_operation(
     ok = ok_answer(
         ref("schemas", names.output),
         "The output, with your roles' RESPONSE fields only",
-        *(("ETag",) if action.is_safe else ()),
+        "ETag" if action.is_safe else "Idempotent-Replayed",
     )
     if links:
         ok["links"] = links
@@ -238,7 +240,7 @@ def batch_operation(action: ActionDoc, limit: int) -> dict[str, Any]:
             ),
         ),
         "security": BEARER,
-        "parameters": [ref("parameters", "RequestId")],
+        "parameters": [ref("parameters", "RequestId"), ref("parameters", "IdempotencyKey")],
         "requestBody": object_body(
             {
                 "batch": {"type": "array", "minItems": 1, "maxItems": limit, "items": ref("schemas", names.request)},

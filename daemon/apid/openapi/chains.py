@@ -129,7 +129,7 @@ def chain_operations(
     }
     errors = call_errors(rules.upstream)
     common = {"tags": [CHAIN_TAG], "security": BEARER}
-    parameters: list[dict[str, Any]] = [ref("parameters", "RequestId")]
+    parameters: list[dict[str, Any]] = [ref("parameters", "RequestId"), ref("parameters", "IdempotencyKey")]
     if action.takes_id:
         id_field = next(f for f in action.request if f.name == ID)
         parameters.append(

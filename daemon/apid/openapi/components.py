@@ -59,6 +59,11 @@ def shared_components(links: Iterable[str] = ()) -> dict[str, Any]:
             {"type": "string"},
             '"3f2a9c0d1e5b7a4c8d6e0f1a2b3c4d5e"',
         ),
+        "Idempotent-Replayed": (
+            "true: this is the answer kept for the Idempotency-Key sent, to its first request, replayed",
+            {"type": "string", "enum": ["true"]},
+            "true",
+        ),
         "X-Request-ID": (
             "The request's id: the one sent (1 to 128 visible ASCII characters) or one made for it; "
             "problems and the daemon's log carry it too",
@@ -120,6 +125,15 @@ def shared_components(links: Iterable[str] = ()) -> dict[str, Any]:
                 "description": "The ETag of the record as you last read it (its show's answer), or `*`: the "
                 "change is made only to that record as it was, else 412 and nothing changes. The record's "
                 "version is then checked in the same step as the change",
+            },
+            "IdempotencyKey": {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
+                "description": "Your key for this request (a UUID, say): a retry with the same key gets the first "
+                "answer again, replayed, rather than running twice; kept 24 hours per account. The same key "
+                "with another request is a 422, and one while the first still runs a 409",
             },
             "IfNoneMatch": {
                 "name": "If-None-Match",

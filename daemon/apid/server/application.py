@@ -34,6 +34,8 @@ from apid.calls.batch import BatchRunner
 from apid.calls.caching import AnswerCache, answer, cache_key, entity_tag
 from apid.calls.chain import ChainRunner, order_names
 from apid.calls.deprecation import announce
+from apid.calls.idempotency import HEADER as IDEMPOTENCY_KEY
+from apid.calls.idempotency import Idempotency
 from apid.calls.incoming import Incoming
 from apid.calls.links import add_links, link_header, page_links
 from apid.calls.paths import CallKind, Target, parse_target
@@ -43,7 +45,7 @@ from apid.calls.rate_limits import RateLimiter
 from apid.http.answers import write_json
 from apid.http.conditions import Preconditions
 from apid.http.fixed_paths import OPENAPI_PATH
-from apid.http.methods import KNOWN_METHODS
+from apid.http.methods import KNOWN_METHODS, SAFE_METHODS
 from apid.http.requests import asks_for_links, bearer_token, client_address, query_fields, read_json_body
 from apid.http.routes import answer_failure, klein_routes
 from apid.http.site import ApidRequest
@@ -80,6 +82,7 @@ class Application:
         anonymous_role: str = "ROLE_ANONYMOUS",
         cache: AnswerCache | None = None,
         issuers: ExternalIssuers | None = None,
+        idempotency: Idempotency | None = None,
     ) -> None:
         self.version = version
         self._issuers = issuers  # the trusted OpenID providers (security.issuers), if any
@@ -96,6 +99,7 @@ class Application:
         self._openapi = openapi
         self._anonymous = anonymous_caller(anonymous_role)
         self._cache = cache
+        self._idempotency = idempotency  # None: Idempotency-Key is not read (a kit without a database)
         self.klein = klein_routes()
         self._public_routes = list(public_routes)
         self._add_routes(self._public_routes)
@@ -205,6 +209,14 @@ class Application:
             principal = await self._authenticated(token, address)
         announce(request, self._pipeline.rules(), target, self.version, self._clock.seconds())
         incoming = read_incoming(request, target, principal, address)
+        sent_key = incoming.idempotency_key
+        if sent_key is not None and self._idempotency is not None and incoming.method not in SAFE_METHODS:
+            return await self._idempotency.once(request, incoming, sent_key, lambda: self._answer(request, incoming))
+        return await self._answer(request, incoming)
+
+    async def _answer(self, request: ApidRequest, incoming: Incoming) -> bytes:
+        """A call read: a single call here, a batch or chain in `_many`."""
+        target, principal, address = incoming.target, incoming.principal, incoming.address
         if target.kind is not CallKind.CALL:
             return await self._many(request, incoming)
         await self._charge(
@@ -361,6 +373,7 @@ def read_incoming(request: ApidRequest, target: Target, principal: Principal, ad
         text=text,
         uri=request.uri.decode("utf-8", "replace"),
         wants_links=asks_for_links(request),
+        idempotency_key=request.getHeader(IDEMPOTENCY_KEY),
     )
 
 

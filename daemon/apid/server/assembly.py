@@ -36,6 +36,7 @@ from apid.auth.tokens import TokenService
 from apid.calls.batch import BatchRunner
 from apid.calls.caching import AnswerCache
 from apid.calls.chain import ChainRunner
+from apid.calls.idempotency import Idempotency
 from apid.calls.pipeline import Events, Pipeline, filter_output
 from apid.calls.rate_limits import CounterStore, MemoryCounters, RateLimiter, RedisCounters
 from apid.config.files import Config
@@ -244,6 +245,7 @@ def assemble(
         rate_limiter=rate_limiter,
         anonymous_role=api.security.anonymous_role,
         cache=cache,
+        idempotency=Idempotency(db),
         issuers=external_issuers(
             reactor,
             api.security.issuers,

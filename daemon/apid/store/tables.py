@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -265,4 +266,20 @@ api_key = Table(
     Column("last_used_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
     sqlite_autoincrement=True,  # ids never given again, as person's
+)
+
+# Idempotency-Key (apid.calls.idempotency): a caller's key, the request it was first used
+# with (a SHA-256 `fingerprint`), and once answered the answer kept for 24 hours: its status,
+# the headers a client reads (a JSON list of [name, value]) and its body.
+idempotency_key = Table(
+    "idempotency_key",
+    metadata,
+    Column("person_id", Integer, ForeignKey("person.id", ondelete="CASCADE"), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("state", String(8), nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("status", Integer, nullable=True),
+    Column("headers", Text, nullable=True),
+    Column("body", LargeBinary, nullable=True),
 )
