@@ -8,7 +8,7 @@ from harness import ADMIN, V, new_person
 
 EXPOSED = {
     *("Deprecation", "ETag", "Idempotent-Replayed", "Link", "RateLimit", "RateLimit-Policy", "Retry-After"),
-    *("Sunset", "X-Request-ID"),
+    *("Next-Offset", "Sunset", "X-Request-ID"),
 }
 
 ALLOWED = "http://localhost:3000"  # listed in etc/service_api.yml cors.allowedOrigins

@@ -4,6 +4,8 @@ Batches carry their target's links, chains their last link's. Parsed with httpli
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
 import pytest
 from httplink import parse_link_header
 
@@ -123,6 +125,22 @@ def test_person_list_pages_by_its_next_links_to_the_end_without_the_header(daemo
         "prev": (f"{V}/person/list?offset={last - 2}&max=2", "GET"),
         "first": (f"{V}/person/list?offset=0&max=2", "GET"),
     }
+
+
+def test_person_list_pages_by_next_offset_without_parsing_link(daemon, admin_token):
+    """Next-Offset: where the next page starts while a page is full; absent after the last."""
+    everyone = daemon.request("GET", f"{V}/person/list?max=100", token=admin_token).json
+    seen, offset = [], 0
+    while offset is not None:
+        reply = daemon.request("GET", f"{V}/person/list?offset={offset}&max=2", token=admin_token)
+        seen += reply.json
+        following = reply.headers.get("Next-Offset")
+        if following is not None:  # the next link's offset, as a number
+            target, _ = links(reply)["next"]
+            assert int(following) == offset + 2 == int(parse_qs(urlsplit(target).query)["offset"][0])
+        offset = None if following is None else int(following)
+    assert seen == everyone
+    assert "Next-Offset" not in daemon.request("GET", f"{V}/person/show/1", token=admin_token).headers
 
 
 def test_a_list_asked_for_links_gets_self_then_its_page_links_then_the_actions(daemon, admin_token):

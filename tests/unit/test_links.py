@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from httplink import parse_link_header
 
-from apid.calls.links import link_header, page_links
+from apid.calls.links import link_header, next_offset, page_links
 from apid.config.files import load_api
 from apid.config.kinds import API_FILE
 from apid.iostate import RuleSet, bind_references, parse
@@ -194,3 +194,11 @@ def test_with_related_links_the_page_links_follow_self_whose_method_is_the_calls
         ("next", "/v0.1/team/list?offset=1&max=1", "GET"),
         (rel("team/create"), "/v0.1/team/create", "POST"),
     ]
+
+
+def test_next_offset_is_where_a_full_page_leaves_off_and_none_after_the_last():
+    assert next_offset([1, 2], (0, 2)) == 2
+    assert next_offset([1, 2, 3], (40, 2)) == 42  # an action that answered more than asked
+    assert next_offset([1], (40, 2)) is None
+    assert next_offset([], (0, 20)) is None
+    assert next_offset({"id": 1}, (0, 1)) is None and next_offset([1], None) is None

@@ -637,3 +637,11 @@ def test_every_writing_operation_takes_an_idempotency_key_and_no_read_does():
         255,
         "^[!-~]+$",
     )
+
+
+def test_a_paged_list_says_its_next_offset_header():
+    doc = document(ADMIN)
+    listed = doc["paths"]["/v0.1/person/list"]["get"]["responses"]["200"]["headers"]
+    assert listed["Next-Offset"] == {"$ref": "#/components/headers/Next-Offset"}
+    assert doc["components"]["headers"]["Next-Offset"]["schema"] == {"type": "integer", "minimum": 0}
+    assert "Next-Offset" not in doc["paths"]["/v0.1/person/show/{id}"]["get"]["responses"]["200"]["headers"]

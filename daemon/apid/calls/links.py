@@ -77,6 +77,15 @@ def _actions(
         yield _link(path, f"{REL_BASE}{state.name}/{action}", endpoint.method)
 
 
+def next_offset(data: Any, page: tuple[int, int] | None) -> int | None:
+    """Where the next page of a list answer starts, for a client that pages without parsing
+    `Link` (the `Next-Offset` header); None after a page that was not full: the last one."""
+    if page is None or not isinstance(data, list):
+        return None
+    offset, size = page
+    return offset + size if len(data) >= size else None
+
+
 def page_links(
     endpoint: Endpoint, granted: frozenset[str], data: Any, page: tuple[int, int] | None, uri: str
 ) -> list[str]:
@@ -93,7 +102,8 @@ def page_links(
         fields = urlencode([*kept, ("offset", start), ("max", size)], quote_via=quote)
         return _link(f"{path}?{fields}", rel, endpoint.method)
 
-    links = [at(offset + size, "next")] if len(data) >= size else []
+    following = next_offset(data, page)
+    links = [] if following is None else [at(following, "next")]
     if offset > 0:
         links += [at(max(0, offset - size), "prev"), at(0, "first")]
     return links

@@ -28,7 +28,8 @@ ALLOWED_HEADERS = (
     b"X-Request-ID"
 )
 EXPOSED_HEADERS = (
-    b"Deprecation, ETag, Idempotent-Replayed, Link, RateLimit, RateLimit-Policy, Retry-After, Sunset, X-Request-ID"
+    b"Deprecation, ETag, Idempotent-Replayed, Link, Next-Offset, RateLimit, RateLimit-Policy, Retry-After, Sunset, "
+    b"X-Request-ID"
 )
 PREFLIGHT_MAX_AGE = b"600"
 

@@ -195,6 +195,7 @@ def plain_operation(
         ref("schemas", names.output),
         "The output, with your roles' RESPONSE fields only",
         "ETag" if action.is_safe else "Idempotent-Replayed",
+        *(("Next-Offset",) if rules.page is not None else ()),
     )
     if links:
         ok["links"] = links

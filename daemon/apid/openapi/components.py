@@ -59,6 +59,12 @@ def shared_components(links: Iterable[str] = ()) -> dict[str, Any]:
             {"type": "string"},
             '"3f2a9c0d1e5b7a4c8d6e0f1a2b3c4d5e"',
         ),
+        "Next-Offset": (
+            "The `offset` of the next page, when this one was full (there may be more); absent after the last "
+            "page: the `next` link's offset, for clients that page without parsing Link",
+            {"type": "integer", "minimum": 0},
+            40,
+        ),
         "Idempotent-Replayed": (
             "true: this is the answer kept for the Idempotency-Key sent, to its first request, replayed",
             {"type": "string", "enum": ["true"]},

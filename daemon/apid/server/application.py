@@ -37,7 +37,7 @@ from apid.calls.deprecation import announce
 from apid.calls.idempotency import HEADER as IDEMPOTENCY_KEY
 from apid.calls.idempotency import Idempotency
 from apid.calls.incoming import Incoming
-from apid.calls.links import add_links, link_header, page_links
+from apid.calls.links import add_links, link_header, next_offset, page_links
 from apid.calls.paths import CallKind, Target, parse_target
 from apid.calls.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.calls.preconditions import checked_write, single_calls_only, unchanged_since
@@ -298,6 +298,10 @@ class Application:
 
     def _set_call_links(self, request: ApidRequest, incoming: Incoming, result: CallResult) -> None:
         paging = page_links(result.endpoint, result.granted, result.data, result.page, incoming.uri)
+        if paging:
+            following = next_offset(result.data, result.page)
+            if following is not None:
+                request.setHeader(b"Next-Offset", str(following).encode("ascii"))
         self._set_links(request, incoming, result.endpoint, result.data, paging)
 
     def _set_links(
