@@ -17,6 +17,7 @@ API_FILE = "service_api.yml"
 ENVIRONMENTS = ("development", "test", "production")
 # The Twisted reactors `reactor` may name; the default is the fastest (docs/configuration.md).
 REACTORS = ("default", "asyncio", "uvloop")
+ASYNCIO_REACTORS = frozenset({"asyncio", "uvloop"})  # those an action awaiting asyncio runs under
 DEFAULT_REACTOR = "default"
 LOG_FORMATS = ("text", "json")  # apid.server.logs
 LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"

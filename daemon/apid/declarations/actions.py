@@ -153,7 +153,9 @@ class ActionRules:
     the documents make them required and non-null where the caller's role sees them, so a
     generated client types them plainly, and the daemon answers 500 rather than break that
     promise (the record is logged). `limits`: what fields keep besides their VALUES type
-    (`Limits`), checked with the others and stated in the documents.
+    (`Limits`), checked with the others and stated in the documents. `asyncio`: it awaits
+    asyncio libraries, so it is served under `reactor: asyncio` only, and the documents of a
+    deployment on another reactor leave it out.
 
     `may_see(caller, record)`: who may receive a copy of a record the action answers other than
     its caller, such as a webhook's owner (`RecordCheck`): the action's own per-record check
@@ -171,6 +173,7 @@ class ActionRules:
     upstream: bool = False
     carries: tuple[str, ...] = ()
     limits: Mapping[str, Limits] = field(default_factory=dict)
+    asyncio: bool = False
 
 
 @overload
@@ -189,6 +192,7 @@ def action(
     upstream: bool = False,
     carries: Iterable[str] = (),
     limits: Mapping[str, Limits] | None = None,
+    asyncio: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -204,6 +208,7 @@ def action(
     upstream: bool = False,
     carries: Iterable[str] = (),
     limits: Mapping[str, Limits] | None = None,
+    asyncio: bool = False,
 ) -> Any:
     """Mark a controller method as an action that IO State may expose: `@action`, or
     `@action(requires=("name",), answers="record", ...)` to declare its `ActionRules`."""
@@ -226,6 +231,7 @@ def action(
         upstream=upstream,
         carries=carried,
         limits=MappingProxyType(dict(limits or {})),
+        asyncio=asyncio,
     )
 
     def mark(handler: F) -> F:

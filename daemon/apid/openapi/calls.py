@@ -185,11 +185,12 @@ def plain_operation(
                 "required": False,
                 "content": {JSON: {"schema": ref("schemas", names.request)}},
             }
-    elif action.request:
-        body = ref("schemas", names.request)
+    elif body_fields:  # a write by id with nothing else to send has no body
+        body, needed = ref("schemas", names.request), required
         if with_id and ID in required:  # the path holds the id: the body need not
-            body = object_schema(body_fields, [name for name in required if name != ID], bounds)
-        operation["requestBody"] = {"required": bool(required), "content": {JSON: {"schema": body}}}
+            needed = [name for name in required if name != ID]
+            body = object_schema(body_fields, needed, bounds)
+        operation["requestBody"] = {"required": bool(needed), "content": {JSON: {"schema": body}}}
     operation["parameters"] = parameters
     ok = ok_answer(
         ref("schemas", names.output),

@@ -21,6 +21,7 @@ from apid.auth.issuers import PASSWORD_PATHS
 from apid.auth.jwks import discovery_url
 from apid.auth.login import LOGOUT, REFRESH_TOKEN
 from apid.config.files import Config
+from apid.config.kinds import ASYNCIO_REACTORS
 from apid.declarations.actions import action_rules
 from apid.http.operations import BATCH_TAG, BEARER, CHAIN_TAG, NO_TOKEN, PUBLIC_TAG, ROUTES_TAG
 from apid.iostate.model import RuleSet
@@ -37,7 +38,7 @@ from apid.openapi.chains import chain_operations
 from apid.openapi.components import shared_components
 from apid.openapi.fields import components_read_without_nul, read_without_nul
 from apid.openapi.public import RouteDoc, plugin_routes, public_paths
-from apid.openapi.view import ApiView, api_view
+from apid.openapi.view import ActionDoc, ApiView, api_view
 from apid.openapi.webhooks import webhook_messages
 from apid.plugin import ActionRules
 
@@ -63,6 +64,12 @@ class DocumentSettings:
     declared: Mapping[str, ActionRules] = field(default_factory=dict)
     issuers: tuple[str, ...] = ()  # the trusted OpenID providers (security.issuers)
     local_logins: bool = True  # false: the password endpoints are not served (security.localLogins)
+    asyncio: bool = False  # the reactor runs asyncio: the actions that await it are served
+
+    def serves(self, action: ActionDoc) -> bool:
+        """Whether this deployment can serve `action`: one that awaits asyncio (`@action(asyncio=True)`)
+        only under an asyncio reactor. Its operations are in no document of another."""
+        return self.asyncio or not self.declared.get(action.name, NO_RULES).asyncio
 
 
 def document_settings(
@@ -92,6 +99,7 @@ def document_settings(
         },
         issuers=tuple(issuer.issuer for issuer in config.api.security.issuers),
         local_logins=config.api.security.local_logins,
+        asyncio=config.server.reactor in ASYNCIO_REACTORS,
     )
 
 
@@ -105,7 +113,7 @@ def _api_paths(view: ApiView, settings: DocumentSettings) -> tuple[dict[str, Any
     """The paths of every call `view` holds (plain, batch, chain), and the schemas they refer to."""
     paths: dict[str, dict[str, Any]] = {}
     schemas: dict[str, Any] = {}
-    actions = list(view.actions())
+    actions = [action for action in view.actions() if settings.serves(action)]
     app = settings.version
     for action in actions:
         rules = settings.declared.get(action.name, NO_RULES)
@@ -139,7 +147,7 @@ def build(view: ApiView | None, settings: DocumentSettings, *, token: bool = Tru
     a caller without a token: the endpoints that answer without one, and what `view` (the
     anonymous role's, `anonymous_view`) may call."""
     without_token = view is None or not token
-    actions = list(view.actions()) if view is not None else []
+    actions = [action for action in view.actions() if settings.serves(action)] if view is not None else []
     components = shared_components(sorted({action.name for action in actions}))
     paths = public_paths(settings.fixed, settings.routes, settings.reserved_uris, anonymous=without_token)
     tags = [{"name": PUBLIC_TAG, "description": "Accounts, sessions and the service's own endpoints"}]

@@ -104,7 +104,7 @@ class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "le
 
     cancelled_audits = 0  # audits stopped because their caller went away: GET /teamAudits
 
-    @action(requires=("id",), answers="record", upstream=True)
+    @action(requires=("id",), answers="record", upstream=True, asyncio=True)
     async def audit(self, call: Call) -> dict[str, Any]:
         """One team, once an audit service (POST $APID_SAMPLE_AUDIT_URL/audit/{id}) has been told who
         read it and who leads it; a 503 from the service is tried again once, a moment later.
@@ -140,7 +140,7 @@ class TeamController(Controller, stores=("id", "name", "leaderId", "budget", "le
 
     relay_timeout = 1.0  # seconds the relay service has to answer
 
-    @action(requires=("id",), upstream=True)
+    @action(requires=("id",), upstream=True, asyncio=True)
     async def relay(self, call: Call) -> dict[str, Any]:
         """One team, once a relay service (POST $APID_SAMPLE_AUDIT_URL/relay/{id}) took it: what
         goes wrong upstream is answered as docs/plugins.md says, "When a service you call fails"."""
