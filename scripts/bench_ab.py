@@ -6,8 +6,8 @@ on both; the median run of each.
 
     .venv/bin/python scripts/bench_ab.py [REV] [--rounds 7] [--seconds 5]
 
-The revision is exported with `git archive` and served from its own daemon/ and plugins/
-(PYTHONPATH), with its own etc/ and iostate/, by this virtualenv's libraries.
+The revision is exported with `git archive` and served from its own daemon/, plugins/ and
+sample plugin (PYTHONPATH), with its own etc/ and iostate/, by this virtualenv's libraries.
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def main() -> None:
         args.rev: started(
             load("base_harness", base / "tests" / "harness.py"),
             pin,
-            {"PYTHONPATH": f"{base / 'daemon'}:{base / 'plugins'}"},
+            # its own sample plugin too: the working tree's may use what the revision lacks
+            {"PYTHONPATH": f"{base / 'daemon'}:{base / 'plugins'}:{base / 'tests' / 'sample_plugin'}"},
         ),
         "working tree": started(load("new_harness", REPO / "tests" / "harness.py"), pin, {}),
     }
