@@ -9,8 +9,9 @@ whose order JSON keeps, and the SPEC's object, whose member order JSON does not 
 A prechain's body requires what its first call, the non-safe one, requires.
 
 A chain's answer (`ChainAnswer`) is a link's output or every link's: which links, the request
-says, so the document can say only that each is a JSON object (`ChainOutput`), a list of them
-or null. A union of every output schema would read better but would mislead every generated
+says, so the document can say only that it is a JSON object (`ChainOutput`), a list (of
+records, or of every link's output) or null; the list's items are any JSON, as a union of
+records, lists and null in them made openapi-generator drop every member. A union of every output schema would read better but would mislead every generated
 client: records have no required member, so a generator's union parser takes any object for
 the union's first record type and drops the members that type lacks.
 """
@@ -106,7 +107,12 @@ def chain_schemas(links: Iterable[str]) -> dict[str, Any]:
         "in order (combine true)",
         "anyOf": [
             output,
-            {"type": "array", "items": {"anyOf": [output, {"type": "array", "items": output}, {"type": "null"}]}},
+            # any JSON items: a union of records, lists and null loses their members in openapi-generator
+            {
+                "type": "array",
+                "items": {},
+                "description": "A list of records, or every link's output (each one of the three)",
+            },
             {"type": "null"},
         ],
     }

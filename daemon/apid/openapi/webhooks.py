@@ -7,6 +7,10 @@ name says which: `person/create.v1`); the message is Standard Webhooks' (the `we
 `webhook-timestamp` and `webhook-signature` headers, docs/webhooks.md) with the body
 `{id, type, timestamp, data}`, `data` the record as a subscriber with these roles receives it:
 the action's record schema for them, its RESPONSE fields.
+
+Each message is marked `x-internal`: nothing a client calls. openapi-generator (7.26) renders
+webhooks as client methods without types, a Python client that does not import; with the mark
+it leaves them out, and openapi-python-client and openapi-typescript read them as before.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def _message(action: ActionDoc) -> dict[str, Any]:
     names = ActionNames(action)
     return {
         "operationId": f"webhook.{names.operation}",
+        "x-internal": True,
         "tags": [action.controller],
         "summary": f"{action.name} changed a record: what a hook of your roles receives",
         "parameters": [
