@@ -11,9 +11,10 @@ A prechain's body requires what its first call, the non-safe one, requires.
 A chain's answer (`ChainAnswer`) is a link's output or every link's: which links, the request
 says, so the document can say only that it is a JSON object (`ChainOutput`), a list (of
 records, or of every link's output) or null; the list's items are any JSON, as a union of
-records, lists and null in them made openapi-generator drop every member. A union of every output schema would read better but would mislead every generated
-client: records have no required member, so a generator's union parser takes any object for
-the union's first record type and drops the members that type lacks.
+records, lists and null in them made openapi-generator drop every member. A union of every
+output schema would read better but would mislead every generated client: records have no
+required member, so a generator's union parser takes any object for the union's first record
+type and drops the members that type lacks.
 """
 
 from __future__ import annotations
