@@ -269,13 +269,13 @@ def test_a_role_beyond_the_owners_is_refused_at_create(daemon, user_token):
     beyond = daemon.request("POST", f"{V}/apikey/create", {"name": "up", "roles": ["ROLE_ADMIN"]}, token=user_token)
     problem = assert_problem(beyond, 403)
     assert problem["field"] == "roles" and "ROLE_ADMIN" in problem["detail"]
-    bad = daemon.request(
-        "POST",
-        f"{V}/apikey/create",
-        {"name": "", "roles": ["ROLE_NOBODY"], "scopes": ["nothing/here"], "expiresAt": "2020-01-01"},
-        token=user_token,
-    )
-    assert error_fields(assert_problem(bad, 400)) == {"name", "roles", "scopes", "expiresAt"}
+    bad = {"name": "", "roles": ["ROLE_NOBODY"], "scopes": ["nothing/here"], "expiresAt": "2020-01-01"}
+    # the declared limits of the fields (a name of 1 to 100 characters) come first, with the
+    # fields' types, as every declared rule does; then the key's own rules, every one at once
+    refused = daemon.request("POST", f"{V}/apikey/create", bad, token=user_token)
+    assert error_fields(assert_problem(refused, 400)) == {"name"}
+    refused = daemon.request("POST", f"{V}/apikey/create", {**bad, "name": "ok"}, token=user_token)
+    assert error_fields(assert_problem(refused, 400)) == {"roles", "scopes", "expiresAt"}
     assert_problem(daemon.request("POST", f"{V}/apikey/create", {"name": "none", "roles": []}, token=user_token), 400)
 
 
