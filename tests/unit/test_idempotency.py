@@ -1,4 +1,4 @@
-"""Idempotency-Key's rule (apid.calls.idempotency) against a real SQLite database: a key
+"""Idempotency-Key's rule (apid.calls.idempotency) against real SQLite and PostgreSQL: a key
 claimed once per caller, its answer kept and replayed for the same request only, released
 for a retry when the answer did not settle the request, swept after 24 hours, and taken over
 when its claim died with its process."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, insert, select
 
 from apid.auth.tokens import Principal
 from apid.calls.idempotency import Kept, claim, fingerprint, settle, settles, valid_key
@@ -19,6 +19,13 @@ from apid.problems import BadRequest
 from apid.store.tables import idempotency_key
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def engine(engine_of_each_database):
+    return engine_of_each_database
+
+
 ANSWER = Kept(200, (("Content-Type", "application/json"), ("ETag", '"abc"')), b'{"id": 7, "version": 0}')
 
 
@@ -95,3 +102,31 @@ def test_a_key_is_1_to_255_visible_ascii_characters(sent):
                                           (401, False), (429, False), (500, False), (503, False)])  # fmt: skip
 def test_answers_that_settle_the_request_are_kept_and_the_others_released(status, kept):
     assert settles(status) is kept
+
+
+def test_a_claim_lost_to_another_process_in_between_is_running_and_leaves_the_transaction_whole(engine, alice):
+    """Two daemons claim one key at once on PostgreSQL: neither sees the other's row, one insert
+    wins and the other's hits the key (its savepoint rolled back, its transaction usable)."""
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite's writers take turns: the sweep's DELETE already holds the lock")
+
+    raced = []
+
+    def another_process_claims(connection, cursor, statement, *_):
+        if statement.startswith("INSERT INTO idempotency_key") and not raced:
+            raced.append(statement)
+            with engine.begin() as other:
+                other.execute(
+                    insert(idempotency_key).values(
+                        person_id=alice, key="race", fingerprint="p", state="running", claimed_at=NOW
+                    )
+                )
+
+    event.listen(engine, "before_cursor_execute", another_process_claims)
+    try:
+        with engine.begin() as connection:
+            assert claim(connection, alice, "race", "p", NOW) == "running"
+            assert connection.execute(select(idempotency_key.c.key)).scalars().all() == ["race"]  # still usable
+    finally:
+        event.remove(engine, "before_cursor_execute", another_process_claims)
+    assert raced
