@@ -146,10 +146,11 @@ class Idempotency:
         try:
             body = await run()
         except Problem as problem:
-            if not settles(problem.status):
-                await self._db.write(settle, person_id, key, None)
-                raise
-            body = write_problem(request, problem)
+            # kept as it is answered, and raised on: the edge answers it as any problem (the
+            # same bytes: write_problem again), and names and counts the request as it does
+            kept_answer = kept(request, write_problem(request, problem)) if settles(problem.status) else None
+            await self._db.write(settle, person_id, key, kept_answer)
+            raise
         except BaseException:
             await self._db.write(settle, person_id, key, None)
             raise
