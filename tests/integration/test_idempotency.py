@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from assertions import assert_problem
-from harness import V, deployment_with_accounts, person_fields
+from harness import ADMIN, V, deployment_with_accounts, person_fields
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="worker processes need two CPUs")
 
@@ -109,3 +109,20 @@ def test_a_browser_may_send_the_key_and_read_the_mark(daemon):
     assert "Idempotency-Key" in preflight.headers["Access-Control-Allow-Headers"]
     answer = daemon.request("GET", "/health", headers={"Origin": "http://localhost:3000"})
     assert "Idempotent-Replayed" in answer.headers["Access-Control-Expose-Headers"]
+
+
+def test_a_narrower_key_of_the_same_account_sending_the_same_request_reads_no_kept_answer(daemon, admin_token):
+    """A kept answer is replayed before the call is admitted: an API key of the account, scoped
+    to hooks, that sends the administrator's create under its key gets the 422 of another
+    request, not the answer its scope forbids; and nothing is made."""
+    body = {"name": "hooks only", "roles": ["ROLE_ADMIN"], "scopes": ["hook"], "currentPassword": ADMIN[1]}
+    key = daemon.request("POST", f"{V}/apikey/create", body, token=admin_token).json["key"]
+    fields, idempotency = person_fields("guarded"), str(uuid.uuid4())
+    first = create(daemon, admin_token, fields, idempotency)
+    assert first.status == 200, first.body
+    guessed = create(daemon, key, fields, idempotency)
+    assert_problem(guessed, 422)
+    assert first.json["id"] != guessed.json.get("id") and "Idempotent-Replayed" not in guessed.headers
+    # the key's own key space is the same account's: its own request under a new key is refused by its scope
+    assert_problem(create(daemon, key, person_fields("scoped"), str(uuid.uuid4())), 403)
+    assert people(daemon, admin_token).count(fields["username"]) == 1

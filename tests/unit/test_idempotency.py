@@ -5,13 +5,15 @@ when its claim died with its process."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import event, insert, select
+from twisted.internet.defer import succeed
 
 from apid.auth.tokens import Principal
-from apid.calls.idempotency import Kept, claim, fingerprint, settle, settles, valid_key
+from apid.calls.idempotency import Idempotency, Kept, claim, fingerprint, settle, settles, valid_key
 from apid.calls.incoming import Incoming
 from apid.calls.paths import parse_target
 from apid.http.conditions import Preconditions
@@ -29,8 +31,10 @@ def engine(engine_of_each_database):
 ANSWER = Kept(200, (("Content-Type", "application/json"), ("ETag", '"abc"')), b'{"id": 7, "version": 0}')
 
 
-def incoming(method: str = "POST", uri: str = "/v0.1/person/create", **body) -> Incoming:
-    principal = Principal(user_id=1, username="jdoe", roles=frozenset(), token_id="t", expires=0, issued_at=0.0)
+USER = Principal(user_id=1, username="jdoe", roles=frozenset({"ROLE_USER"}), token_id="t", expires=0, issued_at=0.0)
+
+
+def incoming(method: str = "POST", uri: str = "/v0.1/person/create", principal: Principal = USER, **body) -> Incoming:
     return Incoming(
         target=parse_target("0.1", "v0.1", "person", "create", None),
         principal=principal,
@@ -89,6 +93,35 @@ def test_the_same_request_is_the_same_whatever_the_bodys_order_or_spacing():
     assert fingerprint(incoming(username="jdoe", email="k@example.com")) != same
     assert fingerprint(incoming("PUT", username="jdoe", email="j@example.com")) != same
     assert fingerprint(incoming(uri="/v0.1/person/create?x=1", username="jdoe", email="j@example.com")) != same
+
+
+@pytest.mark.parametrize(
+    "who",
+    [
+        replace(USER, key_id=7, key_scopes=frozenset({"hook"})),  # an API key of the same account
+        replace(USER, roles=frozenset()),  # the account, demoted since
+        replace(USER, issuer="https://id.example.com", subject="jdoe"),  # its OpenID provider's token
+    ],
+)
+def test_another_credential_or_other_roles_of_the_same_account_make_another_request(who):
+    """A kept answer is replayed before the call is admitted: never to a credential that may
+    not make the call, even with the key guessed."""
+    assert fingerprint(incoming(principal=who, username="jdoe")) != fingerprint(incoming(username="jdoe"))
+
+
+def test_a_caller_without_a_token_is_refused_the_header_before_anything_is_claimed():
+    claims = []
+
+    class Database:
+        def write(self, work, *args):
+            claims.append(work)
+            return succeed(None)
+
+    anonymous = replace(USER, anonymous=True)
+    run = Idempotency(Database()).once(None, incoming(principal=anonymous), b"k", lambda: succeed(b""))
+    with pytest.raises(BadRequest, match="needs a caller with a token"):
+        run.send(None)
+    assert claims == []
 
 
 @pytest.mark.parametrize("sent", [b"", b"a b", b"x" * 256, "é".encode(), b"tab\there"])

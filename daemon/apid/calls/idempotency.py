@@ -7,10 +7,12 @@ answer (status, body, and the headers a client reads: Content-Type, ETag, Link, 
 kept for 24 hours and replayed byte for byte to a retry of the same request (method, path
 and query, and the JSON body, whatever its spacing or member order), marked
 `Idempotent-Replayed: true`. The same key with another request is a 422; while the first is
-still running, a 409 with `Retry-After: 1`. An answer that did not settle the request is not
-kept, so a retry runs again: a 5xx, a 429 (not run) and a 401. Other refusals (400, 403,
-404, 409, 412, 422) are kept, as the request would get them again. A claim still running
-after five minutes died with its process and is taken over.
+still running, a 409 with `Retry-After: 1`. The same request is the same credential's too,
+with the same roles: an answer is never replayed to a caller who may no longer, or may not,
+make the call. An answer that did not settle the request is not kept, so a retry runs again:
+a 5xx, a 429 (not run) and a 401. Other refusals (400, 403, 404, 409, 412, 422) are kept, as
+the request would get them again. A claim still running after five minutes died with its
+process and is taken over.
 
 A caller without a token has no key space of its own: the header is refused (400). Safe
 calls ignore it, as there is nothing to repeat.
@@ -24,13 +26,14 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from twisted.web.http import Request
 
 from apid.calls.incoming import Incoming
+from apid.calls.pipeline import Writer
 from apid.http.answers import write_problem
 from apid.problems import BadRequest, Conflict, Problem, Unprocessable
 from apid.store.tables import idempotency_key
@@ -42,10 +45,6 @@ ABANDONED_AFTER = timedelta(minutes=5)
 KEPT_HEADERS = (b"Content-Type", b"ETag", b"Link", b"Location")
 NOT_SETTLED = frozenset({401, 429})  # and every 5xx: the request may be tried again
 RUNNING, DONE = "running", "done"
-
-
-class Writer(Protocol):
-    def write(self, work: Callable[..., Any], *args: Any) -> Awaitable[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,14 @@ def valid_key(sent: bytes) -> str:
 
 
 def fingerprint(incoming: Incoming) -> str:
-    """What makes two requests the same one: method, path and query, and the body's JSON."""
+    """What makes two requests the same one: method, path and query, the body's JSON, and who
+    sends it, the credential and the roles it holds now. A kept answer is replayed before the
+    call is admitted, so an API key of narrower scope, or the account once demoted, sending the
+    same request under a key it guessed must not read it: theirs is another request (a 422)."""
+    principal = incoming.principal
     body = json.dumps(incoming.body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(f"{incoming.method}\n{incoming.uri}\n{body}".encode()).hexdigest()
+    who = json.dumps([principal.key_id, principal.issuer, sorted(principal.roles)])
+    return hashlib.sha256(f"{incoming.method}\n{incoming.uri}\n{body}\n{who}".encode()).hexdigest()
 
 
 def settles(status: int) -> bool:
