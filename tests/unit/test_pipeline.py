@@ -620,3 +620,8 @@ async def test_a_field_past_its_limits_is_one_more_bad_field_of_the_one_400():
     ]
     # within its limits, or absent (null is absent), a field passes
     await run(ADMIN, action="update", method="PUT", body={"id": 1, "username": "jdoe", "roles": None}, people=Limited())
+
+
+def test_a_limits_pattern_that_is_no_regular_expression_is_an_error_at_import():
+    with pytest.raises(re.error):
+        Limits(pattern="(unclosed")

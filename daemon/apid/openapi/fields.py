@@ -82,6 +82,9 @@ def _fits(field: FieldDoc, value: Any) -> bool:
 # Every string apid reads refuses U+0000 (apid.http.jsonbody, apid.http.requests): PostgreSQL
 # stores no NUL in text or jsonb.
 NO_NUL = {"pattern": "^[^\\u0000]*$"}
+FIXED = frozenset({"pattern", "enum", "const"})  # a string schema that says what it holds already
+READ = frozenset({"parameters", "requestBody"})  # what of an operation the daemon reads
+SENT = frozenset({"BlankChain", "PostChain", "PreChain", "ChainLink", "Combine"})  # parts of request bodies
 
 
 def strings_without_nul(node: Any) -> Any:
@@ -97,9 +100,6 @@ def strings_without_nul(node: Any) -> Any:
     if (kind == "string" or (isinstance(kind, list) and "string" in kind)) and not node.keys() & FIXED:
         copy.update(NO_NUL)
     return copy
-
-
-FIXED = frozenset({"pattern", "enum", "const"})
 
 
 def read_without_nul(paths: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,7 +122,3 @@ def components_read_without_nul(components: Mapping[str, Any]) -> dict[str, Any]
         for name, schema in components["schemas"].items()
     }
     return {**components, "schemas": schemas, "parameters": strings_without_nul(components["parameters"])}
-
-
-READ = frozenset({"parameters", "requestBody"})
-SENT = frozenset({"BlankChain", "PostChain", "PreChain", "ChainLink", "Combine"})  # parts of request bodies
