@@ -191,8 +191,8 @@ class Application:
     async def _call(self, request: ApidRequest, target: Target) -> bytes:
         """The request read once (`Incoming`), in the order its refusals go: the caller (401
         without a token where the endpoint needs one, before anything else is read), the
-        deprecation of the API version, the body (400 or 415); then a single call here, a batch
-        or chain in `_many`."""
+        deprecation of the API version, the body (400 or 415); then the call (`_answer`), once
+        per key when a writing call sends an Idempotency-Key (`Idempotency`)."""
         token = bearer_token(request)
         address = client_address(request)
         if token is None:
