@@ -33,12 +33,21 @@ check: $(INSTALLED)
 system-deps:
 	scripts/system-deps
 
-# every CPU runs tests, a whole test file each: its daemon and fixtures are started once
-PARALLEL := -n auto --dist loadfile
+# A process per CPU and one more run tests, a whole test file each (its daemon and fixtures are
+# started once), and the asyncio pass runs beside them, its output shown once both passes end:
+# integration tests spend much of their time waiting on daemons, clocks and peers.
+PARALLEL := -n $(shell expr $$(nproc) + 1) --dist loadfile
+ASYNCIO_LOG := var/asyncio-pass.log
 
+# Both passes copy the databases they migrate and fill alike from one folder (tests/harness.py).
 test: $(INSTALLED) system-deps
-	$(BIN)/pytest $(PARALLEL)
-	APID_TEST_REACTOR=asyncio $(BIN)/pytest $(PARALLEL) $(ASYNCIO_TESTS)
+	@mkdir -p var
+	export APID_TEST_TEMPLATES=$$(mktemp -d -t apid-test-templates-XXXXXX); \
+	APID_TEST_REACTOR=asyncio $(BIN)/pytest -p no:cacheprovider $(ASYNCIO_TESTS) > $(ASYNCIO_LOG) 2>&1 & \
+	asyncio=$$!; $(BIN)/pytest $(PARALLEL); first=$$?; wait $$asyncio; second=$$?; \
+	rm -rf "$$APID_TEST_TEMPLATES"; \
+	echo "The asyncio pass (APID_TEST_REACTOR=asyncio, $(ASYNCIO_LOG)):"; cat $(ASYNCIO_LOG); \
+	exit $$(( first || second ))
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis .import_linter_cache

@@ -7,7 +7,10 @@ loopback port and is told apart by the port in its ready line.
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
+import hashlib
 import http.client
 import itertools
 import json
@@ -18,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -125,6 +129,66 @@ class Deployment:
         role_args = [arg for role in roles for arg in ("--role", role)]
         done = self.cli("user", "add", name, "--email", email, *role_args, "--password-stdin", input=password + "\n")
         assert done.returncode == 0, done.stderr
+
+    def add_accounts(self, accounts: tuple[tuple[str, ...], ...]) -> None:
+        """`apid user add` for each account, the database migrated first. On SQLite, a copy of
+        the database made so for a deployment of the same settings and accounts when there is
+        one (`template_folder`): the same rows, the commands run once instead of each time."""
+        database = self._sqlite_file()
+        template = database and template_folder() / f"{self._template_key(accounts)}.db"
+        if template and template.exists():
+            database.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template, database)
+            self.migrated = True
+            return
+        for account in accounts:
+            self.add_user(*account)
+        if template and database.exists():
+            made = template.with_suffix(f".{os.getpid()}.part")
+            shutil.copyfile(database, made)
+            made.replace(template)  # whole or not at all, for the other processes of the run
+
+    def _sqlite_file(self) -> Path | None:
+        """The deployment's SQLite file when its settings name one under its root (no
+        environment overriding them): the databases a template may stand for."""
+        if "APID_DATABASE_URL" in os.environ:
+            return None
+        server = yaml.safe_load((self.config_dir / "service_server.yml").read_text())[self.environment]
+        url = ((server or {}).get("database") or {}).get("url", "")
+        relative = url.removeprefix("sqlite:///")
+        if relative == url or relative.startswith("/") or "?" in relative:
+            return None
+        return self.root / relative
+
+    def _template_key(self, accounts: tuple[tuple[str, ...], ...]) -> str:
+        """What the database depends on: the interpreter (its plugins), the settings but those
+        `migrate` and `user add` never read, the accounts."""
+        settings = [
+            yaml.safe_load((self.config_dir / name).read_text()) for name in ("service_server.yml", "service_api.yml")
+        ]
+        server = {k: v for k, v in (settings[0][self.environment] or {}).items() if k not in _RUNTIME_ONLY}
+        api = {k: v for k, v in settings[1].items() if k not in _RUNTIME_ONLY}
+        key = json.dumps([sys.executable, self.environment, accounts, server, api], sort_keys=True, default=str)
+        return hashlib.sha256(key.encode()).hexdigest()
+
+
+# Settings of the running daemon alone: deployments differing only in these share a template
+_RUNTIME_ONLY = frozenset(
+    {"reactor", "listen", "accessLog", "logFormat", "apiThrottle", "shutdown", "pingTimeout", "servers", "connections"}
+    | {"trustedProxies", "metrics", "redis", "baseUrl", "homeUrl", "mail", "procCores", "throttle", "cors"}
+    | {"batchLimit", "chainLimit", "maxBodyBytes"}
+)
+
+
+@functools.cache
+def template_folder() -> Path:
+    """Where template databases are kept: `APID_TEST_TEMPLATES` (`make test` names one folder for
+    all its processes, new for each run), else a folder of this process's, removed as it exits."""
+    if os.environ.get("APID_TEST_TEMPLATES"):
+        return Path(os.environ["APID_TEST_TEMPLATES"])
+    folder = Path(tempfile.mkdtemp(prefix="apid-test-templates-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 class Daemon:
@@ -242,8 +306,7 @@ def deployment_with_accounts(
     by default the admin (ROLE_ADMIN) and the user (ROLE_USER)."""
     deployment = Deployment(root, server=server or {}, api=api or {})
     deployment.write()
-    for account in accounts:
-        deployment.add_user(*account)
+    deployment.add_accounts(accounts)
     return deployment
 
 

@@ -37,8 +37,8 @@ def own_audits(own_receiver) -> Receiver:
     return own_receiver
 
 
-def start(root, audits: Receiver, reactor: str, env: dict | None = None) -> Daemon:
-    deployment = deployment_with_accounts(root, server={"reactor": reactor})
+def start(root, audits: Receiver, reactor: str, env: dict | None = None, server: dict | None = None) -> Daemon:
+    deployment = deployment_with_accounts(root, server={"reactor": reactor, **(server or {})})
     return Daemon(deployment, env={"APID_SAMPLE_AUDIT_URL": audits.origin, **(env or {})}).start()
 
 
@@ -161,9 +161,9 @@ def test_a_client_that_goes_away_cancels_every_running_element_of_a_batch(
 
 
 def test_shutdown_cancels_the_asyncio_task_of_a_call_still_running_when_the_drain_ends(tmp_path, own_audits):
-    """SIGTERM: the port closes, in-flight calls get the drain time (20 s), then their
+    """SIGTERM: the port closes, in-flight calls get the drain time (2 s here), then their
     connections close, which cancels what still runs; the daemon exits cleanly."""
-    daemon = start(tmp_path, own_audits, "asyncio")
+    daemon = start(tmp_path, own_audits, "asyncio", server={"shutdown": {"drain": 2}})
     token = daemon.login("admin", "admin-password-1")
     team = new_team(daemon, token, 1)
     own_audits.scripts[f"/audit/{team['id']}"] = [Answer(hang=True)]

@@ -1,8 +1,8 @@
-"""A daemon loads only what its configuration uses (issue 16): on the embedded configuration
-(SQLite, no Redis, mail to files, no metrics read, webhooks off, one process) a ready daemon
-has imported neither Alembic nor Redis's client, SMTP, prometheus_client, the HTTP client,
-PostgreSQL's dialect or the workers' channel; a daemon configured for metrics and webhooks
-loads theirs, and still none of the others.
+"""A daemon loads only what its configuration uses (issues 16 and 37): on the embedded
+configuration (SQLite, no Redis, mail to files, no metrics read, webhooks off, one process,
+`tls: auto`) a ready daemon has imported neither Alembic nor Redis's client, SMTP,
+prometheus_client, the HTTP client, PostgreSQL's dialect, the workers' channel nor TLS; a
+daemon configured for metrics and webhooks loads theirs, and still none of the others.
 
 The daemon is `apid serve` as the harness starts it, with a `sitecustomize` module on
 PYTHONPATH that writes the process's `sys.modules` to a file when sent SIGUSR1: the daemon
@@ -47,13 +47,16 @@ UNUSED_WHEN_EMBEDDED = {
     "twisted.web.client": "webhookActive, or the first pingServers",
     "sqlalchemy.dialects.postgresql": "a postgresql:// database.url",
     "twisted.protocols.amp": "procCores above 1 (in its workers)",
+    "OpenSSL": "tls: always, or a setting using TLS (apid.runtime.tls)",
+    "cryptography": "tls: always, or a setting using TLS (apid.runtime.tls)",
 }
+TLS = {"OpenSSL", "cryptography", "twisted.protocols.tls"}
 
 
 def modules_of(root: Path, server: dict) -> set[str]:
     """The modules a daemon on a deployment with these `server` settings holds once ready."""
     site = root / "site"
-    site.mkdir()
+    site.mkdir(parents=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     written = root / "modules.txt"
     deployment = deployment_with_accounts(root / "deployment", server=server, accounts=(ADMIN_ACCOUNT,))
@@ -95,4 +98,10 @@ def test_metrics_and_webhooks_load_their_modules_and_nothing_else_more(tmp_path)
         "txredisapi",
         "twisted.mail.smtp",
         "sqlalchemy.dialects.postgresql",
+        *TLS,  # webhooks to plain http origins: the HTTP client without TLS
     }
+
+
+def test_tls_always_and_a_setting_using_tls_load_it(tmp_path):
+    assert modules_of(tmp_path / "always", {"tls": "always"}) >= TLS
+    assert modules_of(tmp_path / "peer", {"servers": ["https://peer.example.com"]}) >= TLS

@@ -110,9 +110,9 @@ def systemd(tmp_path):
 
 def assert_healthy(systemd: StandInSystemd, ready_at: float) -> float:
     """Keep-alives come at half the interval, none missing for the interval; the last one."""
-    times = systemd.keep_alives(2.5 * WATCHDOG)
+    times = systemd.keep_alives(1.5 * WATCHDOG)
     gaps = [round(later - earlier, 2) for earlier, later in zip([ready_at, *times], times, strict=False)]
-    assert len(times) >= 4 and max(gaps) < WATCHDOG, gaps
+    assert len(times) >= 2 and max(gaps) < WATCHDOG, gaps
     return times[-1]
 
 

@@ -236,9 +236,9 @@ def test_a_call_still_waiting_raises_instead_of_hanging(tmp_path):
     for shipped in IOSTATE.glob("*.json"):
         shutil.copy(shipped, tmp_path)
     (tmp_path / "wait.json").write_text(json.dumps(WAIT_IOSTATE))
-    with InMemoryApid([WaitingController], iostate_dir=tmp_path) as kit:
+    with InMemoryApid([WaitingController], iostate_dir=tmp_path, timeout=0.5) as kit:
         user = kit.caller("ROLE_USER")
-        with pytest.raises(StillWaiting, match=re.escape("GET /v0.1/wait/forever is still waiting")):
+        with pytest.raises(StillWaiting, match=re.escape("GET /v0.1/wait/forever is still waiting after 0.5 s")):
             kit.get(f"/v{kit.version}/wait/forever", caller=user)
 
 

@@ -7,17 +7,14 @@ import argparse
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
 
-from apid.config.files import Config
-
-if TYPE_CHECKING:  # imported where used: a command loads only what it needs
-    pass
 from apid.cli.common import CommandFailed, load_config
+from apid.config.files import Config
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """One process, or (`procCores` above 1) the parent of that many worker processes."""
+    from apid.runtime import tls
     from apid.runtime.reactors import ReactorUnavailable, check_available, install
     from apid.server.workers import share_metrics, worker_count
 
@@ -28,6 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_available(choice)
     except ReactorUnavailable as exc:
         raise CommandFailed(str(exc)) from None
+    tls.leave_out(config)  # first: before anything imports Twisted's TLS
     count = worker_count(config)
     if count > 1:
         metrics = share_metrics()  # first: before anything imports prometheus_client
@@ -50,6 +48,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import pickle
     import socket
 
+    from apid.runtime import tls
     from apid.runtime.reactors import install
     from apid.server.workers import CHANNEL_FD, PORT_FD, WorkerStart
 
@@ -63,6 +62,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not isinstance(start, WorkerStart):
         raise CommandFailed("`apid worker` read no configuration from its parent (another version of apid?)")
     os.setpgrp()  # Ctrl-C in a terminal reaches the parent alone, which stops the workers in order
+    tls.leave_out(start.config)
     reactor = install(args.reactor)
     from apid.runtime.reactors import installed
     from apid.server.daemon import serve

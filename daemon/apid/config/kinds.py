@@ -20,6 +20,7 @@ REACTORS = ("default", "asyncio", "uvloop")
 ASYNCIO_REACTORS = frozenset({"asyncio", "uvloop"})  # those an action awaiting asyncio runs under
 DEFAULT_REACTOR = "default"
 LOG_FORMATS = ("text", "json")  # apid.server.logs
+TLS_CHOICES = ("always", "auto")  # apid.runtime.tls
 LOOPBACK_LISTEN = "tcp:{port}:interface=127.0.0.1"
 
 

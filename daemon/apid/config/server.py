@@ -18,6 +18,7 @@ from apid.config.kinds import (
     REACTORS,
     ROLE,
     SECRET,
+    TLS_CHOICES,
     TRUSTED_PROXIES,
 )
 from apid.config.networks import TrustedProxies
@@ -399,6 +400,19 @@ class ServerConfig:
         "[uvloop](https://github.com/MagicStack/uvloop) (`pip install 'apid[asyncio]'`; without it the start is "
         "refused). The ready line says which runs (`apid ready on ... (..., reactor asyncio on the standard "
         "event loop)`). See [why `default` is the default](#the-reactor).",
+    )
+    tls: str = setting(
+        "tls",
+        default="always",
+        kind=choice(TLS_CHOICES),
+        doc="`always`: every apid process loads TLS and public-key cryptography (pyOpenSSL and cryptography). "
+        "`auto`: only when the configuration uses them, that is a TLS `listen` endpoint, an `https` peer in "
+        "`servers`, an `https` origin in `cors.allowedOrigins` (webhook URLs), identity providers in "
+        "`security.issuers`, `mail.backend: smtp` or `redis.url`; otherwise each process goes without them, "
+        "about 12 MiB lighter ([benchmarks.md](benchmarks.md#memory-each-librarys-share-issue-37-item-2)). "
+        "A plugin that makes TLS connections through Twisted (treq, Agent) or uses cryptography itself "
+        "needs `always` ([plugins.md](plugins.md#when-a-service-you-call-fails)). The shipped "
+        "`service_server.yml` sets `auto` for `development` and `test`.",
     )
     metrics: MetricsConfig = section("metrics")
     log_format: str = setting(
