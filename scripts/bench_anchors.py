@@ -185,7 +185,7 @@ def anchors_section(result: dict) -> str:
         f"| {what} | {measured} | {wanted} | {'met' if met else '**not met**'} |"
         for what, measured, wanted, met in targets(result)
     )
-    return f"""## apid against hand-written servers (issue 16: per core, the same work)
+    return f"""## apid against hand-written servers (issues 16 and 37: per core, the same work)
 
 The same authenticated call on each: verify the HS256 bearer token (PyJWT), read one person row
 by id from the same SQLite file, answer the fields of the token's roles (an admin's here). apid

@@ -15,11 +15,15 @@ counted again for PyJWT).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from apid.config.files import load
+from apid.runtime.tls import LEFT_OUT, uses
 
 REPO = Path(__file__).resolve().parent.parent
 # `-X importtime` names each module once its import is done, indented by depth: dependencies
@@ -30,6 +34,8 @@ IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|( +)(\S+)$")
 CHILD_ONLY = frozenset({"apid.store.migrate", "apid.plugin_host.migrations"})
 MEASURE = """
 import importlib, json, sys
+for name in json.loads(sys.argv[2]):
+    sys.modules[name] = None  # left out by the daemon (tls: auto): refused here too
 def rss():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])
 shares, last = [], rss()
@@ -49,8 +55,9 @@ def rss_kib(pid: int) -> int:
     return int(Path(f"/proc/{pid}/status").read_text().split("VmRSS:")[1].split()[0])
 
 
-def daemon_imports() -> tuple[list[str], int]:
-    """The top-level packages `apid serve` imports, in order, and its resident KiB once ready."""
+def daemon_imports() -> tuple[list[str], list[str], int]:
+    """The top-level packages `apid serve` imports, in order, those its settings leave out
+    (`tls: auto`: `-X importtime` names the imports refused too), and its resident KiB once ready."""
     sys.path[:0] = [str(REPO / "tests")]
     from harness import Daemon, Deployment
 
@@ -64,7 +71,9 @@ def daemon_imports() -> tuple[list[str], int]:
         resident = rss_kib(daemon.process.pid)
     finally:
         daemon.stop()
-    return daemon_packages(daemon.stderr), resident
+    config = load(deployment.config_dir, deployment.environment, {})
+    refused = list(LEFT_OUT) if config.server.tls == "auto" and not uses(config) else []
+    return [name for name in daemon_packages(daemon.stderr) if name not in refused], refused, resident
 
 
 def daemon_packages(importtime: str) -> list[str]:
@@ -90,12 +99,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--least", type=float, default=0.5, help="MiB: smaller shares are summed as 'the rest'")
     args = parser.parse_args()
-    packages, resident = daemon_imports()
-    import json
+    packages, left_out, resident = daemon_imports()
 
     measured = json.loads(
         subprocess.run(
-            [sys.executable, "-c", MEASURE, json.dumps(packages)], capture_output=True, text=True, check=True
+            [sys.executable, "-c", MEASURE, json.dumps(packages), json.dumps(left_out)],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     )
     shares = sorted(measured["shares"], key=lambda share: -share[1])
