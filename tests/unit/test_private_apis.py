@@ -20,6 +20,8 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import ServerFactory
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import globalLogPublisher
+from twisted.python import context
 from twisted.web.http import Request
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
@@ -34,6 +36,7 @@ from apid.private_apis import (
     running_loop,
 )
 from apid.private_apis.client import ClientConnectionFactory, ClientProtocolHooks, ClientRequest, ConnectionPoolHooks
+from apid.private_apis.reactor import EPollWithoutLogContext
 
 # twisted.web's server side
 
@@ -353,6 +356,67 @@ async def test_an_adopted_listening_socket_serves_as_the_port_class_given(listen
         assert factory.built == 3
     finally:
         await port.stopListening()
+
+
+# twisted.internet's epoll reactor
+
+
+class Readable:
+    """A selectable on one end of a socket pair: counts its reads; `broken` ones fail their
+    read and then their disconnection, which escapes the reactor's own handling of a read."""
+
+    def __init__(self, sock: socket.socket, broken: bool = False) -> None:
+        self.sock, self.broken, self.reads = sock, broken, 0
+        self.system: object = "not read"
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def logPrefix(self) -> str:
+        return "Readable"
+
+    def doRead(self) -> None:
+        self.reads += 1
+        self.system = context.get("system")  # what twisted.python.log.msg would name
+        self.sock.recv(100)
+        if self.broken:
+            raise RuntimeError("a broken read")
+
+    def connectionLost(self, reason) -> None:
+        if self.broken:
+            raise RuntimeError("a broken disconnection")
+
+
+@pytest.fixture
+def epoll_reactor():
+    made = EPollWithoutLogContext()
+    yield made
+    made.removeAll()
+    made.waker.connectionLost(None)
+    made._poller.close()
+
+
+def test_the_epoll_reactor_reads_each_ready_socket_and_logs_what_escapes_one(epoll_reactor):
+    pairs = [socket.socketpair() for _ in range(2)]
+    broken, working = Readable(pairs[0][0], broken=True), Readable(pairs[1][0])
+    logged: list[dict] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        for selectable in (broken, working):
+            epoll_reactor.addReader(selectable)
+        for _, other in pairs:
+            other.send(b"x")
+        epoll_reactor.doPoll(1)
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+        epoll_reactor.removeAll()
+        for pair in pairs:
+            for end in pair:
+                end.close()
+    assert (broken.reads, working.reads) == (1, 1)
+    failures = [event for event in logged if event.get("log_namespace") == "apid.reactor"]
+    assert len(failures) == 1 and "a broken disconnection" in str(failures[0]["log_failure"].value)
+    assert working.system is None  # no legacy log context around the read
 
 
 # CPython's asyncio

@@ -94,9 +94,15 @@ print(len(failures), failures[0]["log_namespace"], failures[0]["log_failure"].va
     assert done.stdout.splitlines()[2:] == ["True True True", "1 apid.reactor boom"], done.stderr
 
 
-def test_the_default_reactor_is_twisteds_choice_for_the_platform():
-    done = python(INSTALL.format(choice="default"))
-    assert done.stdout.splitlines() == ["default (EPollReactor)", "EPollReactor"], done.stderr
+def test_the_default_reactor_is_twisteds_epoll_reactor_without_its_log_context():
+    done = python(
+        INSTALL.format(choice="default")
+        + """
+from twisted.internet.epollreactor import EPollReactor
+print(isinstance(reactor, EPollReactor))
+"""
+    )
+    assert done.stdout.splitlines() == ["default (EPollReactor)", "EPollWithoutLogContext", "True"], done.stderr
 
 
 def test_apid_serve_imports_no_reactor_before_it_installs_one():

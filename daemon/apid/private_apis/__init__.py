@@ -16,7 +16,8 @@ The hooks cost the hot path nothing: `HTTPChannelHooks.dataReceived` replaces th
 `ApidChannel` had (its test of Twisted's state is the same), the other hooks run only when a
 request is refused or closed early, and `running_loop` is CPython's own function, bound once.
 twisted.web's client side is in `apid.private_apis.client`, imported only where apid makes
-outgoing requests, so the embedded daemon does not load twisted.web.client for nothing.
+outgoing requests, so the embedded daemon does not load twisted.web.client for nothing; the
+epoll reactor's private state in `apid.private_apis.reactor`, imported before any reactor is.
 """
 
 from __future__ import annotations

@@ -58,12 +58,7 @@ def install(choice: str) -> str:
             "a module imported twisted.internet.reactor too early"
         )
     if choice == "default":
-        from twisted.internet import default
-
-        default.install()
-        from twisted.internet import reactor
-
-        return f"default ({type(reactor).__name__})"
+        return _install_default()
     from twisted.internet.main import installReactor
 
     from apid.runtime.asyncio_reactor import AsyncioReactor
@@ -74,6 +69,26 @@ def install(choice: str) -> str:
     bridge_tasks(loop)
     installReactor(AsyncioReactor(loop))
     return f"asyncio on {name}"
+
+
+def _install_default() -> str:
+    """Twisted's reactor for the platform: on Linux its epoll reactor, without the legacy log
+    context around every socket event (apid.private_apis.reactor)."""
+    import select
+
+    if not hasattr(select, "epoll"):  # not Linux: Twisted's own choice, as it is
+        from twisted.internet import default
+
+        default.install()
+        from twisted.internet import reactor
+
+        return f"default ({type(reactor).__name__})"
+    from twisted.internet.main import installReactor
+
+    from apid.private_apis.reactor import EPollWithoutLogContext
+
+    installReactor(EPollWithoutLogContext())
+    return "default (EPollReactor)"
 
 
 def new_loop(uvloop: bool = False) -> tuple[asyncio.AbstractEventLoop, str]:
