@@ -12,6 +12,7 @@ scripts/bench, not here.)
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -105,3 +106,20 @@ def test_metrics_and_webhooks_load_their_modules_and_nothing_else_more(tmp_path)
 def test_tls_always_and_a_setting_using_tls_load_it(tmp_path):
     assert modules_of(tmp_path / "always", {"tls": "always"}) >= TLS
     assert modules_of(tmp_path / "peer", {"servers": ["https://peer.example.com"]}) >= TLS
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="worker processes need two CPUs")
+def test_the_parent_and_its_workers_leave_tls_out_alike(tmp_path):
+    """With `procCores` above 1 each process decides for itself (`apid serve` and `apid
+    worker`): none maps cryptography's library."""
+    deployment = deployment_with_accounts(tmp_path, api={"procCores": 2}, accounts=(ADMIN_ACCOUNT,))
+    daemon = Daemon(deployment).start()
+    try:
+        processes = [daemon.process.pid, *daemon.workers()]
+        assert len(processes) == 3
+        for pid in processes:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            assert "/cryptography/" not in maps and "/OpenSSL/" not in maps, pid
+        assert daemon.request("GET", "/health").status == 200
+    finally:
+        assert daemon.stop() == 0, daemon.stderr
