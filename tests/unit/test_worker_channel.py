@@ -4,8 +4,11 @@ over AMP on an in-memory connection (twisted's iosim)."""
 
 from __future__ import annotations
 
+import orjson
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 from twisted.test.iosim import connect, makeFakeClient, makeFakeServer
 
 from apid.auth.limits import MemoryWindows, Window
@@ -72,6 +75,53 @@ def test_two_workers_charge_one_count_and_the_one_reaching_the_limit_locks_both(
     assert (refused.allowed, refused.remaining, refused.reset) == (False, 0, 60.0)
     other = result_of(ParentCounters(first).charge("8", 1, 5, 86400, 60), first_pump)
     assert (other.allowed, other.remaining) == (True, 4)
+
+
+def sent_batches(worker) -> list[int]:
+    """The number of charges in each message `worker` sends to its parent, as it sends them."""
+    sizes: list[int] = []
+    call = worker.callRemote
+
+    def counted(command, **arguments):
+        sizes.append(len(orjson.loads(arguments["charges"])))
+        return call(command, **arguments)
+
+    worker.callRemote = counted
+    return sizes
+
+
+def test_charges_asked_while_one_is_on_its_way_go_together_and_count_in_order():
+    parent = Parent()
+    worker, pump = parent.worker()
+    sizes = sent_batches(worker)
+    counters = ParentCounters(worker)
+    answers = [counters.charge("7", 1, 5, 86400, 60) for _ in range(7)]
+    charges = [result_of(answer, pump) for answer in answers]
+    assert sizes == [1, 6]  # the first alone, the six asked meanwhile in the next message
+    assert [(charge.allowed, charge.remaining) for charge in charges] == [
+        (True, 4),
+        (True, 3),
+        (True, 2),
+        (True, 1),
+        (True, 0),
+        (False, 0),
+        (False, 0),
+    ]
+    assert result_of(counters.charge("8", 1, 5, 86400, 60), pump).remaining == 4  # alone again once idle
+    assert sizes == [1, 6, 1]
+
+
+def test_charges_waiting_when_the_parent_is_gone_fail_each_one():
+    parent = Parent()
+    worker, pump = parent.worker()
+    counters = ParentCounters(worker)
+    answers = [counters.charge("7", 1, 5, 86400, 60) for _ in range(3)]
+    worker.transport.loseConnection()  # after the first charge was sent, before the others were
+    first, *waiting = [result_of(answer, pump) for answer in answers]
+    assert first.allowed and first.remaining == 4
+    assert len(waiting) == 2 and all(isinstance(failure, Failure) for failure in waiting), waiting
+    for failure in waiting:
+        failure.trap(ConnectionDone, ConnectionLost)
 
 
 def test_windows_reserved_by_one_worker_are_used_up_for_the_other_and_released_by_either():
