@@ -11,8 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from apid.config.files import load
+from apid.config.nodes import ConfigError
 from apid.config.server import PeerServer
 from apid.runtime.tls import uses
 
@@ -64,6 +66,7 @@ LEFT_OUT = """
 import json, sys
 from pathlib import Path
 from apid.config.files import load
+from apid.config.nodes import ConfigError
 from apid.runtime import tls
 config = load(Path(sys.argv[1]), "test", {})
 if sys.argv[2] == "preloaded":
@@ -117,3 +120,17 @@ def test_tls_always_loads_it_as_before(tmp_path):
 def test_nothing_is_left_out_once_something_imported_it(tmp_path):
     found = _process(tmp_path, "auto", "preloaded")
     assert found["left_out"] is False and found["refusal"] is None and found["tls_client"]
+
+
+@pytest.mark.parametrize("value", ["sometimes", True, ""])
+def test_a_tls_value_other_than_auto_or_always_is_refused_naming_file_and_key(tmp_path, value):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    for name in ("service_server.yml", "service_api.yml"):
+        (etc / name).write_text((ETC / name).read_text())
+    server = yaml.safe_load((etc / "service_server.yml").read_text())
+    server["test"]["tls"] = value
+    (etc / "service_server.yml").write_text(yaml.safe_dump(server))
+    with pytest.raises(ConfigError) as refused:
+        load(etc, "test", {})
+    assert str(etc / "service_server.yml") in str(refused.value) and "test.tls" in str(refused.value)
