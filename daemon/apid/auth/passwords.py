@@ -1,4 +1,5 @@
-"""Argon2id password hashing, always off the reactor thread (each hash takes ~150 ms of CPU)."""
+"""Argon2id password hashing, always off the reactor thread (each hash takes ~150 ms of CPU at the
+default costs)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
-_hasher = PasswordHasher()
+from apid.config.server import PasswordsConfig
+
+
+def hasher(config: PasswordsConfig) -> PasswordHasher:
+    """Argon2id with the settings' costs (`passwords`); argon2-cffi's lengths of salt and hash."""
+    return PasswordHasher(time_cost=config.time_cost, memory_cost=config.memory_cost, parallelism=config.parallelism)
 
 
 def _unmatchable(hasher: PasswordHasher) -> str:
@@ -29,28 +35,34 @@ def _unmatchable(hasher: PasswordHasher) -> str:
     )
 
 
-# Verified against when no account matches, so a wrong name costs as long as a wrong password.
-_DUMMY_HASH = _unmatchable(_hasher)
+class Hashing:
+    """Hashes with one set of costs, and verifies any stored hash (its own costs are in it)."""
 
+    def __init__(self, hasher: PasswordHasher) -> None:
+        self._hasher = hasher
+        # Verified against when no account matches, so a wrong name costs as long as a wrong password.
+        self._dummy = _unmatchable(hasher)
 
-def hash_password(password: str) -> str:
-    return _hasher.hash(password)
+    def hash(self, password: str) -> str:
+        return self._hasher.hash(password)
 
-
-def verify_password(stored: str | None, password: str) -> bool:
-    """True when `password` matches `stored`; a missing hash still costs one verification."""
-    try:
-        return _hasher.verify(stored or _DUMMY_HASH, password) and stored is not None
-    except (VerificationError, InvalidHashError):
-        return False
+    def verify(self, stored: str | None, password: str) -> bool:
+        """True when `password` matches `stored`; a missing hash still costs one verification."""
+        try:
+            return self._hasher.verify(stored or self._dummy, password) and stored is not None
+        except (VerificationError, InvalidHashError):
+            return False
 
 
 class Passwords:
     """Hashes and verifies in a small thread pool of its own (argon2 releases the GIL), or in
     `pool` when given (the testing kit's, which runs each at once)."""
 
-    def __init__(self, reactor: IReactorThreads, threads: int, pool: ThreadPool | None = None) -> None:
+    def __init__(
+        self, reactor: IReactorThreads, hashing: Hashing, *, threads: int, pool: ThreadPool | None = None
+    ) -> None:
         self._reactor = reactor
+        self._hashing = hashing
         self._pool = ThreadPool(minthreads=0, maxthreads=threads, name="apid-passwords") if pool is None else pool
 
     def start(self) -> None:
@@ -62,7 +74,7 @@ class Passwords:
             self._pool.stop()
 
     def hash(self, password: str) -> Deferred[str]:
-        return deferToThreadPool(self._reactor, self._pool, hash_password, password)
+        return deferToThreadPool(self._reactor, self._pool, self._hashing.hash, password)
 
     def verify(self, stored: str | None, password: str) -> Deferred[bool]:
-        return deferToThreadPool(self._reactor, self._pool, verify_password, stored, password)
+        return deferToThreadPool(self._reactor, self._pool, self._hashing.verify, stored, password)

@@ -29,7 +29,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     from sqlalchemy import Connection
 
     from apid.auth.accounts import insert_account
-    from apid.auth.passwords import hash_password
+    from apid.auth.passwords import Hashing, hasher
     from apid.calls.pipeline import filter_output
     from apid.config.account_policy import check_credentials
     from apid.hooks.events import AccountEvents
@@ -52,6 +52,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
         print(f"apid: {args.email!r} is not an email address", file=sys.stderr)
         return 2
     check_credentials(args.name, password)
+    hashing = Hashing(hasher(config.server.passwords))
     # Subscribers hear of the account as of a person/create, recorded in the same transaction;
     # the daemons deliver it at their next poll.
     rules = bound_plugins(config).rules if config.server.webhook_active else None
@@ -60,7 +61,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     )
 
     def create(connection: Connection) -> Account:
-        account = insert_account(connection, args.name, args.email, hash_password(password), args.role)
+        account = insert_account(connection, args.name, args.email, hashing.hash(password), args.role)
         if events is not None:
             events.record(connection, "create", account)
         return account

@@ -123,6 +123,26 @@ class AccountsConfig:
 
 
 @settings
+class PasswordsConfig:
+    """Argon2id's costs for new password hashes (docs/security.md). A stored hash keeps the costs
+    it was made with, so changing them never locks anyone out."""
+
+    time_cost: int = setting("timeCost", default=3, at_least=1, doc="Argon2id passes over the memory.")
+    memory_cost: int = setting(
+        "memoryCost",
+        default=65536,
+        at_least=8,
+        also="at least 8 × `parallelism`",
+        doc="KiB of memory one hash takes.",
+    )
+    parallelism: int = setting("parallelism", default=4, at_least=1, doc="Argon2id lanes.")
+
+    def conflicts(self, given: frozenset[str]) -> Iterator[Invalid]:
+        if self.memory_cost < 8 * self.parallelism:
+            yield Invalid(f"must be at least 8 × parallelism ({8 * self.parallelism} KiB)", "memoryCost")
+
+
+@settings
 class WebhooksConfig:
     """How hooks are delivered (docs/webhooks.md)."""
 
@@ -326,6 +346,7 @@ class ServerConfig:
         doc="Where `/validate` redirects once an account is validated. An absolute `http://` or `https://` URL.",
     )
     accounts: AccountsConfig = section("accounts")
+    passwords: PasswordsConfig = section("passwords")
     secure_cookies: bool = setting(
         "secureCookies",
         derived=Derived("`false` in `development`, else `true`", lambda reading: reading.environment != "development"),

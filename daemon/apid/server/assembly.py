@@ -28,7 +28,7 @@ from apid.auth.key_service import ApiKeys
 from apid.auth.key_verifier import KeyVerifier
 from apid.auth.limits import AbuseLimiter, MemoryWindows, RedisWindows, WindowStore
 from apid.auth.login import SessionEndpoints
-from apid.auth.passwords import Passwords
+from apid.auth.passwords import Hashing, Passwords, hasher
 from apid.auth.registration import AccountEndpoints
 from apid.auth.sessions import Revocations
 from apid.auth.standing import Standings
@@ -115,7 +115,7 @@ def assemble(
     controllers (`services.hooks`): the testing kit's allow a receiver on loopback."""
     server, api = config.server, config.api
     db = Database(reactor=reactor, engine=engine, threads=server.database_pool_size, pool=pool)
-    passwords = Passwords(reactor, threads=max(1, os.cpu_count() or 1), pool=pool)
+    passwords = Passwords(reactor, Hashing(hasher(server.passwords)), threads=max(1, os.cpu_count() or 1), pool=pool)
     deliveries = webhook_delivery(reactor, config, db) if deliver else None
     wake = _wake(deliveries, server.webhook_active)
     # each controller's own settings, first: the file's mistakes stop the start before anything is made

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import urlencode
 
+from apid.auth.passwords import Hashing, hasher
+from apid.config.files import load as load_config
 from apid.problems import Problem
 from apid.testing.calls import ApiCalls, Login, Reply, query_fields, request_headers
 from apid.testing.settings import ENVIRONMENT, SHIPPED_ROLES, write_settings
@@ -170,6 +172,7 @@ class ApidDaemon(ApiCalls):
                 add_accounts(
                     self._database,
                     [(account.username, _email(account), account.password, account.roles) for account in self.accounts],
+                    Hashing(hasher(load_config(self.config_dir, ENVIRONMENT, env={}).server.passwords)),
                 )
             except (Problem, ValueError) as refused:  # as `apid user add` would have refused them
                 raise DaemonFailed(f"making the accounts failed: {refused}") from None

@@ -3,7 +3,7 @@ apid's own configuration loader reads them and every setting not chosen has its 
 
 `InMemoryApid` and `ApidDaemon` (apid.testing) both write theirs here: the `test`
 environment on SQLite under the deployment's folder, mail to files, a fresh JWT secret,
-webhooks on, and the roles of the service_api.yml apid ships.
+webhooks on, cheap password hashes, and the roles of the service_api.yml apid ships.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ SECURITY: Mapping[str, Any] = {
     },
 }
 SHIPPED_ROLES = frozenset({"ROLE_ADMIN", "ROLE_USER", "ROLE_ANONYMOUS"})
+# Argon2id's costs for test deployments: cheap, as no real password is kept (docs/security.md)
+CHEAP_PASSWORDS: Mapping[str, int] = {"timeCost": 1, "memoryCost": 1024, "parallelism": 1}
 
 
 def write_settings(root: Path, server: Mapping[str, Any], api: Mapping[str, Any]) -> Path:
@@ -43,6 +45,8 @@ def write_settings(root: Path, server: Mapping[str, Any], api: Mapping[str, Any]
         "mail": {"backend": "file", "outbox": str(root / "outbox")},
         "jwt": {"secret": secrets.token_urlsafe(48)},
         "accessLog": False,
+        # a test's passwords need no protection: a login costs a millisecond, not a sixth of a second
+        "passwords": CHEAP_PASSWORDS,
     }
     (root / "var").mkdir(exist_ok=True)
     (root / "iostate").mkdir(exist_ok=True)

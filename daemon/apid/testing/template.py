@@ -19,8 +19,12 @@ import tempfile
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apid.store
+
+if TYPE_CHECKING:
+    from apid.auth.passwords import Hashing
 
 TEMPLATES = Path(tempfile.gettempdir()) / "apid-testing-templates"
 
@@ -76,13 +80,14 @@ def _copy(source: Path, target: Path) -> None:
         writing.close()
 
 
-def add_accounts(database: Path, accounts: Iterable[tuple[str, str, str, Iterable[str]]]) -> list[int]:
+def add_accounts(
+    database: Path, accounts: Iterable[tuple[str, str, str, Iterable[str]]], hashing: Hashing
+) -> list[int]:
     """The accounts made in `database` as `apid user add` makes them before a daemon serves
     (checked by the account policy, the password hashed), in this process: a command each
     costs half a second. No webhook can hear of them yet: the database is new. Each is
-    (username, email, password, roles); their ids."""
+    (username, email, password, roles), their passwords hashed by `hashing`; their ids."""
     from apid.auth.accounts import insert_account
-    from apid.auth.passwords import hash_password
     from apid.config.account_policy import check_credentials
     from apid.iostate.types import value_type
     from apid.store.database import make_engine, run_write
@@ -93,7 +98,7 @@ def add_accounts(database: Path, accounts: Iterable[tuple[str, str, str, Iterabl
         for username, email, password, roles in accounts:
             value_type("Email").check(email)
             check_credentials(username, password)
-            made.append(run_write(engine, insert_account, username, email, hash_password(password), roles).id)
+            made.append(run_write(engine, insert_account, username, email, hashing.hash(password), roles).id)
         return made
     finally:
         engine.dispose()
