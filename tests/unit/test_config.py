@@ -12,7 +12,7 @@ from apid.config.api import AbuseLimit
 from apid.config.files import load, load_api, load_server
 from apid.config.kinds import API_FILE, SERVER_FILE
 from apid.config.nodes import ConfigError
-from apid.config.server import ConnectionLimits
+from apid.config.server import ConnectionLimits, PasswordsConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ETC = REPO / "etc"
@@ -560,6 +560,39 @@ def test_webhook_settings_are_checked(config_dir, webhooks, key, reason):
     data["test"]["webhooks"] = webhooks
     message = server_error(config_dir, data)  # a mistake in another environment stops this one too
     assert "test.webhooks" in message and key.split(".")[1] in message and reason in message
+
+
+# --- passwords ---------------------------------------------------------------------------------
+
+
+def test_the_defaults_are_argon2_cffi_s(config_dir):
+    """RFC 9106's second recommendation, as argon2-cffi's own `PasswordHasher()`."""
+    data = repo_yaml(SERVER_FILE)
+    path = write(config_dir, SERVER_FILE, data)
+    assert load_server(path, "production", config_dir.parent, NO_ENV).passwords == PasswordsConfig(
+        time_cost=3, memory_cost=65536, parallelism=4
+    )
+    assert load_server(path, "test", config_dir.parent, NO_ENV).passwords == PasswordsConfig(
+        time_cost=1, memory_cost=1024, parallelism=1
+    )
+
+
+@pytest.mark.parametrize(
+    "passwords, key, reason",
+    [
+        ({"memoryCost": 16, "parallelism": 4}, "passwords.memoryCost", "at least 8 × parallelism (32 KiB)"),
+        ({"memoryCost": 4}, "passwords.memoryCost", "at least 8"),
+        ({"timeCost": 0}, "passwords.timeCost", "at least 1"),
+        ({"parallelism": 0}, "passwords.parallelism", "at least 1"),
+        ({"timeCost": "slow"}, "passwords.timeCost", "expected a whole number"),
+        ({"rounds": 3}, "passwords.rounds", "unknown key"),
+    ],
+)
+def test_costs_argon2_refuses_are_refused_at_start(config_dir, passwords, key, reason):
+    data = repo_yaml(SERVER_FILE)
+    data["production"]["passwords"] = passwords
+    message = server_error(config_dir, data)
+    assert f"production.{key}" in message and reason in message, message
 
 
 # --- abuseLimits ------------------------------------------------------------------------------

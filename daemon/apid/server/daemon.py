@@ -220,6 +220,7 @@ def serve(config: Config, reactor_name: str, worker: WorkerLink | None = None) -
         gc.freeze()
         if worker is not None:
             worker.channel.reload = lambda: defer.ensureDeferred(reload_everywhere(reactor, running))
+            worker.channel.catch_up = lambda: defer.ensureDeferred(running.parts.rules_watcher.catch_up())
             await worker.ready(reactor_name)
             return
         print(

@@ -12,8 +12,9 @@ A worker whose write changed a controller with cached answers tells the parent
 answered: no worker of the daemon serves an answer the write made old (`apid.calls.caching`).
 
 The parent asks each worker whether it answers (`Alive`, for systemd's watchdog: the
-worker's reactor answers it) and has one worker reload the IO State everywhere (`Reload`),
-so that it can tell systemd how the reload went.
+worker's reactor answers it) and has one worker reload the IO State everywhere (`Reload`)
+and the others swap the new rules in at once (`CatchUp`), so that it tells systemd how the
+reload went once every worker serves its outcome.
 """
 
 from __future__ import annotations
@@ -98,6 +99,14 @@ class Reload(amp.Command):
     response = [(b"refused", amp.Unicode(optional=True))]
 
 
+class CatchUp(amp.Command):
+    """Swap in the rules another worker's reload just announced, now rather than at the next
+    poll: the parent tells systemd READY=1 once every worker serves them."""
+
+    arguments = []
+    response = []
+
+
 class ParentSide(amp.AMP):
     """The parent's end of one worker's channel: every worker's end shares `counters` and
     `windows`; `changed` passes a worker's change on to the others."""
@@ -145,13 +154,15 @@ class ParentSide(amp.AMP):
 class WorkerSide(amp.AMP):
     """A worker's end of its channel; `lost` runs when the parent is gone (the worker then
     stops); `drop_answers`, once its cache exists, drops what another worker changed;
-    `reload`, once it serves, reloads the IO State everywhere."""
+    `reload`, once it serves, reloads the IO State everywhere, and `catch_up` swaps in a
+    reload another worker announced."""
 
     def __init__(self, lost: Callable[[], None]) -> None:
         super().__init__()
         self._lost = lost
         self.drop_answers: Callable[[Sequence[str]], None] = lambda controllers: None
         self.reload: Callable[[], Deferred[str | None]] | None = None
+        self.catch_up: Callable[[], Deferred[None]] | None = None
 
     @DropAnswers.responder
     def drop(self, controllers: list[str]) -> dict:
@@ -167,6 +178,12 @@ class WorkerSide(amp.AMP):
         if self.reload is None:
             return {"refused": "this worker does not serve yet"}
         return self.reload().addCallback(lambda refused: {"refused": refused})
+
+    @CatchUp.responder
+    def catch_up_rules(self) -> Deferred[dict] | dict:
+        if self.catch_up is None:  # not serving yet: it reads the generation when it starts
+            return {}
+        return self.catch_up().addCallback(lambda _: {})
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         super().connectionLost(reason)

@@ -44,7 +44,7 @@ from apid.runtime.reactors import Reactor
 from apid.server.shutdown import Shutdown, stop_on_signals
 from apid.server.systemd import KeepAlive, notify, reloaded, reloading, watchdog_seconds
 from apid.server.workers import CHANNEL_FD, PORT_FD, WorkerStart
-from apid.server.workers.channel import Alive, DropAnswers, ParentSide, Reload, adopt
+from apid.server.workers.channel import Alive, CatchUp, DropAnswers, ParentSide, Reload, adopt
 from apid.server.workers.versions import CODE_CHANGED, Code, code_changes, installed_code
 
 log = Logger(namespace="apid.workers")
@@ -279,6 +279,16 @@ class Parent:
             )
         )
 
+    async def _catch_up(self, but: int) -> None:
+        """Every other ready worker swaps in the rules worker `but` announced. One that ended
+        meanwhile is replaced by a worker that reads them when it starts."""
+        asked = [
+            self._channels[index].callRemote(CatchUp)
+            for index, worker in self._workers.items()
+            if index != but and worker.ready
+        ]
+        await defer.gatherResults(asked, consumeErrors=True).addErrback(lambda _: None)
+
     async def reload(self) -> None:
         """SIGHUP: one worker validates the files and, when they load, has every process
         reload; systemd hears RELOADING=1, then READY=1 with the outcome."""
@@ -286,7 +296,7 @@ class Parent:
         notify(reloaded(await self._reload()))
 
     async def _reload(self) -> str | None:
-        """Why nothing reloaded, if it did not."""
+        """Why nothing reloaded, if it did not; back once every worker serves the outcome."""
         for index, worker in self._workers.items():
             if worker.ready:
                 try:
@@ -294,6 +304,8 @@ class Parent:
                 except Exception as exc:  # the worker ended meanwhile
                     return f"worker {index} (pid {worker.pid}) did not reload: {exc}"
                 refused: str | None = answer["refused"]
+                if refused is None:
+                    await self._catch_up(but=index)
                 return refused
         log.error("SIGHUP ignored: no worker serves to reload the IO State")
         return "no worker serves to reload the IO State"
