@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -440,10 +440,13 @@ def listening(port: int) -> bool:
 
 
 @contextmanager
-def running_anchor(name: str, deployment: Deployment | None = None) -> Iterator[tuple[subprocess.Popen, int]]:
+def running_anchor(
+    name: str, deployment: Deployment | None = None, args: Sequence[str] = ()
+) -> Iterator[tuple[subprocess.Popen, int]]:
     """scripts/anchors/{name}.py, a hand-written server scripts/bench measures apid against, on a
     free loopback port, reading `deployment`'s SQLite file and JWT secret (the person/show
-    anchors): its process and port once it accepts connections; stopped on leaving the block."""
+    anchors), with `args`: its process and port once it accepts connections; stopped on leaving
+    the block."""
     port = free_port()
     files = (
         []
@@ -455,7 +458,7 @@ def running_anchor(name: str, deployment: Deployment | None = None) -> Iterator[
             str(deployment.root / "var" / "jwt.secret"),
         ]
     )
-    process = subprocess.Popen([sys.executable, str(ANCHORS / f"{name}.py"), *files, "--port", str(port)])
+    process = subprocess.Popen([sys.executable, str(ANCHORS / f"{name}.py"), *files, "--port", str(port), *args])
     try:
         wait_for(lambda: process.poll() is not None or listening(port), timeout=30)
         if not listening(port):

@@ -1,6 +1,7 @@
-"""The hand-written servers scripts/bench measures apid against (scripts/anchors/, issue 16) do
-apid's work: for the same token they answer `person/show` with apid's body, 401 without a
-valid token and 404 for no row, so that the comparison is of the same call.
+"""The hand-written servers scripts/bench measures apid against (scripts/anchors/, issue 16), and
+the floors of the same work (twisted_floor.py, issue 37), do apid's work: for the same token
+they answer `person/show` with apid's body, 401 without a valid token and 404 for no row, so
+that the comparison is of the same call.
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ def get(port: int, path: str, token: str | None = None) -> Response:
         connection.close()
 
 
-@pytest.fixture(scope="module", params=["klein_server", "fastapi_server"])
+@pytest.fixture(
+    scope="module",
+    params=[("klein_server", ()), ("fastapi_server", ()), ("twisted_floor", ()), ("twisted_floor", ("--inline",))],
+    ids=["klein", "fastapi", "floor", "floor-inline"],
+)
 def anchor_port(request, deployment, daemon) -> int:
     # after the daemon: its first start writes the JWT secret file the anchors read
-    with running_anchor(request.param, deployment) as (_, port):
+    script, args = request.param
+    with running_anchor(script, deployment, args) as (_, port):
         yield port
 
 
