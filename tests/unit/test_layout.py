@@ -42,6 +42,7 @@ LOG_NAMESPACES = frozenset(
         "apid.coroutines",
         "apid.daemon",
         "apid.dispatch",
+        "apid.events",
         "apid.hooks",
         "apid.http",
         "apid.lifecycle",

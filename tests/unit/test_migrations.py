@@ -45,6 +45,8 @@ def test_migrations_match_the_tables(tmp_path):
         "api_key",
         "idempotency_key",
         "external_identity",
+        "change_event",
+        "stream_ticket",
     }
 
 

@@ -143,9 +143,14 @@ class TokenService:
             if len(self._verified) >= VERIFIED_KEPT:
                 del self._verified[next(iter(self._verified))]
             self._verified[token] = principal
-        if not allow_expired and principal.expires <= self._clock() - self._config.leeway:
-            raise Unauthorized("the access token has expired")
+        if not allow_expired:
+            self.check_expiry(principal)
         return principal
+
+    def check_expiry(self, principal: Principal) -> None:
+        """401 once the token `principal` came with has expired (a stream outliving it ends)."""
+        if principal.expires <= self._clock() - self._config.leeway:
+            raise Unauthorized("the access token has expired")
 
     def _decode(self, token: str) -> Principal:
         """The principal of a token whose signature, type and claims hold, its expiry unchecked."""

@@ -32,7 +32,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     from apid.auth.passwords import Hashing, hasher
     from apid.calls.pipeline import filter_output
     from apid.config.account_policy import check_credentials
-    from apid.hooks.events import AccountEvents
+    from apid.hooks.events import AccountEvents, Recording
     from apid.iostate.types import value_type
     from apid.store.database import run_write
 
@@ -54,10 +54,13 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     check_credentials(args.name, password)
     hashing = Hashing(hasher(config.server.passwords))
     # Subscribers hear of the account as of a person/create, recorded in the same transaction;
-    # the daemons deliver it at their next poll.
-    rules = bound_plugins(config).rules if config.server.webhook_active else None
+    # the daemons deliver it, and send it on their live event streams, at their next poll.
+    recording = Recording(hooks=config.server.webhook_active, changes=config.server.events.enabled)
+    rules = bound_plugins(config).rules if recording.hooks or recording.changes else None
     events = (
-        AccountEvents(rules=lambda: rules, filter_output=filter_output, clock=time.time) if rules is not None else None
+        AccountEvents(rules=lambda: rules, filter_output=filter_output, clock=time.time, recording=recording)
+        if rules is not None
+        else None
     )
 
     def create(connection: Connection) -> Account:

@@ -263,6 +263,73 @@ class ShutdownConfig:
 
 
 @settings
+class EventsConfig:
+    """The live event stream, `GET /events` (docs/events.md): what is kept for clients that come
+    back, how each stream is kept alive and bounded, and how often a process looks for changes
+    other processes made."""
+
+    enabled: bool = setting(
+        "enabled",
+        default=True,
+        doc="Serve `GET /events` and keep the log of changes it reads (one more row written with every change "
+        "of an endpoint whose IO State gives HOOK roles). `false`: `/events` answers 404 and nothing is logged.",
+    )
+    retention: float = setting(
+        "retention",
+        default=3600.0,
+        above=0,
+        doc="Seconds a change stays in the log: a client back with `Last-Event-ID` within this gets what it "
+        "missed; later, one `reset` event tells it to reload.",
+    )
+    retention_count: int = setting(
+        "retentionCount",
+        default=100_000,
+        at_least=1,
+        doc="At most this many changes are kept, the newest, however young.",
+    )
+    heartbeat: float = setting(
+        "heartbeat",
+        default=15.0,
+        above=0,
+        doc="Seconds between the comments sent on a stream with nothing to say, so that proxies do not close it "
+        "(HAProxy's `timeout tunnel`, nginx's `proxy_read_timeout`: keep this below theirs).",
+    )
+    poll: float = setting(
+        "poll",
+        default=0.25,
+        above=0,
+        doc="Seconds between a process's reads of the log for changes made by the others (worker processes, "
+        "daemons on the same database) while it has a stream open. Its own changes go out at once.",
+    )
+    per_caller: int = setting(
+        "perCaller",
+        default=5,
+        at_least=1,
+        doc="Streams one account (or API key) may hold open in one process; one more answers 429.",
+    )
+    total: int = setting(
+        "total",
+        default=1000,
+        at_least=1,
+        doc="Streams one process holds open in all; one more answers 503 with `Retry-After`.",
+    )
+    buffer: int = setting(
+        "buffer",
+        default=1000,
+        at_least=1,
+        doc="Events held for a subscriber that does not read; one more and its stream is cut with a `reset` "
+        "event, so that it never slows the others.",
+    )
+    ticket_lifetime: int = setting(
+        "ticketLifetime",
+        default=30,
+        at_least=1,
+        doc="Seconds a ticket from `POST /events/ticket` may open a stream (once), for `EventSource`, which "
+        "cannot send an Authorization header.",
+    )
+
+
+@settings
 class MetricsConfig:
     """Where the metrics are read: `listen`, a port of their own without a token (None: no
     such port), and `role`, whose tokens read them at /metrics on the API's port (None: not there)."""
@@ -436,6 +503,7 @@ class ServerConfig:
         "`service_server.yml` sets `auto` for `development` and `test`.",
     )
     metrics: MetricsConfig = section("metrics")
+    events: EventsConfig = section("events")
     log_format: str = setting(
         "logFormat",
         default="text",

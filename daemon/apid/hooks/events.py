@@ -5,7 +5,11 @@ the RESPONSE fields of the owner's roles, never the caller's. An owner whose rol
 the endpoint's HOOK list gets nothing, and neither does one the action's own per-record check
 does not let see the record (`apid.plugin_host.record_access`: person's, the owner and administrators).
 
-Where possible the messages are written in the change's own transaction (the outbox
+Each change is also logged once (`apid.store.changes`), every field of its record, for the live
+event stream (apid.events), which filters it for each subscriber when it sends it; the log is
+written whenever `events.enabled`, whether or not any hook listens.
+
+Where possible the messages and the log are written in the change's own transaction (the outbox
 pattern), so that a crash never leaves a change without its events or events without their
 change: a plugin's unit of work (`Call.write`) and apid's own account changes outside IO State
 endpoints (sign-up, validation, password reset, `apid user add`: `AccountEvents`). A call
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -31,6 +36,7 @@ from apid.iostate import Endpoint, RuleSet
 from apid.iostate.types import Conversion
 from apid.plugin_host.record_access import may_receive, receiver
 from apid.problems import InternalError
+from apid.store.changes import append
 from apid.store.database import Database, DatabaseUnavailable
 
 log = Logger(namespace="apid.hooks")
@@ -99,14 +105,48 @@ def messages_for(
     return messages
 
 
+def every_key(data: Any) -> frozenset[str]:
+    """The keys of a record, or of every record of a list: what the log keeps of it."""
+    if isinstance(data, dict):
+        return frozenset(data)
+    if isinstance(data, (list, tuple)):
+        return frozenset(key for item in data if isinstance(item, dict) for key in item)
+    return frozenset()
+
+
+def log_change(
+    connection: Connection, endpoint: Endpoint, record: Any, now: float, filter_output: OutputFilter
+) -> None:
+    """In the caller's transaction: the change in the log the live event stream reads, every
+    field of its record in its answer's form."""
+    data = event_data(record)
+    kept = dumps(filter_output(data, every_key(data), endpoint.conversions)).decode("utf-8")
+    append(connection, message_id(), endpoint.path, kept, now)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What a change writes: webhook messages (`webhookActive`), the log of changes
+    (`events.enabled`), or both."""
+
+    hooks: bool = True
+    changes: bool = False
+
+
 def record_events(
     connection: Connection,
     endpoint: Endpoint,
     record: Any,
     now: float,
     filter_output: OutputFilter,
+    recording: Recording = Recording(),
 ) -> int:
-    """In the caller's transaction: the messages of `endpoint`'s event; how many were written."""
+    """In the caller's transaction: the messages of `endpoint`'s event, and the change in the
+    log; how many messages were written."""
+    if recording.changes:
+        log_change(connection, endpoint, record, now, filter_output)
+    if not recording.hooks:
+        return 0
     messages = event_messages(
         subscribers(connection, endpoint.controller, endpoint.action), endpoint, record, now, filter_output
     )
@@ -116,7 +156,9 @@ def record_events(
 
 
 class EventRecorder:
-    """Called by the pipeline after every successful non-safe call of a hookable endpoint."""
+    """Called by the pipeline after every successful non-safe call of a hookable endpoint.
+    `wake` tells the webhooks' delivery that messages wait, `changed` the live event stream
+    that a change is logged (each after the commit)."""
 
     def __init__(
         self,
@@ -125,20 +167,27 @@ class EventRecorder:
         db: Database,
         filter_output: OutputFilter,
         wake: Callable[[], None],
+        recording: Recording = Recording(),
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._reactor = reactor
         self._db = db
         self._filter = filter_output
         self._wake = wake
+        self._recording = recording
+        self._changed = changed
 
     async def record(self, endpoint: Endpoint, output: Any) -> None:
         """Look the subscribers up (a read: most calls have none), then write their messages."""
         now = self._reactor.seconds()
+        recording = self._recording
+        messages: list[NewMessage] = []
         try:
-            found = await self._db.read(subscribers, endpoint.controller, endpoint.action)
-            messages = event_messages(found, endpoint, output, now, self._filter)
-            if messages:
-                await self._db.write(insert_messages, messages, now)
+            if recording.hooks:
+                found = await self._db.read(subscribers, endpoint.controller, endpoint.action)
+                messages = event_messages(found, endpoint, output, now, self._filter)
+            if messages or recording.changes:
+                await self._db.write(self._written, endpoint, output, messages, now)
         except Exception as error:
             # A 500, not the outage's 503: the call was carried out, and must not be sent again
             if isinstance(error, DatabaseUnavailable):  # the outage's own lines tell why
@@ -150,6 +199,16 @@ class EventRecorder:
             ) from None
         if messages:
             self._wake()
+        if recording.changes:
+            self._changed()
+
+    def _written(
+        self, connection: Connection, endpoint: Endpoint, output: Any, messages: list[NewMessage], now: float
+    ) -> None:
+        if messages:
+            insert_messages(connection, messages, now)
+        if self._recording.changes:
+            log_change(connection, endpoint, output, now, self._filter)
 
     def write(self, endpoint: Endpoint, work: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run `work(connection, *args)` and record the endpoint's events from what it returns,
@@ -158,12 +217,14 @@ class EventRecorder:
 
         def unit(connection: Connection) -> tuple[T, int]:
             result = work(connection, *args)
-            return result, record_events(connection, endpoint, result, now, self._filter)
+            return result, record_events(connection, endpoint, result, now, self._filter, self._recording)
 
         def woken(outcome: tuple[T, int]) -> T:
             result, written = outcome
             if written:
                 self._wake()
+            if self._recording.changes:
+                self._changed()
             return result
 
         return self._db.write(unit).addCallback(woken)
@@ -181,21 +242,25 @@ class AccountEvents:
         filter_output: OutputFilter,
         clock: Callable[[], float],
         wake: Callable[[], None] = lambda: None,
+        recording: Recording = Recording(),
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._rules = rules
         self._filter = filter_output
         self._clock = clock
         self._wake = wake  # thread-safe: called in the database thread
+        self._recording = recording
+        self._changed = changed  # thread-safe too
 
     def record(self, connection: Connection, action: str, account: Any) -> None:
         """The events of `person/{action}` (create or update) for the account as it is now."""
         endpoint = current_endpoint(self._rules(), "person", action)
-        if (
-            endpoint is not None
-            and endpoint.emits_events
-            and record_events(connection, endpoint, account, self._clock(), self._filter)
-        ):
+        if endpoint is None or not endpoint.emits_events:
+            return
+        if record_events(connection, endpoint, account, self._clock(), self._filter, self._recording):
             self._wake()
+        if self._recording.changes:
+            self._changed()
 
 
 def current_endpoint(rules: RuleSet, controller: str, action: str) -> Endpoint | None:

@@ -87,10 +87,14 @@ def plain_conditions(request: Request) -> frozenset[bytes]:
 
 
 def compressible(content_type: bytes | None) -> bool:
-    """JSON (`application/json`, `application/problem+json`, any `+json`) and text."""
+    """JSON (`application/json`, `application/problem+json`, any `+json`) and text, but for
+    the live event stream's `text/event-stream`: gzip holds what it is given until it has a
+    block's worth, and each event must leave as it comes."""
     if content_type is None:
         return False
     media = content_type.partition(b";")[0].strip().lower()
+    if media == b"text/event-stream":
+        return False
     return media.startswith(b"text/") or media == b"application/json" or media.endswith(b"+json")
 
 

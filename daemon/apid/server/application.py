@@ -23,12 +23,11 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.resource import IResource
 
+from apid.auth.admission import CallerCheck
 from apid.auth.apikeys import OUT_OF_SCOPE, is_key
 from apid.auth.endpoints import PublicRoute
 from apid.auth.issuers import ExternalIssuers
 from apid.auth.key_verifier import KeyVerifier
-from apid.auth.sessions import Revocations
-from apid.auth.standing import Standings
 from apid.auth.tokens import NEEDS_TOKEN, Principal, TokenService, anonymous_caller
 from apid.calls.batch import BatchRunner
 from apid.calls.caching import AnswerCache, answer, cache_key, entity_tag
@@ -42,6 +41,7 @@ from apid.calls.paths import CallKind, Target, parse_target
 from apid.calls.pipeline import Admission, CallRequest, CallResult, Pipeline, Purpose
 from apid.calls.preconditions import checked_write, single_calls_only, unchanged_since
 from apid.calls.rate_limits import RateLimiter
+from apid.events.endpoint import EVENTS_PATH, TICKET_PATH, LiveEvents
 from apid.http.answers import write_json
 from apid.http.conditions import Preconditions
 from apid.http.fixed_paths import OPENAPI_PATH
@@ -70,8 +70,7 @@ class Application:
         reserved_uris: frozenset[str],
         tokens: TokenService,
         keys: KeyVerifier,
-        revocations: Revocations,
-        standings: Standings,
+        check: CallerCheck,
         pipeline: Pipeline,
         batch: BatchRunner,
         chain: ChainRunner,
@@ -83,14 +82,14 @@ class Application:
         cache: AnswerCache | None = None,
         issuers: ExternalIssuers | None = None,
         idempotency: Idempotency | None = None,
+        events: LiveEvents | None = None,
     ) -> None:
         self.version = version
         self._issuers = issuers  # the trusted OpenID providers (security.issuers), if any
         self._reserved = reserved_uris
         self._tokens = tokens
         self._keys = keys
-        self._revocations = revocations
-        self._standings = standings
+        self._check = check
         self._pipeline = pipeline
         self._batch = batch
         self._chain = chain
@@ -100,6 +99,7 @@ class Application:
         self._anonymous = anonymous_caller(anonymous_role)
         self._cache = cache
         self._idempotency = idempotency  # None: Idempotency-Key is not read (a kit without a database)
+        self._events = events  # None: `events.enabled` is off, and /events is not found
         self.klein = klein_routes()
         self._public_routes = list(public_routes)
         self._add_routes(self._public_routes)
@@ -129,9 +129,7 @@ class Application:
             principal = self._keys.kept(token) or await self._keys.verify(token, address)
         else:
             principal = self._tokens.verify(token)
-        if self._revocations.refuses(principal):
-            raise Unauthorized("the access token was revoked; log in again")
-        return await self._standings.admit(principal)
+        return await self._check.admit(principal)
 
     def _add_routes(self, public_routes: Iterable[PublicRoute]) -> None:
         app = self.klein
@@ -148,6 +146,12 @@ class Application:
             if ("GET", OPENAPI_PATH) in seen:
                 raise ValueError(f"two endpoints answer GET {OPENAPI_PATH}")
             app.route(OPENAPI_PATH, methods=["GET"], endpoint="openapi")(self._openapi_route(self._openapi))
+        if self._events is not None:
+            for path in (EVENTS_PATH, TICKET_PATH):
+                if any(route_path == path for _, route_path in seen):
+                    raise ValueError(f"{path} is apid's own (the live event stream): a plugin's route may not take it")
+            app.route(EVENTS_PATH, methods=["GET"], endpoint="events")(self._events_route(self._events))
+            app.route(TICKET_PATH, methods=["POST"], endpoint="events ticket")(self._ticket_route(self._events))
         app.route("/", methods=API_METHODS, endpoint="root")(self._nothing)
 
     def _public(self, route: PublicRoute) -> Callable[..., Any]:
@@ -356,6 +360,26 @@ class Application:
             return revalidated(request, write_json(request, document(principal.roles)))
 
         return serve
+
+    def _events_route(self, events: LiveEvents) -> Callable[..., Any]:
+        async def serve(request: ApidRequest) -> bytes:
+            """The caller's live event stream: authenticated by its token, or by a stream ticket
+            (`EventSource` sends no Authorization header), charged as one request."""
+            request.endpoint_name = EVENTS_PATH
+            principal = await events.principal_of_ticket(request) or await self.authenticate(request)
+            await self._charge(request, principal, client_address(request), 1)
+            return await events.stream(request, principal)
+
+        return serve
+
+    def _ticket_route(self, events: LiveEvents) -> Callable[..., Any]:
+        async def issue(request: ApidRequest) -> bytes:
+            request.endpoint_name = TICKET_PATH
+            principal = await self.authenticate(request)
+            await self._charge(request, principal, client_address(request), 1)
+            return await events.ticket(request, principal)
+
+        return issue
 
     def _nothing(self, request: ApidRequest) -> bytes:
         raise NotFound("nothing here: API calls look like /v{version}/{controller}/{action}")

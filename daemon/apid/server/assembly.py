@@ -22,6 +22,7 @@ from twisted.web.resource import IResource
 
 from apid.auth.account_service import Accounts
 from apid.auth.address_change import AddressChanges
+from apid.auth.admission import CallerCheck
 from apid.auth.identities import ExternalIdentities
 from apid.auth.issuers import PASSWORD_PATHS, external_issuers
 from apid.auth.key_service import ApiKeys
@@ -40,7 +41,8 @@ from apid.calls.idempotency import Idempotency
 from apid.calls.pipeline import Events, Pipeline, filter_output
 from apid.calls.rate_limits import CounterStore, MemoryCounters, RateLimiter, RedisCounters
 from apid.config.files import Config
-from apid.hooks.events import AccountEvents, EventRecorder
+from apid.events.endpoint import LiveEvents
+from apid.hooks.events import AccountEvents, EventRecorder, Recording
 from apid.hooks.service import Hooks
 from apid.http.compression import compressing
 from apid.http.cors import Cors
@@ -88,6 +90,7 @@ class Assembly:
     health: Health  # what /health answers: conditions reported by the parts that hold them
     plugins: PluginLifecycle  # the controllers' start-up and shutdown hooks, to run
     deliveries: DeliveryWorker | None  # sends the webhook outbox's messages once started
+    events: LiveEvents | None  # the live event streams (`events.enabled`), ended when the daemon stops
 
 
 def assemble(
@@ -143,14 +146,30 @@ def assemble(
             circuit.outage.report_to(health, "redis")
     limiter = abuse_limiting(reactor, config, circuit, shared)
     mail = MailSender(reactor=reactor, db=db, mailer=make_mailer(server.mail, reactor))
+    tokens = TokenService(server.jwt, secret, time.time)
+    live = (
+        LiveEvents(
+            reactor=reactor,
+            db=db,
+            rules=lambda: rule_book.current,
+            config=server.events,
+            recheck=CallerCheck(tokens=tokens, revocations=revocations, standings=standings).still,
+        )
+        if server.events.enabled
+        else None
+    )
+    recording = Recording(hooks=wake is not None, changes=live is not None)
+    changed = live.feed.wake if live is not None else _nothing
     account_events = (
         AccountEvents(
             rules=lambda: rule_book.current,
             filter_output=filter_output,
             clock=time.time,
-            wake=lambda: reactor.callFromThread(wake),
+            wake=lambda: reactor.callFromThread(wake or _nothing),
+            recording=recording,
+            changed=lambda: reactor.callFromThread(changed),
         )
-        if wake
+        if recording.hooks or recording.changes
         else None
     )
     addresses = AddressChanges(
@@ -188,8 +207,18 @@ def assemble(
         for name, loaded in bound.controllers.items()
     }
     labels = {name: loaded.plugin.label for name, loaded in bound.controllers.items()}
-    tokens = TokenService(server.jwt, secret, time.time)
-    recorder = EventRecorder(reactor=reactor, db=db, filter_output=filter_output, wake=wake) if wake else None
+    recorder = (
+        EventRecorder(
+            reactor=reactor,
+            db=db,
+            filter_output=filter_output,
+            wake=wake or _nothing,
+            recording=recording,
+            changed=changed,
+        )
+        if recording.hooks or recording.changes
+        else None
+    )
     events = wrap_events(recorder) if recorder and wrap_events else recorder
     cache = AnswerCache(clock=reactor, db=db, siblings=shared.siblings() if shared is not None else None)
     pipeline = Pipeline(
@@ -235,8 +264,7 @@ def assemble(
         reserved_uris=api.reserved_uris,
         tokens=tokens,
         keys=KeyVerifier(reactor, db, limiter),
-        revocations=revocations,
-        standings=standings,
+        check=CallerCheck(tokens=tokens, revocations=revocations, standings=standings),
         pipeline=pipeline,
         batch=BatchRunner(pipeline, api.batch_limit),
         chain=ChainRunner(pipeline, api.chain_limit),
@@ -246,6 +274,7 @@ def assemble(
         anonymous_role=api.security.anonymous_role,
         cache=cache,
         idempotency=Idempotency(db),
+        events=live,
         issuers=external_issuers(
             reactor,
             api.security.issuers,
@@ -272,6 +301,7 @@ def assemble(
         health=health,
         plugins=PluginLifecycle(clock=reactor, controllers=controllers, labels=labels, drain=server.shutdown.drain),
         deliveries=deliveries,
+        events=live,
     )
 
 
@@ -305,6 +335,10 @@ def _wake(deliveries: DeliveryWorker | None, recording: bool) -> Callable[[], No
 
 def _kept_unsent() -> None:
     """Messages wait in the outbox table, never sent."""
+
+
+def _nothing() -> None:
+    """Nobody to tell: that part is off."""
 
 
 def serving_stack(application: Application, allowed_origins: Iterable[str]) -> IResource:

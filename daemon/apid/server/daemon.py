@@ -161,12 +161,14 @@ async def reload_for_systemd(reactor: Reactor, running: Running) -> None:
 
 async def stop(running: Running, shutdown: Shutdown) -> None:
     """Fail /health while still serving, stop listening, let in-flight requests finish and
-    close each connection once its answer is written, then close the pools; all by the
-    shutdown's deadline."""
+    end the live event streams, close each connection once its answer is written, then close
+    the pools; all by the shutdown's deadline."""
     notify_systemd("STOPPING=1")
     await shutdown.health_drain(running.parts.health)
     # a worker's port may be closed already: the parent shut the socket all workers share down
     await defer.maybeDeferred(running.port.stopListening)
+    if running.parts.events is not None:  # their clients reconnect, to a daemon that serves
+        running.parts.events.feed.close_all()
     await shutdown.drain(lambda: close_after_answers(running.connections))
     for connection in list(running.connections.protocols):
         connection.transport.loseConnection()  # past the deadline: writes what is buffered, then closes

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -282,4 +283,31 @@ idempotency_key = Table(
     Column("status", Integer, nullable=True),
     Column("headers", Text, nullable=True),
     Column("body", LargeBinary, nullable=True),
+)
+
+# Every change an event-emitting endpoint made (IO State HOOK roles), in the change's own
+# transaction: the live event stream's log (apid.events). `position` only grows, never reused
+# (AUTOINCREMENT on SQLite), so that a client's Last-Event-ID names one change for good;
+# `record` is the changed record as its action answered it (JSON, every field, each in its
+# answer's form), filtered for each subscriber only when it is sent. Kept `events.retention`.
+change_event = Table(
+    "change_event",
+    metadata,
+    Column("position", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("message_id", String(40), nullable=False),
+    Column("service", String(255), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("created_at", Float, nullable=False, index=True),
+    sqlite_autoincrement=True,
+)
+
+# Tickets for `EventSource`, which cannot send an Authorization header: `POST /events/ticket`
+# writes one (its SHA-256 and the caller it stands for, as JSON), `GET /events?ticket=` opens
+# a stream with it once, on any process of the deployment, until `expires_at`.
+stream_ticket = Table(
+    "stream_ticket",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("principal", Text, nullable=False),
+    Column("expires_at", Float, nullable=False, index=True),
 )

@@ -1,0 +1,69 @@
+"""What one subscriber of the live event stream is sent of one logged change: the webhook
+message of the change (`{id, type, timestamp, data}`, apid.hooks.events), its `data` the
+subscriber's own RESPONSE fields of the action, or nothing at all.
+
+The same three questions as for a webhook's owner (apid.hooks.events.receiving): do the
+endpoint's HOOK roles admit the subscriber's, does the action's own per-record check let it
+see this record (apid.plugin_host.record_access), and is the service within an API key's
+scopes. One place decides each, for every copy of a record that leaves apid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from apid.auth.tokens import Principal
+from apid.hooks.events import current_endpoint, payload
+from apid.iostate import RuleSet
+from apid.plugin_host.record_access import may_receive, receiver
+from apid.store.changes import Change
+
+
+@dataclass(frozen=True)
+class Subscriber:
+    """Who a stream is for, as their account stands now, and which services they asked for
+    (None: every one their roles may hear of)."""
+
+    principal: Principal
+    services: frozenset[str] | None = None
+
+    def asked_for(self, service: str) -> bool:
+        if self.services is None:
+            return True
+        return service in self.services or service.partition("/")[0] in self.services
+
+
+def copy_for(subscriber: Subscriber, change: Change, rules: RuleSet, record: Any) -> str | None:
+    """The message `subscriber` is sent of `change` (whose record, decoded, is `record`), or
+    None when they may not hear of it."""
+    if not subscriber.asked_for(change.service):
+        return None
+    controller, _, action = change.service.partition("/")
+    endpoint = current_endpoint(rules, controller, action)
+    principal = subscriber.principal
+    if endpoint is None or not endpoint.hook_roles & principal.roles:
+        return None
+    scopes = principal.key_scopes
+    if scopes is not None and controller not in scopes and change.service not in scopes:
+        return None
+    if not may_receive(endpoint, receiver(endpoint, principal.user_id, principal.username, principal.roles), record):
+        return None
+    allowed = endpoint.response_fields(endpoint.granted(principal.roles))
+    return payload(change.message_id, change.service, change.created_at, shown(record, allowed))
+
+
+def shown(record: Any, allowed: frozenset[str]) -> Any:
+    """The record, or each record of a list, cut to `allowed` (its values already in their
+    answer's form: the log keeps them so)."""
+    if isinstance(record, dict):
+        return {key: value for key, value in record.items() if key in allowed}
+    if isinstance(record, list):
+        return [shown(item, allowed) for item in record]
+    return record
+
+
+def decoded(change: Change) -> Any:
+    return orjson.loads(change.record)

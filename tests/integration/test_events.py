@@ -1,0 +1,180 @@
+"""The live event stream, `GET /events`, through the real daemon (issue 38): each subscriber is
+told of the changes it may see, with its own fields, as they happen; a client back with
+Last-Event-ID gets exactly what it missed; a caller who no longer stands is cut off.
+
+The deployment gives person/update's HOOK to users too (the action's own check then lets an
+account hear only of its own record) and its RESPONSE more fields for administrators, so that
+what each stream receives differs by role and by record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from event_streams import EventStream
+from harness import ADMIN, USER, Deployment, deployment_with_accounts, running_daemon
+
+BOB = ("bob", "bob-password-1", "bob@example.com")
+ADMIN_FIELDS = ["email", "enabled"]
+
+
+def open_hooks(deployment: Deployment) -> None:
+    path = deployment.root / "iostate" / "person.json"
+    document = json.loads(path.read_text())
+    update = document["IOSTATE"]["VERSION"]["1"]["URI"]["update"]
+    update["ROLES"]["HOOK"] = ["ROLE_ADMIN", "ROLE_USER"]
+    update["RESPONSE"]["ROLE_ADMIN"] = ADMIN_FIELDS
+    path.write_text(json.dumps(document))
+
+
+@pytest.fixture(scope="module")
+def workers() -> int:
+    return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, workers):
+    made = deployment_with_accounts(
+        tmp_path_factory.mktemp("events"),
+        api={"procCores": workers},
+        accounts=((*ADMIN, "ROLE_ADMIN"), (*USER, "ROLE_USER"), (*BOB, "ROLE_USER")),
+    )
+    open_hooks(made)
+    return made
+
+
+@pytest.fixture(scope="module")
+def daemon(deployment):
+    with running_daemon(deployment) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def tokens(daemon):
+    return {name: daemon.login(name, password) for name, password, _ in (ADMIN, USER, BOB)}
+
+
+@pytest.fixture(scope="module")
+def ids(daemon, tokens):
+    people = daemon.request("GET", "/v0.1/person/list", token=tokens["admin"]).json
+    return {person["username"]: person["id"] for person in people}
+
+
+def change_email(daemon, tokens, person_id: int, address: str) -> dict:
+    shown = daemon.request("GET", f"/v0.1/person/show/{person_id}", token=tokens["admin"]).json
+    reply = daemon.request(
+        "PUT",
+        f"/v0.1/person/update/{person_id}",
+        {"email": address, "version": shown["version"]},
+        token=tokens["admin"],
+    )
+    assert reply.status == 200, reply.body
+    return reply.json
+
+
+def test_each_stream_hears_what_its_caller_may_see(daemon, tokens, ids):
+    streams = {name: EventStream(daemon.port, token) for name, token in tokens.items()}
+    try:
+        for stream in streams.values():
+            assert stream.status == 200
+            assert stream.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+            assert stream.headers["Cache-Control"] == "no-store"
+        answered = change_email(daemon, tokens, ids["alice"], "alice.events@example.com")
+
+        admins = streams["admin"].next(timeout=2)
+        assert admins.event == "person/update"
+        message = admins.message
+        assert message["type"] == "person/update" and message["id"].startswith("msg_")
+        assert message["data"] == {
+            "id": ids["alice"],
+            "version": answered["version"],
+            "email": "alice.events@example.com",
+            "enabled": True,
+        }
+        alices = streams["alice"].next(timeout=2)
+        assert (alices.id, alices.event) == (admins.id, "person/update")
+        assert alices.message["id"] == message["id"]  # one change, one message id
+        assert alices.message["data"] == {"id": ids["alice"], "version": answered["version"]}  # her fields
+        assert streams["bob"].quiet_for(1.5) is None  # not his record: nothing at all
+    finally:
+        for stream in streams.values():
+            stream.close()
+
+
+def test_a_client_back_with_last_event_id_gets_exactly_what_it_missed(daemon, tokens, ids):
+    with EventStream(daemon.port, tokens["admin"]) as first:
+        change_email(daemon, tokens, ids["bob"], "bob.1@example.com")
+        seen = first.next(timeout=2)
+    missed = [change_email(daemon, tokens, ids["bob"], f"bob.{n}@example.com")["version"] for n in (2, 3)]
+    with EventStream(daemon.port, tokens["admin"], headers={"Last-Event-ID": seen.id}) as back:
+        replayed = [back.next(timeout=2), back.next(timeout=2)]
+        assert [event.message["data"]["version"] for event in replayed] == missed
+        assert [int(event.id) for event in replayed] == sorted(int(event.id) for event in replayed)
+        assert int(replayed[0].id) > int(seen.id)
+        live = change_email(daemon, tokens, ids["bob"], "bob.4@example.com")["version"]
+        assert back.next(timeout=2).message["data"]["version"] == live  # then live, nothing twice
+        assert back.quiet_for(0.5) is None
+
+
+def test_services_narrow_the_stream(daemon, tokens, ids):
+    with (
+        EventStream(daemon.port, tokens["admin"], "/events?services=team") as teams,
+        EventStream(daemon.port, tokens["admin"], "/events?services=person/update") as updates,
+    ):
+        change_email(daemon, tokens, ids["bob"], "bob.narrow@example.com")
+        assert updates.next(timeout=2).event == "person/update"
+        assert teams.quiet_for(1) is None
+
+
+@pytest.mark.parametrize(
+    "path, headers, detail",
+    [
+        ("/events?services=persn", {}, "persn"),
+        ("/events?services=person/show", {}, "person/show"),  # a read: never an event
+        ("/events?services=", {}, "none"),
+        ("/events", {"Last-Event-ID": "twelve"}, "Last-Event-ID"),
+        ("/events?lastEventId=-1", {}, "Last-Event-ID"),
+    ],
+)
+def test_what_a_stream_cannot_be_is_a_400(daemon, tokens, path, headers, detail):
+    with EventStream(daemon.port, tokens["admin"], path, headers) as refused:
+        assert refused.status == 400
+        problem = json.loads(refused.body)
+        assert problem["status"] == 400 and detail in problem["detail"]
+
+
+def test_no_token_is_a_401(daemon):
+    with EventStream(daemon.port) as refused:
+        assert refused.status == 401
+
+
+def test_a_ticket_opens_one_stream_once(daemon, tokens, ids):
+    issued = daemon.request("POST", "/events/ticket", token=tokens["admin"])
+    assert issued.status == 201 and issued.json["expiresIn"] == 30
+    ticket = issued.json["ticket"]
+    with EventStream(daemon.port, path=f"/events?ticket={ticket}") as opened:
+        assert opened.status == 200
+        change_email(daemon, tokens, ids["bob"], "bob.ticket@example.com")
+        assert opened.next(timeout=2).event == "person/update"
+    with EventStream(daemon.port, path=f"/events?ticket={ticket}") as again:
+        assert again.status == 401  # single use
+    with EventStream(daemon.port, path="/events?ticket=made-up") as forged:
+        assert forged.status == 401
+
+
+def test_a_logout_ends_the_stream_within_a_second(daemon, tokens):
+    token = daemon.login(*BOB[:2])
+    with EventStream(daemon.port, token) as stream:
+        assert stream.status == 200
+        logged_out = daemon.request("POST", "/logout", token=token)
+        assert logged_out.status in (200, 204), logged_out.body
+        started = time.monotonic()
+        end = stream.next(timeout=3)
+        assert end.event == "end"
+        assert end.message["status"] == 401 and "revoked" in end.message["detail"]
+        assert stream.next(timeout=3) is None  # the stream is over
+        assert time.monotonic() - started < 2.5
