@@ -178,3 +178,90 @@ def test_a_logout_ends_the_stream_within_a_second(daemon, tokens):
         assert end.message["status"] == 401 and "revoked" in end.message["detail"]
         assert stream.next(timeout=3) is None  # the stream is over
         assert time.monotonic() - started < 2.5
+
+
+def test_a_disabled_account_s_stream_ends_within_a_second(daemon, tokens, ids):
+    carol = ("carol", "carol-password-1", "carol@example.com")
+    made = daemon.request(
+        "POST",
+        "/v0.1/person/create",
+        {"username": carol[0], "password": carol[1], "email": carol[2]},
+        token=tokens["admin"],
+    )
+    assert made.status == 200, made.body
+    with EventStream(daemon.port, daemon.login(*carol[:2])) as stream:
+        assert stream.status == 200
+        disabled = daemon.request(
+            "PUT", f"/v0.1/person/update/{made.json['id']}", {"enabled": False, "version": 0}, token=tokens["admin"]
+        )
+        assert disabled.status == 200, disabled.body
+        started = time.monotonic()
+        told = stream.next(timeout=3)  # her own record's change: hers to hear of, as it was made
+        assert (told.event, told.message["data"]["id"]) == ("person/update", made.json["id"])
+        end = stream.next(timeout=3)
+        assert end.event == "end" and end.message["status"] in (401, 403), end.message
+        assert stream.next(timeout=3) is None
+        assert time.monotonic() - started < 2.5
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory):
+    """A daemon of one process whose streams are capped and whose log keeps two changes."""
+    made = deployment_with_accounts(
+        tmp_path_factory.mktemp("bounded"),
+        server={"events": {"perCaller": 1, "total": 2, "retentionCount": 2}},
+    )
+    with running_daemon(made) as running:
+        yield running
+
+
+def test_streams_past_the_caps_are_refused(bounded):
+    admin, alice = bounded.login(*ADMIN[:2]), bounded.login(*USER[:2])
+    with EventStream(bounded.port, admin) as first:
+        assert first.status == 200
+        with EventStream(bounded.port, admin) as second:
+            assert second.status == 429
+            assert "1 event streams per caller" in json.loads(second.body)["detail"]
+        with EventStream(bounded.port, alice) as other:
+            assert other.status == 200
+            with EventStream(bounded.port, bounded.login(*ADMIN[:2])) as third:
+                assert third.status == 429  # the same account, another login
+            with EventStream(bounded.port, bounded.login(*USER[:2])) as fourth:
+                assert fourth.status == 429
+    with EventStream(bounded.port, admin) as again:  # a closed stream frees its place
+        assert again.status == 200
+
+
+def test_a_client_back_after_what_it_missed_is_gone_is_told_to_reset(bounded):
+    admin = bounded.login(*ADMIN[:2])
+    people = bounded.request("GET", "/v0.1/person/list", token=admin).json
+    alice = next(person for person in people if person["username"] == USER[0])
+    with EventStream(bounded.port, admin) as first:
+        bounded.request(
+            "PUT", f"/v0.1/person/update/{alice['id']}", {"email": "a0@example.com", "version": 0}, token=admin
+        )
+        seen = first.next(timeout=2)
+    for version in range(1, 5):  # four more changes: the log keeps two (swept when a stream is open)
+        bounded.request(
+            "PUT",
+            f"/v0.1/person/update/{alice['id']}",
+            {"email": f"a{version}@example.com", "version": version},
+            token=admin,
+        )
+    with EventStream(bounded.port, admin) as sweeper:  # its feed's first check sweeps the log
+        assert sweeper.status == 200
+        time.sleep(1.5)
+    with EventStream(bounded.port, admin, headers={"Last-Event-ID": seen.id}) as back:
+        reset = back.next(timeout=2)
+        assert (reset.event, reset.data) == ("reset", "{}")
+        assert back.next(timeout=2) is None
+
+
+def test_streams_end_when_the_daemon_stops(tmp_path):
+    deployment = deployment_with_accounts(tmp_path)
+    with running_daemon(deployment) as daemon, EventStream(daemon.port, daemon.login(*ADMIN[:2])) as stream:
+        assert stream.status == 200
+        started = time.monotonic()
+        daemon.stop()
+        assert stream.next(timeout=5) is None
+        assert time.monotonic() - started < 5

@@ -63,8 +63,7 @@ class ChangeFeed:
         self._recheck = recheck
         self._streams: set[Stream] = set()
         self._callers: Counter[tuple[str, int]] = Counter()
-        self._last: int | None = None  # the last position handed out; None while no stream is open
-        self._gap: tuple[int, float] | None = None  # a missing position, and since when
+        self._order: InOrder | None = None  # the positions handed out; None while no stream is open
         self._reading: Deferred[None] | None = None
         self._again = False
         self._poller = LoopingCall(self._read)
@@ -94,11 +93,13 @@ class ChangeFeed:
             raise ServiceUnavailable(
                 "this server holds as many event streams as it may; try another or later", retry_after=RETRY_MS / 1000
             )
-        if self._last is None:
-            self._last = (await self._db.read(bounds))[1]
-            self._start()
+        if self._order is None:
+            newest = (await self._db.read(bounds))[1]
+            if self._order is None:  # not started meanwhile by another stream's arrival
+                self._order = InOrder(newest)
+                self._start()
         now = self._reactor.seconds()
-        stream = Stream(request, Subscriber(principal, services), self._last, buffer=self._config.buffer, now=now)
+        stream = Stream(request, Subscriber(principal, services), self._order.last, buffer=self._config.buffer, now=now)
         self._streams.add(stream)
         self._callers[caller] += 1
         try:
@@ -151,8 +152,7 @@ class ChangeFeed:
         for loop in (self._poller, self._checker):
             if loop.running:
                 loop.stop()
-        self._last = None
-        self._gap = None
+        self._order = None
 
     def _read_soon(self) -> None:
         if self._reading is not None:
@@ -176,38 +176,20 @@ class ChangeFeed:
         return None
 
     async def _read_new(self) -> None:
-        while self._last is not None:
+        while self._order is not None:
             try:
-                changes = await self._db.read(after, self._last)
+                changes = await self._db.read(after, self._order.last)
             except DatabaseUnavailable:
                 return  # the outage is logged once, by the database's; the next poll tries again
             except Exception:
                 log.failure("reading the change log failed; the next poll tries again")
                 return
-            if self._last is None:  # the last stream closed meanwhile
+            if self._order is None:  # the last stream closed meanwhile
                 return
-            ready = self._in_order(changes)
+            ready = self._order.ready(changes, self._reactor.seconds())
             self._hand_out(ready, list(self._streams))
             if len(changes) < PAGE or not ready:
                 return
-
-    def _in_order(self, changes: list[Change]) -> list[Change]:
-        """The changes that follow the last one handed out without a gap, or past a gap that
-        waited long enough; the last position moves past them."""
-        assert self._last is not None
-        ready = []
-        now = self._reactor.seconds()
-        for change in changes:
-            expected = self._last + 1
-            if change.position != expected:
-                if self._gap is None or self._gap[0] != expected:
-                    self._gap = (expected, now)
-                if now - self._gap[1] < GAP_WAIT:
-                    break
-            self._gap = None
-            ready.append(change)
-            self._last = change.position
-        return ready
 
     def _hand_out(self, changes: list[Change], streams: list[Stream], live: bool = True) -> None:
         rules = self._rules()
@@ -248,6 +230,31 @@ class ChangeFeed:
             return
         except Exception:
             log.failure("sweeping the change log failed; the next minute tries again")
+
+
+class InOrder:
+    """Positions handed out in order: a change that does not follow the last one waits for the
+    missing one to commit, `wait` seconds at most (then it was a rolled-back transaction's)."""
+
+    def __init__(self, last: int, wait: float = GAP_WAIT) -> None:
+        self.last = last
+        self._wait = wait
+        self._gap: tuple[int, float] | None = None  # a missing position, and since when
+
+    def ready(self, changes: list[Change], now: float) -> list[Change]:
+        """Of `changes` (read after `last`, oldest first), those to hand out now."""
+        ready = []
+        for change in changes:
+            expected = self.last + 1
+            if change.position != expected:
+                if self._gap is None or self._gap[0] != expected:
+                    self._gap = (expected, now)
+                if now - self._gap[1] < self._wait:
+                    break
+            self._gap = None
+            ready.append(change)
+            self.last = change.position
+        return ready
 
 
 def _caller(principal: Principal) -> tuple[str, int]:
