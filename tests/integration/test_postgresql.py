@@ -175,18 +175,20 @@ def test_two_daemons_on_postgresql_deliver_each_webhook_once(tmp_path, postgres,
 def test_two_daemons_on_postgresql_stream_each_other_s_changes(daemon, deployment, admin_token):
     """A change made through one daemon reaches the live event streams of another on the same
     database within a second, in the order made (apid.events.feed reads the shared log)."""
-    with running_daemon(deployment) as other:
-        with EventStream(other.port, other.login(*ADMIN[:2]), "/events?services=person") as stream:
-            assert stream.status == 200
-            for n in range(3):
-                started = time.monotonic()
-                reply = daemon.request(
-                    "POST",
-                    "/v0.1/person/create",
-                    {"username": f"pgstream{n}", "password": f"pgstream-password-{n}", "email": f"s{n}@example.com"},
-                    token=admin_token,
-                )
-                assert reply.status == 200, reply.body
-                event = stream.next(timeout=2)
-                assert time.monotonic() - started < 1.0
-                assert (event.event, event.message["data"]["id"]) == ("person/create", reply.json["id"])
+    with (
+        running_daemon(deployment) as other,
+        EventStream(other.port, other.login(*ADMIN[:2]), "/events?services=person") as stream,
+    ):
+        assert stream.status == 200
+        for n in range(3):
+            started = time.monotonic()
+            reply = daemon.request(
+                "POST",
+                "/v0.1/person/create",
+                {"username": f"pgstream{n}", "password": f"pgstream-password-{n}", "email": f"s{n}@example.com"},
+                token=admin_token,
+            )
+            assert reply.status == 200, reply.body
+            event = stream.next(timeout=2)
+            assert time.monotonic() - started < 1.0
+            assert (event.event, event.message["data"]["id"]) == ("person/create", reply.json["id"])
