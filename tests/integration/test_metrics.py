@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from assertions import assert_json, assert_problem
+from event_streams import EventStream
 from harness import ADMIN, ADMIN_ACCOUNT, USER_ACCOUNT, V, deployment_with_accounts, free_port, running_daemon, wait_for
 
 CAROL = ("carol", "carol-password-1", "carol@example.com", "ROLE_USER")
@@ -233,3 +234,19 @@ def test_worker_processes_answer_with_the_counts_of_all_of_them(tmp_path):
         after = scrape(port)
         assert after[("apid_worker_restarts_total", frozenset())] == 1
         assert requests_made({}, after)[("person/show", "1", "GET", "200")] == 12
+
+
+def test_live_event_streams_are_counted(daemon, admin_token, metrics_port):
+    streams = ("apid_event_streams", frozenset())
+    before = scrape(metrics_port)
+    with EventStream(daemon.port, admin_token) as stream:
+        assert stream.status == 200
+        assert scrape(metrics_port)[streams] == before.get(streams, 0) + 1
+        fields = {"username": "erin", "password": "erin-password-1", "email": "erin@example.com"}
+        assert_json(daemon.request("POST", f"{V}/person/create", fields, token=admin_token))
+        assert stream.next(timeout=2).event == "person/create"
+        after = scrape(metrics_port)
+        assert grown(before, after, "apid_events_sent_total", service="person/create") == 1
+        assert grown(before, after, "apid_event_lag_seconds_count") == 1
+        assert grown(before, after, "apid_event_lag_seconds_bucket", le="1.0") == 1
+    assert wait_for(lambda: scrape(metrics_port)[streams] == before.get(streams, 0))

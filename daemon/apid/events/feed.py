@@ -34,6 +34,7 @@ from apid.iostate import RuleSet
 from apid.problems import Problem, ServiceUnavailable, TooManyRequests
 from apid.store.changes import PAGE, Change, after, bounds, sweep
 from apid.store.database import Database, DatabaseUnavailable
+from apid.telemetry import metrics
 
 log = Logger(namespace="apid.events")
 
@@ -102,6 +103,7 @@ class ChangeFeed:
         stream = Stream(request, Subscriber(principal, services), self._order.last, buffer=self._config.buffer, now=now)
         self._streams.add(stream)
         self._callers[caller] += 1
+        metrics.streams_open(len(self._streams))
         try:
             stream.start(RETRY_MS, now)
             if since is not None and since < stream.position:
@@ -111,6 +113,7 @@ class ChangeFeed:
         finally:
             stream.close()
             self._streams.discard(stream)
+            metrics.streams_open(len(self._streams))
             self._callers[caller] -= 1
             if not self._callers[caller]:
                 del self._callers[caller]
@@ -127,7 +130,7 @@ class ChangeFeed:
         `reset` when some of it is no longer kept."""
         oldest, _ = await self._db.read(bounds)
         if oldest > since + 1:
-            stream.reset()
+            stream.reset("missed")
             return
         upto, position = stream.position, since
         stream.position = since
@@ -200,6 +203,8 @@ class ChangeFeed:
                 if stream.open:
                     message = copy_for(stream.subscriber, change, rules, record)
                     stream.offer(change.position, change.service, message, now, live=live)
+                    if message is not None:
+                        metrics.event_sent(change.service, now - change.created_at if live else None)
 
     # --- once a second -------------------------------------------------------------------
 

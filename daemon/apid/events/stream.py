@@ -20,6 +20,7 @@ from zope.interface import implementer
 from apid.events.copies import Subscriber
 from apid.http.answers import dumps
 from apid.problems import Problem
+from apid.telemetry import metrics
 
 RESET = b"event: reset\ndata: {}\n\n"
 
@@ -80,12 +81,15 @@ class Stream:
     def heartbeat(self, now: float) -> None:
         self._write(b":\n\n", now)
 
-    def reset(self) -> None:
-        """Tell the client to reload and come back, and end the stream."""
+    def reset(self, reason: str) -> None:
+        """Tell the client to reload and come back, and end the stream (`reason` for the metrics:
+        slow, or missed)."""
+        metrics.stream_cut(reason)
         self._end(RESET)
 
     def end(self, problem: Problem) -> None:
         """End the stream, saying why as the problem a request would have been answered."""
+        metrics.stream_cut("standing")
         self._end(b"event: end\ndata: " + dumps(problem.to_dict("/events")) + b"\n\n")
 
     def close(self) -> None:
@@ -97,7 +101,7 @@ class Stream:
             return
         if self._paused:
             if len(self._held) >= self._buffer:
-                self.reset()
+                self.reset("slow")
                 return
             self._held.append(data)
             return

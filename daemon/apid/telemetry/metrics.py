@@ -88,6 +88,19 @@ class _Metrics:
             ["pool"],
             buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
         )
+        self.streams = Gauge("apid_event_streams", "Live event streams open (GET /events)", multiprocess_mode="livesum")
+        self.events_sent = Counter("apid_events_sent", "Events sent on live event streams, by service", ["service"])
+        self.streams_cut = Counter(
+            "apid_event_streams_cut",
+            "Live event streams apid ended, by reason (slow: the client did not read; standing: its caller no "
+            "longer stands; missed: back past what the log keeps)",
+            ["reason"],
+        )
+        self.event_lag = Histogram(
+            "apid_event_lag_seconds",
+            "Seconds from a change's commit to its event's send, on this process's streams",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
         # Label children by their values: `.labels()` costs a lock and a few dict lookups per call.
         self.answered: dict[tuple[str, str, str, int], Any] = {}
         self.timed: dict[str, Any] = {}
@@ -166,6 +179,25 @@ def webhooks_pending(counts: Mapping[int, int]) -> None:
     for hook, waiting in now.items():
         _counted.pending.labels(hook).set(waiting)
     _counted.pending_hooks.update(now)
+
+
+def streams_open(count: int) -> None:
+    if _counted is not None:
+        _counted.streams.set(count)
+
+
+def event_sent(service: str, lag: float | None) -> None:
+    """One event handed to a stream, `lag` seconds after its change was logged (None: replayed
+    to a client that was away, not late)."""
+    if _counted is not None:
+        _counted.events_sent.labels(service).inc()
+        if lag is not None:
+            _counted.event_lag.observe(lag)
+
+
+def stream_cut(reason: str) -> None:
+    if _counted is not None:
+        _counted.streams_cut.labels(reason).inc()
 
 
 def ping_result(outcome: str) -> None:
