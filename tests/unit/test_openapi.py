@@ -17,13 +17,13 @@ from apid.iostate import RuleSet, bind_references, parse_text
 from apid.openapi.document import OpenApiDocuments, build, document_settings
 from apid.openapi.view import api_view
 from apid.plugin_host.discovery import load_all
-from apid.server.service_endpoints import PUBLIC_PATHS
+from apid.server.service_endpoints import public_paths
 from iostate_rules import SAMPLE_TEAM, expected_api_paths, network_roles, read_states
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = load(ROOT / "etc", "development", {})
 BOUND = load_all(ROOT / "iostate", CONFIG.api.security)
-SETTINGS = document_settings(CONFIG, BOUND.controllers.values(), fixed=PUBLIC_PATHS)
+SETTINGS = document_settings(CONFIG, BOUND.controllers.values(), fixed=public_paths(CONFIG))
 STATES = read_states(ROOT / "iostate", SAMPLE_TEAM)
 ADMIN, USER = "ROLE_ADMIN", "ROLE_USER"
 API_PATH = re.compile(r"/[vbc][0-9]+\.[0-9]+")
@@ -100,7 +100,7 @@ def test_without_a_token_the_document_holds_only_the_endpoints_that_need_none():
 
 
 def test_a_public_endpoint_not_in_reserved_uris_needs_the_token():
-    settings = document_settings(CONFIG, BOUND.controllers.values(), fixed=PUBLIC_PATHS)
+    settings = document_settings(CONFIG, BOUND.controllers.values(), fixed=public_paths(CONFIG))
     settings = type(settings)(**{**settings.__dict__, "reserved_uris": settings.reserved_uris - {"/health"}})
     anonymous = build(None, settings)
     assert "/health" not in anonymous["paths"]

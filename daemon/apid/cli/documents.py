@@ -29,7 +29,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
 
     from apid.openapi.document import anonymous_view, build, document_settings
     from apid.openapi.view import api_view
-    from apid.server.service_endpoints import PUBLIC_PATHS
+    from apid.server.service_endpoints import public_paths
 
     config = load_config(args)
     roles = frozenset(args.role or ())
@@ -42,7 +42,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
         return 2
     bound = bound_plugins(config)
     settings = document_settings(
-        config, bound.controllers.values(), fixed=PUBLIC_PATHS, server_url=config.server.base_url
+        config, bound.controllers.values(), fixed=public_paths(config), server_url=config.server.base_url
     )
     if roles:
         document = build(api_view(bound.rules, roles, config.api.version), settings)

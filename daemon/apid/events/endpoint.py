@@ -15,11 +15,13 @@ from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorTime
 
+from apid.auth.endpoints import PublicPath
 from apid.auth.tokens import Principal
 from apid.config.server import EventsConfig
 from apid.events.feed import ChangeFeed, Recheck
 from apid.events.tickets import issue, redeem
 from apid.http.answers import write_json
+from apid.http.operations import FILLED_STRING, json_answer, problem_answers, query_parameter
 from apid.http.requests import query_fields
 from apid.http.site import ApidRequest
 from apid.iostate import RuleSet
@@ -28,6 +30,74 @@ from apid.store.database import Database
 
 EVENTS_PATH = "/events"
 TICKET_PATH = "/events/ticket"
+STREAM_MEDIA_TYPE = "text/event-stream"
+
+EVENTS = PublicPath(
+    EVENTS_PATH,
+    "GET",
+    {
+        "summary": "The live event stream: the changes your roles may hear of, as Server-Sent Events",
+        "description": (
+            "Each change is one event: `id` its position (send it back as `Last-Event-ID` to get what you "
+            "missed), `event` the service (`person/update`), `data` the message the same change's webhook "
+            "delivers (this document's `webhooks`), with your own RESPONSE fields of the action, and only for "
+            "records the action lets you see. `reset` (data `{}`): reload what you show and open a new stream "
+            "(you were back too late, or read too slowly); `end` (data: a problem): your token or account no "
+            "longer stands. Comment lines keep the stream alive. See docs/events.md."
+        ),
+        "parameters": [
+            query_parameter(
+                "services",
+                "Comma-separated controllers or endpoints to hear of (`person,team/update`); default all",
+                required=False,
+            ),
+            {
+                **query_parameter(
+                    "lastEventId", "As the `Last-Event-ID` header, for a client that cannot send it", False
+                ),
+                "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+            },
+            query_parameter(
+                "ticket",
+                "A ticket from POST /events/ticket instead of the Authorization header (for `EventSource`)",
+                required=False,
+            ),
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                "description": "The id of the last event received: the changes after it are sent first",
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "The stream, open until you close it or apid ends it",
+                "content": {STREAM_MEDIA_TYPE: {"schema": {"type": "string"}}},
+            },
+            **problem_answers("400", "401", "429", "503"),
+        },
+    },
+)
+TICKET = PublicPath(
+    TICKET_PATH,
+    "POST",
+    {
+        "summary": "A single-use ticket opening your event stream without an Authorization header",
+        "responses": {
+            "201": json_answer(
+                "The ticket: GET /events?ticket=... once, within expiresIn seconds",
+                {
+                    "type": "object",
+                    "required": ["ticket", "expiresIn"],
+                    "properties": {"ticket": FILLED_STRING, "expiresIn": {"type": "integer", "minimum": 1}},
+                },
+            ),
+            **problem_answers("401", "429"),
+        },
+    },
+)
+EVENT_PATHS = (EVENTS, TICKET)
 
 
 class LiveEvents:

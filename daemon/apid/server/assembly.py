@@ -60,7 +60,7 @@ from apid.runtime.reactors import Reactor
 from apid.server.application import Application, plugin_routes
 from apid.server.peers import PeerPinger
 from apid.server.reloading import RulesWatcher, process_name
-from apid.server.service_endpoints import PUBLIC_PATHS, ServiceEndpoints
+from apid.server.service_endpoints import ServiceEndpoints, public_paths
 from apid.store.database import Database
 from apid.store.redis import RedisCircuit, redis_pool
 from apid.telemetry.health import Health
@@ -282,7 +282,12 @@ def assemble(
             server.jwt.leeway,
         ),
         openapi=OpenApiDocuments(
-            lambda: rule_book.current, document_settings(config, bound.controllers.values(), fixed=PUBLIC_PATHS)
+            lambda: rule_book.current,
+            document_settings(
+                config,
+                bound.controllers.values(),
+                fixed=public_paths(config),
+            ),
         ).document,
     )
     return Assembly(

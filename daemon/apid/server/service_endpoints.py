@@ -17,6 +17,8 @@ from apid.auth.endpoints import PublicPath, PublicRoute
 from apid.auth.login import SESSION_PATHS
 from apid.auth.registration import ACCOUNT_PATHS
 from apid.auth.tokens import NEEDS_TOKEN, Principal
+from apid.config.files import Config
+from apid.events.endpoint import EVENT_PATHS
 from apid.http.answers import write_json, write_problem
 from apid.http.operations import STRING, json_answer, problem_answer, query_parameter
 from apid.http.requests import query_fields
@@ -104,6 +106,11 @@ ERROR = PublicPath(
 SERVICE_PATHS = (HEALTH, ERROR)
 # The fixed public endpoints, in the documents' order (`apid.openapi.document.DocumentSettings.fixed`).
 PUBLIC_PATHS = (*SESSION_PATHS, *ACCOUNT_PATHS, *SERVICE_PATHS, OPENAPI_DOCUMENT)
+
+
+def public_paths(config: Config) -> tuple[PublicPath, ...]:
+    """The fixed endpoints `config`'s daemon answers: the live event stream's when it is on."""
+    return (*PUBLIC_PATHS, *(EVENT_PATHS if config.server.events.enabled else ()))
 
 
 class ServiceEndpoints:
