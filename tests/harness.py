@@ -195,10 +195,17 @@ class Daemon:
     """`apid serve` in a subprocess; `stop()` sends SIGTERM and waits. `python` is the
     interpreter it runs under (another virtualenv's, to serve the plugins installed there)."""
 
-    def __init__(self, deployment: Deployment, env: dict | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        env: dict | None = None,
+        python: str = sys.executable,
+        listen: str = "tcp:0:interface=127.0.0.1",
+    ) -> None:
         self.deployment = deployment
         self.env = env or {}
         self.python = python
+        self.listen = listen  # a fixed port for a test that restarts the daemon where clients look for it
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
         self.stderr_path = deployment.root / "daemon.stderr"
@@ -216,7 +223,7 @@ class Daemon:
                     "--env",
                     self.deployment.environment,
                     "--listen",
-                    "tcp:0:interface=127.0.0.1",
+                    self.listen,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
