@@ -199,9 +199,10 @@ class ChangeFeed:
         now = self._reactor.seconds()
         for change in changes:
             record = decoded(change)
+            made: dict[frozenset[str], str] = {}
             for stream in streams:
                 if stream.open:
-                    message = copy_for(stream.subscriber, change, rules, record)
+                    message = copy_for(stream.subscriber, change, rules, record, made)
                     stream.offer(change.position, change.service, message, now, live=live)
                     if message is not None:
                         metrics.event_sent(change.service, now - change.created_at if live else None)
