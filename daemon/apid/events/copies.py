@@ -10,6 +10,7 @@ scopes. One place decides each, for every copy of a record that leaves apid.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -22,57 +23,74 @@ from apid.plugin_host.record_access import may_receive, receiver
 from apid.store.changes import Change
 
 
+@dataclass(frozen=True)
+class View:
+    """What an endpoint makes of one subscriber, worked out once per endpoint: whether its
+    events may reach them at all (HOOK roles, an API key's scopes), who they are to its
+    action's per-record check, and the RESPONSE fields their roles see."""
+
+    endpoint: Endpoint
+    admitted: bool
+    caller: Caller
+    fields: frozenset[str]
+
+
 class Subscriber:
     """Who a stream is for, as their account stands now, and which services they asked for
-    (None: every one their roles may hear of). Each endpoint's view of them is worked out once
-    (`receiver`): a change is checked against every open stream."""
+    (None: every one their roles may hear of). A change is checked against every open stream,
+    so each endpoint's view of them is kept (`view`)."""
 
     def __init__(self, principal: Principal, services: frozenset[str] | None = None) -> None:
         self.principal = principal
         self.services = services
-        self._receivers: dict[str, tuple[Endpoint, Caller]] = {}
+        self._views: dict[str, View] = {}
 
     def asked_for(self, service: str) -> bool:
         if self.services is None:
             return True
         return service in self.services or service.partition("/")[0] in self.services
 
-    def receiver(self, endpoint: Endpoint) -> Caller:
-        """The subscriber as `endpoint` would see them calling (its rules in force: a reload
-        makes new endpoints, and a new view of them)."""
-        kept = self._receivers.get(endpoint.path)
-        if kept is None or kept[0] is not endpoint:
-            principal = self.principal
-            kept = self._receivers[endpoint.path] = (
-                endpoint,
-                receiver(endpoint, principal.user_id, principal.username, principal.roles),
-            )
-        return kept[1]
+    def view(self, endpoint: Endpoint) -> View:
+        """`endpoint`'s view of the subscriber (of the rules in force: a reload makes new
+        endpoints, and new views)."""
+        kept = self._views.get(endpoint.path)
+        if kept is not None and kept.endpoint is endpoint:
+            return kept
+        principal = self.principal
+        scopes = principal.key_scopes
+        in_scope = scopes is None or endpoint.controller in scopes or endpoint.path in scopes
+        made = self._views[endpoint.path] = View(
+            endpoint=endpoint,
+            admitted=bool(endpoint.hook_roles & principal.roles) and in_scope,
+            caller=receiver(endpoint, principal.user_id, principal.username, principal.roles),
+            fields=endpoint.response_fields(endpoint.granted(principal.roles)),
+        )
+        return made
 
 
 def copy_for(
-    subscriber: Subscriber, change: Change, rules: RuleSet, record: Any, made: dict[frozenset[str], str]
+    subscriber: Subscriber, change: Change, endpoint: Endpoint | None, record: Any, made: dict[frozenset[str], str]
 ) -> str | None:
-    """The message `subscriber` is sent of `change` (whose record, decoded, is `record`), or
-    None when they may not hear of it. `made` keeps the messages of this change already written,
-    by the fields they show: subscribers of the same roles share one."""
-    if not subscriber.asked_for(change.service):
+    """The message `subscriber` is sent of `change` (of `endpoint`, its record decoded as
+    `record`), or None when they may not hear of it. `made` keeps the messages of this change
+    already written, by the fields they show: subscribers of the same roles share one."""
+    if endpoint is None or not subscriber.asked_for(change.service):
         return None
-    controller, _, action = change.service.partition("/")
-    endpoint = current_endpoint(rules, controller, action)
-    principal = subscriber.principal
-    if endpoint is None or not endpoint.hook_roles & principal.roles:
+    view = subscriber.view(endpoint)
+    if not view.admitted or not may_receive(endpoint, view.caller, record):
         return None
-    scopes = principal.key_scopes
-    if scopes is not None and controller not in scopes and change.service not in scopes:
-        return None
-    if not may_receive(endpoint, subscriber.receiver(endpoint), record):
-        return None
-    allowed = endpoint.response_fields(endpoint.granted(principal.roles))
-    message = made.get(allowed)
+    message = made.get(view.fields)
     if message is None:
-        message = made[allowed] = payload(change.message_id, change.service, change.created_at, shown(record, allowed))
+        message = made[view.fields] = payload(
+            change.message_id, change.service, change.created_at, shown(record, view.fields)
+        )
     return message
+
+
+def change_endpoint(rules: RuleSet, change: Change) -> Endpoint | None:
+    """The endpoint a change was made by, in the rules in force (None: no longer served)."""
+    controller, _, action = change.service.partition("/")
+    return current_endpoint(rules, controller, action)
 
 
 def shown(record: Any, allowed: frozenset[str]) -> Any:

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from apid.auth.tokens import Principal
 from apid.config.server import EventsConfig
-from apid.events.copies import Subscriber, copy_for, decoded
+from apid.events.copies import Subscriber, change_endpoint, copy_for, decoded
 from apid.events.stream import Stream
 from apid.iostate import RuleSet
 from apid.problems import Problem, ServiceUnavailable, TooManyRequests
@@ -199,10 +199,11 @@ class ChangeFeed:
         now = self._reactor.seconds()
         for change in changes:
             record = decoded(change)
+            endpoint = change_endpoint(rules, change)
             made: dict[frozenset[str], str] = {}
             for stream in streams:
                 if stream.open:
-                    message = copy_for(stream.subscriber, change, rules, record, made)
+                    message = copy_for(stream.subscriber, change, endpoint, record, made)
                     stream.offer(change.position, change.service, message, now, live=live)
                     if message is not None:
                         metrics.event_sent(change.service, now - change.created_at if live else None)
