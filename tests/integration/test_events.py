@@ -206,10 +206,11 @@ def test_a_disabled_account_s_stream_ends_within_a_second(daemon, tokens, ids):
 
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory):
-    """A daemon of one process whose streams are capped and whose log keeps two changes."""
+    """A daemon of one process whose streams are capped, whose log keeps two changes, and
+    whose quiet streams get a heartbeat every half second (at most one a second: the check's)."""
     made = deployment_with_accounts(
         tmp_path_factory.mktemp("bounded"),
-        server={"events": {"perCaller": 1, "total": 2, "retentionCount": 2}},
+        server={"events": {"perCaller": 1, "total": 2, "retentionCount": 2, "heartbeat": 0.5}},
     )
     with running_daemon(made) as running:
         yield running
@@ -265,3 +266,52 @@ def test_streams_end_when_the_daemon_stops(tmp_path):
         daemon.stop()
         assert stream.next(timeout=5) is None
         assert time.monotonic() - started < 5
+
+
+def test_a_revoked_api_key_s_stream_ends_within_a_second(daemon, tokens):
+    body = {"name": "dashboard", "roles": ["ROLE_ADMIN"], "currentPassword": ADMIN[1]}
+    created = daemon.request("POST", "/v0.1/apikey/create", body, token=tokens["admin"])
+    assert created.status == 200, created.body
+    with EventStream(daemon.port, created.json["key"]) as stream:
+        assert stream.status == 200
+        revoked = daemon.request("PUT", f"/v0.1/apikey/revoke/{created.json['id']}", token=tokens["admin"])
+        assert revoked.status == 200, revoked.body
+        started = time.monotonic()
+        end = stream.next(timeout=3)
+        assert end.event == "end" and end.message["status"] == 401, end.message
+        assert stream.next(timeout=3) is None
+        assert time.monotonic() - started < 2.5
+
+
+def test_a_demoted_administrator_s_stream_narrows_within_a_second(daemon, tokens, ids):
+    dana = ("dana", "dana-password-1", "dana@example.com")
+    made = daemon.request(
+        "POST",
+        "/v0.1/person/create",
+        {"username": dana[0], "password": dana[1], "email": dana[2], "roles": ["ROLE_ADMIN"]},
+        token=tokens["admin"],
+    )
+    assert made.status == 200, made.body
+    with EventStream(daemon.port, daemon.login(*dana[:2]), "/events?services=person/update") as stream:
+        change_email(daemon, tokens, ids["bob"], "bob.before@example.com")
+        assert stream.next(timeout=2).message["data"]["id"] == ids["bob"]  # an administrator hears of bob's record
+        demoted = daemon.request(
+            "PUT",
+            f"/v0.1/person/update/{made.json['id']}",
+            {"roles": ["ROLE_USER"], "version": 0},
+            token=tokens["admin"],
+        )
+        assert demoted.status == 200, demoted.body
+        assert stream.next(timeout=2).message["data"]["id"] == made.json["id"]  # her own record's change
+        time.sleep(1.5)  # a second for the stream's check, and a margin
+        change_email(daemon, tokens, ids["bob"], "bob.after@example.com")
+        assert stream.quiet_for(1.5) is None  # a user now: bob's record is not hers to hear of
+        assert stream.status == 200 and not stream.ended.is_set()  # narrowed, not ended
+
+
+def test_a_quiet_stream_gets_heartbeats(bounded):
+    with EventStream(bounded.port, bounded.login(*ADMIN[:2])) as stream:
+        assert stream.status == 200
+        time.sleep(3.2)
+        assert stream.comments >= 2
+        assert stream.quiet_for(0.1) is None  # comments only: no event
