@@ -11,7 +11,9 @@ and one writer changing random users' records at a fixed rate through the admin'
 - lag: from a change's record (the event's `timestamp`) to its receipt on its stream, p50 and
   p99, at `RATE` changes a second;
 - the cost to plain requests: wrk's `person/show` with the streams open and idle, against
-  none open, alternated.
+  none open;
+- the cost to writes of the log the streams read: `POST /v0.1/team/create` (an endpoint with
+  HOOK roles) with `events.enabled` on and off, two daemons pinned to CPU 0, rounds alternated.
 
     .venv/bin/python scripts/bench --only events
 """
@@ -35,6 +37,7 @@ STREAMS = 1000
 RATE = 500  # changes a second
 WRITERS = 8  # keep-alive connections the writer spreads its changes over
 PERSON = "/v0.1/person/show/1"
+TEAM_CREATE = "/v0.1/team/create"
 
 
 def _user(n: int) -> tuple[str, str, str]:
@@ -166,6 +169,38 @@ def _deployment(root: Path):
     return deployment, ids
 
 
+def write_cost(wrk: Callable[..., dict], seconds: int, rounds: int = 5) -> dict[bool, float]:
+    """Median `team/create` requests/s with the change log on (True) and off (False)."""
+    from bench_anchors import pin
+    from harness import ADMIN, Daemon, Deployment
+
+    roots, daemons = [], {}
+    try:
+        for enabled in (True, False):
+            root = Path(tempfile.mkdtemp(prefix="apid-bench-events-writes-"))
+            roots.append(root)
+            deployment = Deployment(root, server={"accessLog": False, "events": {"enabled": enabled}})
+            deployment.write()
+            deployment.add_user(*ADMIN, "ROLE_ADMIN")
+            daemon = daemons[enabled] = Daemon(deployment).start()
+            pin(daemon.process.pid)
+        tokens = {enabled: daemon.login(*ADMIN[:2]) for enabled, daemon in daemons.items()}
+        runs: dict[bool, list[float]] = {True: [], False: []}
+        body = json.dumps({"name": "Bench", "leaderId": 1})
+        for enabled, daemon in daemons.items():
+            wrk(f"http://127.0.0.1:{daemon.port}{TEAM_CREATE}", 2, 16, tokens[enabled], body=body)
+        for _ in range(rounds):
+            for enabled, daemon in daemons.items():
+                url = f"http://127.0.0.1:{daemon.port}{TEAM_CREATE}"
+                runs[enabled].append(wrk(url, seconds, 16, tokens[enabled], body=body)["rps"])
+        return {enabled: statistics.median(rates) for enabled, rates in runs.items()}
+    finally:
+        for daemon in daemons.values():
+            daemon.stop()
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def events_measured(wrk: Callable[..., dict], seconds: int) -> dict:
     from bench_anchors import pin, rss_mib
     from harness import ADMIN, Daemon
@@ -217,7 +252,10 @@ def events_measured(wrk: Callable[..., dict], seconds: int) -> dict:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     lags = sorted(result["lags"])
+    writes = write_cost(wrk, seconds)
     return {
+        "writes_on": writes[True],
+        "writes_off": writes[False],
         "streams": STREAMS,
         "rate": RATE,
         "changes": result["changes"],
@@ -253,6 +291,11 @@ def events_section(result: dict) -> str:
             (
                 f"`person/show` requests/s, no stream open / {streams} open and idle",
                 f"{result['plain_rps']:,.0f} / {result['streams_rps']:,.0f} ({cost * 100:.1f}% less)",
+            ),
+            (
+                f"`POST {TEAM_CREATE}` requests/s, `events.enabled` off / on (the log written with each change)",
+                f"{result['writes_off']:,.0f} / {result['writes_on']:,.0f} "
+                f"({(1 - result['writes_on'] / result['writes_off']) * 100:.1f}% less)",
             ),
         )
     )

@@ -356,7 +356,8 @@ class Call:
 
         The events carry what `work` returns, filtered for each subscriber like an answer (an
         object with `to_dict()`, such as an `Account`, as that dict): return the changed record
-        from `work`, and answer it from the action.
+        from `work`, and answer it from the action. A `work` that returns None changed nothing
+        (the record was not found, say): no event is recorded.
         """
         if self.unit is None:
             raise RuntimeError("this call has no unit of work: it was not made by the daemon")

@@ -70,13 +70,18 @@ def installed_migrations(config: Config) -> list[MigrationSource]:
         raise CommandFailed(str(exc)) from None
 
 
-def bound_plugins(config: Config) -> Bound:
-    """The installed plugins bound to their IO State; a broken file or plugin ends the command."""
+def bound_plugins(config: Config, own_only: bool = False) -> Bound:
+    """The installed plugins bound to their IO State; a broken file or plugin ends the command.
+    With `own_only`, apid's own controllers alone (an account's events need nothing else, and
+    an account is made whatever plugins are installed, or broken)."""
     from apid.iostate import IOStateError
-    from apid.plugin_host.discovery import PluginError, load_all
+    from apid.plugin_host.discovery import APID, PluginError, load_all
 
+    security = config.api.security
     try:
-        return load_all(config.api.iostate_dir, config.api.security, config.server.load_plugins)
+        if own_only:
+            return load_all(config.api.iostate_dir, security, (APID,), skip_failing=True)
+        return load_all(config.api.iostate_dir, security, config.server.load_plugins)
     except (IOStateError, PluginError) as exc:
         raise CommandFailed(str(exc)) from None
 

@@ -56,7 +56,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
     # Subscribers hear of the account as of a person/create, recorded in the same transaction;
     # the daemons deliver it, and send it on their live event streams, at their next poll.
     recording = Recording(hooks=config.server.webhook_active, changes=config.server.events.enabled)
-    rules = bound_plugins(config).rules if recording.hooks or recording.changes else None
+    rules = bound_plugins(config, own_only=True).rules if recording.hooks or recording.changes else None
     events = (
         AccountEvents(rules=lambda: rules, filter_output=filter_output, clock=time.time, recording=recording)
         if rules is not None

@@ -217,13 +217,15 @@ class EventRecorder:
 
         def unit(connection: Connection) -> tuple[T, int]:
             result = work(connection, *args)
+            if result is None:  # nothing changed (no such record): nothing to tell anyone
+                return result, 0
             return result, record_events(connection, endpoint, result, now, self._filter, self._recording)
 
         def woken(outcome: tuple[T, int]) -> T:
             result, written = outcome
             if written:
                 self._wake()
-            if self._recording.changes:
+            if self._recording.changes and result is not None:
                 self._changed()
             return result
 
