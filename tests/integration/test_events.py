@@ -16,7 +16,7 @@ import time
 import pytest
 
 from event_streams import EventStream
-from harness import ADMIN, USER, Deployment, deployment_with_accounts, running_daemon
+from harness import ADMIN, USER, Daemon, Deployment, deployment_with_accounts, running_daemon
 
 BOB = ("bob", "bob-password-1", "bob@example.com")
 ADMIN_FIELDS = ["email", "enabled"]
@@ -206,11 +206,11 @@ def test_a_disabled_account_s_stream_ends_within_a_second(daemon, tokens, ids):
 
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory):
-    """A daemon of one process whose streams are capped, whose log keeps two changes, and
-    whose quiet streams get a heartbeat every half second (at most one a second: the check's)."""
+    """A daemon of one process whose streams are capped, and whose quiet streams get a
+    heartbeat every half second (at most one a second: the check's)."""
     made = deployment_with_accounts(
         tmp_path_factory.mktemp("bounded"),
-        server={"events": {"perCaller": 1, "total": 2, "retentionCount": 2, "heartbeat": 0.5}},
+        server={"events": {"perCaller": 1, "total": 2, "heartbeat": 0.5}},
     )
     with running_daemon(made) as running:
         yield running
@@ -233,29 +233,28 @@ def test_streams_past_the_caps_are_refused(bounded):
         assert again.status == 200
 
 
-def test_a_client_back_after_what_it_missed_is_gone_is_told_to_reset(bounded):
-    admin = bounded.login(*ADMIN[:2])
-    people = bounded.request("GET", "/v0.1/person/list", token=admin).json
-    alice = next(person for person in people if person["username"] == USER[0])
-    with EventStream(bounded.port, admin) as first:
-        bounded.request(
-            "PUT", f"/v0.1/person/update/{alice['id']}", {"email": "a0@example.com", "version": 0}, token=admin
-        )
-        seen = first.next(timeout=2)
-    for version in range(1, 5):  # four more changes: the log keeps two (swept when a stream is open)
-        bounded.request(
-            "PUT",
-            f"/v0.1/person/update/{alice['id']}",
-            {"email": f"a{version}@example.com", "version": version},
-            token=admin,
-        )
-    with EventStream(bounded.port, admin) as sweeper:  # its feed's first check sweeps the log
-        assert sweeper.status == 200
-        time.sleep(1.5)
-    with EventStream(bounded.port, admin, headers={"Last-Event-ID": seen.id}) as back:
-        reset = back.next(timeout=2)
-        assert (reset.event, reset.data) == ("reset", "{}")
-        assert back.next(timeout=2) is None
+def test_a_client_back_after_what_it_missed_is_gone_is_told_to_reset(tmp_path):
+    """The log keeps two changes here; it is swept when a daemon starts and once a minute."""
+    deployment = deployment_with_accounts(tmp_path, server={"events": {"retentionCount": 2}})
+    daemon = Daemon(deployment).start()
+    try:
+        admin = daemon.login(*ADMIN[:2])
+        people = daemon.request("GET", "/v0.1/person/list", token=admin).json
+        alice = next(person for person in people if person["username"] == USER[0])
+        update = f"/v0.1/person/update/{alice['id']}"
+        with EventStream(daemon.port, admin) as first:
+            daemon.request("PUT", update, {"email": "a0@example.com", "version": 0}, token=admin)
+            seen = first.next(timeout=2)
+        for version in range(1, 5):  # four more changes: past what the log keeps
+            daemon.request("PUT", update, {"email": f"a{version}@example.com", "version": version}, token=admin)
+        daemon.stop()
+        daemon = Daemon(deployment).start()  # its sweep at start
+        with EventStream(daemon.port, daemon.login(*ADMIN[:2]), headers={"Last-Event-ID": seen.id}) as back:
+            reset = back.next(timeout=2)
+            assert (reset.event, reset.data) == ("reset", "{}")
+            assert back.next(timeout=2) is None
+    finally:
+        daemon.stop()
 
 
 def test_streams_end_when_the_daemon_stops(tmp_path):

@@ -7,8 +7,8 @@ change, in order, to every stream, each filtered for its own subscriber (apid.ev
 Once a second it checks every subscriber's standing as a request would be checked (token
 expired or revoked, account disabled, deleted or demoted): a stream whose caller no longer
 stands ends with the problem, and one whose roles were cut hears only what the roles left
-may. It also sends the heartbeats and, once a minute, sweeps what `events.retention` no
-longer keeps.
+may. It also sends the heartbeats; and from the daemon's start (`start`), with streams or
+without, it sweeps once a minute what `events.retention` no longer keeps.
 
 Positions are handed out in order with no gap skipped early: on PostgreSQL a change may commit
 after a later one (apid.store.changes), so a gap waits `GAP_WAIT` seconds to fill before the
@@ -71,7 +71,8 @@ class ChangeFeed:
         self._poller.clock = reactor
         self._checker = LoopingCall(self._check)
         self._checker.clock = reactor
-        self._swept = 0.0
+        self._sweeper = LoopingCall(self._sweep)
+        self._sweeper.clock = reactor
 
     @property
     def open_streams(self) -> int:
@@ -120,8 +121,18 @@ class ChangeFeed:
             if not self._streams:
                 self._stop()
 
-    def close_all(self) -> None:
-        """The daemon stops: every stream ends (clients reconnect to another daemon)."""
+    def start(self) -> None:
+        """Sweep the log once a minute from now on, whether or not a stream is open here: it is
+        written with every change."""
+        self._sweeper.start(SWEEP_SECONDS, now=True).addErrback(
+            lambda failure: log.failure("sweeping the change log stopped", failure)
+        )
+
+    def stop(self) -> None:
+        """The daemon stops: every stream ends (clients reconnect to another daemon), and the
+        sweeping."""
+        if self._sweeper.running:
+            self._sweeper.stop()
         for stream in list(self._streams):
             stream.close()
 
@@ -226,11 +237,9 @@ class ChangeFeed:
                 stream.subscriber = Subscriber(principal, stream.subscriber.services)
             if now - stream.last_write >= self._config.heartbeat:
                 stream.heartbeat(now)
-        if now - self._swept >= SWEEP_SECONDS:
-            self._swept = now
-            await self._sweep(now)
 
-    async def _sweep(self, now: float) -> None:
+    async def _sweep(self) -> None:
+        now = self._reactor.seconds()
         try:
             await self._db.write(sweep, now - self._config.retention, self._config.retention_count)
         except DatabaseUnavailable:

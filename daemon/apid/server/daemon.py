@@ -138,6 +138,8 @@ async def start(
     parts.mail.start()
     if parts.deliveries is not None:
         parts.deliveries.start()
+    if parts.events is not None:
+        parts.events.feed.start()
     if metrics_port is not None:
         log.info("metrics on {address}/metrics", address=describe(metrics_port))
     return Running(parts=parts, port=port, site=site, connections=connections, metrics_port=metrics_port)
@@ -175,7 +177,7 @@ async def stop(running: Running, shutdown: Shutdown) -> None:
     # a worker's port may be closed already: the parent shut the socket all workers share down
     await defer.maybeDeferred(running.port.stopListening)
     if running.parts.events is not None:  # their clients reconnect, to a daemon that serves
-        running.parts.events.feed.close_all()
+        running.parts.events.feed.stop()
     await shutdown.drain(lambda: close_after_answers(running.connections))
     for connection in list(running.connections.protocols):
         connection.transport.loseConnection()  # past the deadline: writes what is buffered, then closes
