@@ -60,8 +60,11 @@ def read_person(person_id: int) -> dict | None:
     if not hasattr(local, "db"):
         local.db = sqlite3.connect(settings.db)
     row = local.db.execute(QUERY, (person_id,)).fetchone()
-    if row is None:
-        return None
+    return None if row is None else person_of(row)
+
+
+def person_of(row: tuple) -> dict:
+    """A row of QUERY as apid answers the person."""
     return {
         "id": row[0],
         "version": row[1],

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jwt
 import orjson
-from klein_server import ADMIN, PUBLIC, QUERY, QuietSite, iso
+from klein_server import ADMIN, PUBLIC, QUERY, QuietSite, person_of
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 from twisted.web.resource import Resource
@@ -61,21 +61,7 @@ class PersonShow(Resource):
         if connection is None:
             connection = self._local.db = sqlite3.connect(self._db, check_same_thread=False)
         row = connection.execute(QUERY, (person_id,)).fetchone()
-        if row is None:
-            return None
-        return {
-            "id": row[0],
-            "version": row[1],
-            "username": row[2],
-            "email": row[3],
-            "enabled": bool(row[4]),
-            "accountLocked": bool(row[5]),
-            "accountExpired": bool(row[6]),
-            "passwordExpired": bool(row[7]),
-            "roles": sorted(row[10].split(",")) if row[10] else [],
-            "dateCreated": iso(row[8]),
-            "lastUpdated": iso(row[9]),
-        }
+        return None if row is None else person_of(row)
 
     def render_GET(self, request: Request) -> bytes | int:
         request.setHeader(b"content-type", b"application/json")

@@ -6,12 +6,9 @@ browser's own."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
-from browsers import headless_chromium
+from browsers import headless_chromium, second_origin
 from harness import ADMIN, deployment_with_accounts, new_person, show_person
 
 PAGE = b"<!doctype html><title>another origin</title><p>an SDK user's page"
@@ -53,27 +50,10 @@ const [base, username, password, personId, done] = arguments;
 """
 
 
-class Page(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, *_args) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def page_origin():
-    """The second origin: a plain page served from another port of loopback."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with second_origin(PAGE) as origin:
+        yield origin
 
 
 @pytest.fixture(scope="module")

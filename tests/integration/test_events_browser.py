@@ -6,12 +6,9 @@ the last id it saw: it gets the change it missed, then the next one, each once a
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
-from browsers import WAIT_SECONDS, headless_chromium
+from browsers import WAIT_SECONDS, headless_chromium, second_origin
 from harness import ADMIN, Daemon, deployment_with_accounts, free_port, new_person, wait_for
 
 PAGE = b"<!doctype html><title>a dashboard</title><p>another origin"
@@ -47,25 +44,10 @@ window.heard = []; window.opened = 0; window.refused = 0;
 """
 
 
-class Page(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, *_args) -> None:
-        pass
-
-
 @pytest.fixture
 def page_origin():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with second_origin(PAGE) as origin:
+        yield origin
 
 
 def heard(browser) -> list[dict]:
