@@ -1,4 +1,4 @@
-"""Whether a verified caller still stands, asked of every request and, once a second, of every
+"""Whether a verified caller still stands, asked of every request and, twice a second, of every
 open live event stream: one place, so that a stream is held to what a request would be."""
 
 from __future__ import annotations

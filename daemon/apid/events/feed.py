@@ -4,7 +4,7 @@ While a stream is open the feed reads the log (apid.store.changes) for what is n
 when this process made a change (`wake`), and every `events.poll` seconds for the changes of
 the other processes on the database (worker processes, other daemons). It hands every
 change, in order, to every stream, each filtered for its own subscriber (apid.events.copies).
-Once a second it checks every subscriber's standing as a request would be checked (token
+Twice a second it checks every subscriber's standing as a request would be checked (token
 expired or revoked, account disabled, deleted or demoted): a stream whose caller no longer
 stands ends with the problem, and one whose roles were cut hears only what the roles left
 may. It also sends the heartbeats; and from the daemon's start (`start`), with streams or
@@ -39,7 +39,7 @@ from apid.telemetry import metrics
 log = Logger(namespace="apid.events")
 
 GAP_WAIT = 2.0  # seconds a missing position may take to commit before the feed goes past it
-CHECK_SECONDS = 1.0  # standings, heartbeats
+CHECK_SECONDS = 0.5  # standings (a revocation read every half second ends a stream within a second), heartbeats
 SWEEP_SECONDS = 60.0
 RETRY_MS = 3000  # the client's reconnection delay (`retry:`)
 
@@ -121,10 +121,12 @@ class ChangeFeed:
             if not self._streams:
                 self._stop()
 
-    def start(self) -> None:
-        """Sweep the log once a minute from now on, whether or not a stream is open here: it is
-        written with every change."""
-        self._sweeper.start(SWEEP_SECONDS, now=True).addErrback(
+    async def start(self) -> None:
+        """Sweep the log now, before the daemon serves (a write, done with before anyone can
+        stop the daemon holding it), then once a minute, whether or not a stream is open here:
+        it is written with every change."""
+        await self._sweep()
+        self._sweeper.start(SWEEP_SECONDS, now=False).addErrback(
             lambda failure: log.failure("sweeping the change log stopped", failure)
         )
 
@@ -219,7 +221,7 @@ class ChangeFeed:
                     if message is not None:
                         metrics.event_sent(change.service, now - change.created_at if live else None)
 
-    # --- once a second -------------------------------------------------------------------
+    # --- twice a second ------------------------------------------------------------------
 
     async def _check(self) -> None:
         now = self._reactor.seconds()

@@ -139,7 +139,7 @@ async def start(
     if parts.deliveries is not None:
         parts.deliveries.start()
     if parts.events is not None:
-        parts.events.feed.start()
+        await parts.events.feed.start()
     if metrics_port is not None:
         log.info("metrics on {address}/metrics", address=describe(metrics_port))
     return Running(parts=parts, port=port, site=site, connections=connections, metrics_port=metrics_port)
