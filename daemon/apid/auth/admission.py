@@ -1,5 +1,5 @@
-"""Whether a verified caller still stands, asked of every request and, twice a second, of every
-open live event stream: one place, so that a stream is held to what a request would be."""
+"""Whether a verified caller still stands, asked of every request and of every open live event
+stream (apid.events.feed): one place, so that a stream is held to what a request would be."""
 
 from __future__ import annotations
 
@@ -27,3 +27,11 @@ class CallerCheck:
         """`admit` for a caller verified a while ago (an open stream): their token's expiry too."""
         self._tokens.check_expiry(principal)
         return await self.admit(principal)
+
+    def expired(self, principal: Principal) -> bool:
+        """Whether the token `principal` came with has expired (cheap: a stream's, every second)."""
+        try:
+            self._tokens.check_expiry(principal)
+        except Unauthorized:
+            return True
+        return False

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -195,6 +196,17 @@ class Revocations:
         self._poller = LoopingCall(self._poll)
         self._poller.clock = reactor
         self._purged = 0.0
+        self._listeners: list[Callable[[Revoked], None]] = []
+
+    def listen(self, listener: Callable[[Revoked], None]) -> None:
+        """Tell `listener` of what is refused from now on, as this daemon learns it (its own
+        logouts and account changes at once, the other daemons' at the next poll): the live
+        event streams end or narrow on it."""
+        self._listeners.append(listener)
+
+    def _told(self, revoked: Revoked) -> None:
+        for listener in self._listeners:
+            listener(revoked)
 
     def refuses(self, principal: Principal) -> bool:
         return principal.token_id in self._denied or principal.session in self._ended
@@ -222,6 +234,8 @@ class Revocations:
         self._denied.update(revoked.tokens)
         self._ended.update(revoked.sessions)
         self._standings.forget(revoked.accounts)
+        if revoked.tokens or revoked.sessions or revoked.accounts:
+            self._told(revoked)
         moment = self._reactor.seconds()
         self._denied = {jti: until for jti, until in self._denied.items() if until > moment}
         self._ended = {family: until for family, until in self._ended.items() if until > moment}
@@ -238,6 +252,7 @@ class Revocations:
     async def deny_token(self, principal: Principal) -> None:
         await self._db.write(deny, principal.token_id, principal.expires)
         self._denied[principal.token_id] = float(principal.expires)
+        self._told(Revoked(tokens={principal.token_id: float(principal.expires)}, sessions={}, accounts=set()))
 
     async def end_session(self, principal: Principal) -> None:
         """Log out: the login's refresh tokens and its access tokens, this one included."""
@@ -249,6 +264,7 @@ class Revocations:
     def ended(self, session: str) -> None:
         """Refuse the login's access tokens here at once (the other daemons on their next poll)."""
         self._ended[session] = self._reactor.seconds() + self._lifetime
+        self._told(Revoked(tokens={}, sessions={session: self._ended[session]}, accounts=set()))
 
     async def revoke_person(self, person_id: int) -> None:
         await self._db.write(revoke_person, person_id)
@@ -258,5 +274,6 @@ class Revocations:
         """Take a change this daemon made to an account into account at once: its standing,
         and the logins it ended (read back now rather than at the next poll)."""
         self._standings.forget([person_id])
+        self._told(Revoked(tokens={}, sessions={}, accounts={person_id}))
         if sessions_ended:
             await self._poll()

@@ -15,10 +15,11 @@ from collections.abc import Callable
 
 from twisted.internet.interfaces import IReactorTime
 
+from apid.auth.admission import CallerCheck
 from apid.auth.endpoints import PublicPath
 from apid.auth.tokens import Principal
 from apid.config.server import EventsConfig
-from apid.events.feed import ChangeFeed, Recheck
+from apid.events.feed import ChangeFeed
 from apid.events.tickets import issue, redeem
 from apid.http.answers import write_json
 from apid.http.operations import FILLED_STRING, json_answer, problem_answers, query_parameter
@@ -108,14 +109,16 @@ class LiveEvents:
         db: Database,
         rules: Callable[[], RuleSet],
         config: EventsConfig,
-        recheck: Recheck,
+        check: CallerCheck,
     ) -> None:
         self._reactor = reactor
         self._db = db
         self._rules = rules
         self._config = config
-        self._recheck = recheck
-        self.feed = ChangeFeed(reactor=reactor, db=db, rules=rules, config=config, recheck=recheck)
+        self._recheck = check.still
+        self.feed = ChangeFeed(
+            reactor=reactor, db=db, rules=rules, config=config, recheck=check.still, expired=check.expired
+        )
 
     async def principal_of_ticket(self, request: ApidRequest) -> Principal | None:
         """The caller of the request's `?ticket=`, checked as their token would be now; None

@@ -4,11 +4,13 @@ While a stream is open the feed reads the log (apid.store.changes) for what is n
 when this process made a change (`wake`), and every `events.poll` seconds for the changes of
 the other processes on the database (worker processes, other daemons). It hands every
 change, in order, to every stream, each filtered for its own subscriber (apid.events.copies).
-Twice a second it checks every subscriber's standing as a request would be checked (token
-expired or revoked, account disabled, deleted or demoted): a stream whose caller no longer
-stands ends with the problem, and one whose roles were cut hears only what the roles left
-may. It also sends the heartbeats; and from the daemon's start (`start`), with streams or
-without, it sweeps once a minute what `events.retention` no longer keeps.
+It checks each subscriber's standing as a request would be checked (token expired or revoked,
+account disabled, deleted or demoted) when the daemon learns of a revocation or an account's
+change (`affected`: at once for its own, within half a second for the other daemons'), once a
+second for the token's expiry, and whole once a minute: a stream whose caller no longer stands
+ends with the problem, and one whose roles were cut hears only what the roles left may. It
+also sends the heartbeats; and from the daemon's start (`start`), with streams or without, it
+sweeps once a minute what `events.retention` no longer keeps.
 
 Positions are handed out in order with no gap skipped early: on PostgreSQL a change may commit
 after a later one (apid.store.changes), so a gap waits `GAP_WAIT` seconds to fill before the
@@ -17,7 +19,7 @@ feed goes past it.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,6 +28,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from apid.auth.sessions import Revoked
 from apid.auth.tokens import Principal
 from apid.config.server import EventsConfig
 from apid.events.copies import Subscriber, change_endpoint, copy_for, decoded
@@ -39,7 +42,8 @@ from apid.telemetry import metrics
 log = Logger(namespace="apid.events")
 
 GAP_WAIT = 2.0  # seconds a missing position may take to commit before the feed goes past it
-CHECK_SECONDS = 0.5  # standings (a revocation read every half second ends a stream within a second), heartbeats
+CHECK_SECONDS = 1.0  # heartbeats, and the expiry of each stream's token
+FULL_CHECK_SECONDS = 60.0  # every caller checked whole, beside what revocations tell at once
 SWEEP_SECONDS = 60.0
 RETRY_MS = 3000  # the client's reconnection delay (`retry:`)
 
@@ -56,14 +60,18 @@ class ChangeFeed:
         rules: Callable[[], RuleSet],
         config: EventsConfig,
         recheck: Recheck,
+        expired: Callable[[Principal], bool],
     ) -> None:
         self._reactor = reactor
         self._db = db
         self._rules = rules
         self._config = config
         self._recheck = recheck
+        self._expired = expired
         self._streams: set[Stream] = set()
         self._callers: Counter[tuple[str, int]] = Counter()
+        # each stream under its token, its login and its account: what a revocation names
+        self._named: defaultdict[tuple[str, object], set[Stream]] = defaultdict(set)
         self._order: InOrder | None = None  # the positions handed out; None while no stream is open
         self._reading: Deferred[None] | None = None
         self._again = False
@@ -73,6 +81,7 @@ class ChangeFeed:
         self._checker.clock = reactor
         self._sweeper = LoopingCall(self._sweep)
         self._sweeper.clock = reactor
+        self._checked_whole = 0.0
 
     @property
     def open_streams(self) -> int:
@@ -103,6 +112,9 @@ class ChangeFeed:
         now = self._reactor.seconds()
         stream = Stream(request, Subscriber(principal, services), self._order.last, buffer=self._config.buffer, now=now)
         self._streams.add(stream)
+        names = _names(principal)
+        for name in names:
+            self._named[name].add(stream)
         self._callers[caller] += 1
         metrics.streams_open(len(self._streams))
         try:
@@ -114,6 +126,10 @@ class ChangeFeed:
         finally:
             stream.close()
             self._streams.discard(stream)
+            for name in names:
+                self._named[name].discard(stream)
+                if not self._named[name]:
+                    del self._named[name]
             metrics.streams_open(len(self._streams))
             self._callers[caller] -= 1
             if not self._callers[caller]:
@@ -221,24 +237,46 @@ class ChangeFeed:
                     if message is not None:
                         metrics.event_sent(change.service, now - change.created_at if live else None)
 
-    # --- twice a second ------------------------------------------------------------------
+    # --- the callers' standing -----------------------------------------------------------
+
+    def affected(self, revoked: Revoked) -> None:
+        """What the daemon now refuses (apid.auth.sessions.Revocations): the streams of those
+        tokens, logins and accounts are checked at once, ended or narrowed (found by name: a
+        change of an account happens with many a write, and must not cost one per open stream)."""
+        named = (
+            *(("token", token) for token in revoked.tokens),
+            *(("session", session) for session in revoked.sessions),
+            *(("person", person) for person in revoked.accounts),
+        )
+        for stream in {stream for name in named for stream in self._named.get(name, ())}:
+            ensureDeferred(self._check_caller(stream))
 
     async def _check(self) -> None:
+        """Once a second: heartbeats, and the streams whose token expired; every caller checked
+        whole once a minute."""
         now = self._reactor.seconds()
+        whole = now - self._checked_whole >= FULL_CHECK_SECONDS
+        if whole:
+            self._checked_whole = now
         for stream in list(self._streams):
             if not stream.open:
                 continue
-            try:
-                principal = await self._recheck(stream.subscriber.principal)
-            except Problem as problem:
-                stream.end(problem)
-                continue
-            except DatabaseUnavailable:
-                continue  # the standing as it was kept stands until the database answers again
-            if principal != stream.subscriber.principal:
-                stream.subscriber = Subscriber(principal, stream.subscriber.services)
-            if now - stream.last_write >= self._config.heartbeat:
+            if whole or self._expired(stream.subscriber.principal):
+                await self._check_caller(stream)
+            if stream.open and now - stream.last_write >= self._config.heartbeat:
                 stream.heartbeat(now)
+
+    async def _check_caller(self, stream: Stream) -> None:
+        """End the stream of a caller who no longer stands, narrow that of one whose roles were cut."""
+        try:
+            principal = await self._recheck(stream.subscriber.principal)
+        except Problem as problem:
+            stream.end(problem)
+            return
+        except DatabaseUnavailable:
+            return  # the standing as it was kept stands until the database answers again
+        if principal != stream.subscriber.principal:
+            stream.subscriber = Subscriber(principal, stream.subscriber.services)
 
     async def _sweep(self) -> None:
         now = self._reactor.seconds()
@@ -273,6 +311,11 @@ class InOrder:
             ready.append(change)
             self.last = change.position
         return ready
+
+
+def _names(principal: Principal) -> tuple[tuple[str, object], ...]:
+    """What a revocation may name of a stream's caller: their token, their login, their account."""
+    return (("token", principal.token_id), ("session", principal.session), ("person", principal.user_id))
 
 
 def _caller(principal: Principal) -> tuple[str, int]:

@@ -153,11 +153,13 @@ def assemble(
             db=db,
             rules=lambda: rule_book.current,
             config=server.events,
-            recheck=CallerCheck(tokens=tokens, revocations=revocations, standings=standings).still,
+            check=CallerCheck(tokens=tokens, revocations=revocations, standings=standings),
         )
         if server.events.enabled
         else None
     )
+    if live is not None:
+        revocations.listen(live.feed.affected)
     recording = Recording(hooks=wake is not None, changes=live is not None)
     changed = live.feed.wake if live is not None else _nothing
     account_events = (
