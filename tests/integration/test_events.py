@@ -138,6 +138,11 @@ def test_services_narrow_the_stream(daemon, tokens, ids):
         ("/events?services=", {}, "none"),
         ("/events", {"Last-Event-ID": "twelve"}, "Last-Event-ID"),
         ("/events?lastEventId=-1", {}, "Last-Event-ID"),
+        ("/events?lastEventId=%C2%B2", {}, "Last-Event-ID"),  # "²": a digit to str.isdigit, not to int
+        ("/events?lastEventId=%D9%A1%D9%A2", {}, "Last-Event-ID"),  # Arabic-Indic digits
+        ("/events?lastEventId=99999999999999999999", {}, "Last-Event-ID"),  # past a position's 64 bits
+        ("/events?lastEventId=1&lastEventId=2", {}, "more than once"),
+        ("/events?services=%FF", {}, "UTF-8"),
     ],
 )
 def test_what_a_stream_cannot_be_is_a_400(daemon, tokens, path, headers, detail):

@@ -171,7 +171,7 @@ class LiveEvents:
         sent = header.decode("latin-1").strip() if header is not None else query
         if sent is None or sent == "":
             return None
-        if not sent.isdigit() or len(sent) > 19:
+        if not (sent.isascii() and sent.isdigit()) or len(sent) > 19:  # "²" is a digit to isdigit
             raise BadRequest("Last-Event-ID must be the id of an event this stream sent (a whole number)")
         return int(sent)
 
